@@ -1,0 +1,231 @@
+//! An event-time tumbling window with early firings, allowed lateness and a side output for
+//! items beyond it.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::operators::CapabilitySet;
+use timely::dataflow::StreamVec;
+use timely::ExchangeData;
+
+/// Window geometry and triggers. Times are event-time seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Window width (3600 for hourly windows). Windows start at multiples of it.
+    pub width: u64,
+    /// How long after a window's end (by watermark) late items are still accepted.
+    pub allowed_lateness: u64,
+    /// Processing-time period of early firings (`None`: fire only when the watermark passes).
+    pub early_fire: Option<Duration>,
+}
+
+/// Why a pane was emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Firing {
+    /// A processing-time early firing of a window still open.
+    Early,
+    /// The watermark passed the window's end.
+    OnTime,
+    /// An item arrived after the on-time firing but within the allowed lateness.
+    Late,
+}
+
+/// Items of one key and window emitted by one firing: only those not emitted before.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Pane<K, V> {
+    /// The key.
+    pub key: K,
+    /// Start of the window (event-time seconds, a multiple of the width).
+    pub window_start: u64,
+    /// Why this pane was emitted.
+    pub firing: Firing,
+    /// `(event time, value)` of each item new since the key's previous pane in this window.
+    pub items: Vec<(u64, V)>,
+}
+
+/// What the window operator emits.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum WindowOutput<K, V> {
+    /// New items of a window.
+    Pane(Pane<K, V>),
+    /// An item whose window had closed (watermark past its end plus the allowed lateness).
+    Dropped {
+        /// The key.
+        key: K,
+        /// The item's event time.
+        ts: u64,
+        /// The item.
+        value: V,
+        /// The watermark the item arrived at.
+        watermark: u64,
+    },
+}
+
+/// Groups `(key, event time, value)` items into tumbling event-time windows per key.
+pub trait TumblingWindow<'scope, K, V> {
+    /// Exchanges items by key and windows them.
+    ///
+    /// An item arriving at watermark `w` (its timely time) for window `[s, s + width)`:
+    /// - is held and emitted by the next early firing, or by the on-time firing when the input
+    ///   frontier passes `s + width`;
+    /// - after the on-time firing, is emitted at once in a [`Firing::Late`] pane while
+    ///   `w < s + width + allowed_lateness`;
+    /// - is emitted as [`WindowOutput::Dropped`] when `w >= s + width + allowed_lateness`.
+    ///
+    /// Window state is released once the frontier passes `s + width + allowed_lateness`; the
+    /// operator holds capabilities only at its input frontier, so it never holds back the
+    /// watermark downstream.
+    ///
+    /// # Examples
+    /// ```
+    /// use operators::{Firing, TumblingWindow, WindowOutput, WindowSpec};
+    /// use timely::dataflow::operators::{Capture, ToStream};
+    /// use timely::dataflow::operators::capture::Event;
+    ///
+    /// let spec = WindowSpec { width: 10, allowed_lateness: 10, early_fire: None };
+    /// let captured = timely::example(move |scope| {
+    ///     // (key, event time, value): all at watermark 0, then the input ends.
+    ///     vec![("a".to_string(), 3u64, 1.0f64), ("a".into(), 12, 2.0), ("a".into(), 5, 3.0)]
+    ///         .to_stream(scope)
+    ///         .tumbling_window(spec)
+    ///         .capture()
+    /// });
+    /// let mut panes: Vec<_> = captured
+    ///     .try_iter()
+    ///     .flat_map(|e| match e { Event::Messages(_, d) => d, Event::Progress(_) => vec![] })
+    ///     .collect();
+    /// panes.sort_by_key(|o| match o { WindowOutput::Pane(p) => p.window_start, _ => u64::MAX });
+    /// assert!(matches!(&panes[0], WindowOutput::Pane(p)
+    ///     if p.window_start == 0 && p.firing == Firing::OnTime && p.items == vec![(3, 1.0), (5, 3.0)]));
+    /// assert!(matches!(&panes[1], WindowOutput::Pane(p) if p.window_start == 10 && p.items == vec![(12, 2.0)]));
+    /// ```
+    fn tumbling_window(self, spec: WindowSpec) -> StreamVec<'scope, u64, WindowOutput<K, V>>;
+}
+
+struct WindowSlot<K, V> {
+    /// Items per key not yet emitted.
+    pending: HashMap<K, Vec<(u64, V)>>,
+    /// Whether the on-time firing happened.
+    fired: bool,
+}
+
+fn key_hash<K: Hash>(key: &K) -> u64 {
+    // DefaultHasher::new() has fixed keys, so every process routes a key to the same worker.
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+impl<'scope, K, V> TumblingWindow<'scope, K, V> for StreamVec<'scope, u64, (K, u64, V)>
+where
+    K: ExchangeData + Hash + Eq,
+    V: ExchangeData,
+{
+    fn tumbling_window(self, spec: WindowSpec) -> StreamVec<'scope, u64, WindowOutput<K, V>> {
+        assert!(spec.width > 0, "window width must be positive");
+        let scope = self.scope();
+        let pact = Exchange::new(|item: &(K, u64, V)| key_hash(&item.0));
+        self.unary_frontier(pact, "TumblingWindow", move |_cap, info| {
+            let activator = scope.activator_for(info.address);
+            let mut slots: BTreeMap<u64, WindowSlot<K, V>> = BTreeMap::new();
+            let mut caps = CapabilitySet::new();
+            let mut last_early = Instant::now();
+            move |(input, frontier), output| {
+                input.for_each(|cap, data| {
+                    // A totally ordered time: the stamp's least element is the watermark.
+                    let Some(&watermark) = cap.least() else {
+                        return;
+                    };
+                    let mut late = Vec::new();
+                    let mut dropped = Vec::new();
+                    for (key, ts, value) in data.drain(..) {
+                        let start = ts - ts % spec.width;
+                        let end = start.saturating_add(spec.width);
+                        if watermark >= end.saturating_add(spec.allowed_lateness) {
+                            dropped.push(WindowOutput::Dropped {
+                                key,
+                                ts,
+                                value,
+                                watermark,
+                            });
+                            continue;
+                        }
+                        let slot = slots.entry(start).or_insert_with(|| WindowSlot {
+                            pending: HashMap::new(),
+                            fired: false,
+                        });
+                        if slot.fired {
+                            late.push(WindowOutput::Pane(Pane {
+                                key,
+                                window_start: start,
+                                firing: Firing::Late,
+                                items: vec![(ts, value)],
+                            }));
+                        } else {
+                            slot.pending.entry(key).or_default().push((ts, value));
+                        }
+                    }
+                    if !late.is_empty() || !dropped.is_empty() {
+                        let mut session = output.session(&cap);
+                        session.give_iterator(late.into_iter());
+                        session.give_iterator(dropped.into_iter());
+                    }
+                    if let Some(c) = cap.retain_least(0) {
+                        caps.insert(c);
+                    }
+                });
+
+                let frontier = frontier.frontier();
+                let passed = |t: u64| !frontier.less_equal(&t);
+                let early_due = spec
+                    .early_fire
+                    .is_some_and(|period| last_early.elapsed() >= period);
+                if let Some(cap) = crate::least(&caps) {
+                    let mut session = output.session(cap);
+                    for (&start, slot) in slots.iter_mut() {
+                        let end = start.saturating_add(spec.width);
+                        let firing = if !slot.fired && passed(end) {
+                            slot.fired = true;
+                            Firing::OnTime
+                        } else if early_due && !slot.fired {
+                            Firing::Early
+                        } else {
+                            continue;
+                        };
+                        for (key, mut items) in slot.pending.drain() {
+                            items.sort_by_key(|(ts, _)| *ts);
+                            session.give(WindowOutput::Pane(Pane {
+                                key,
+                                window_start: start,
+                                firing,
+                                items,
+                            }));
+                        }
+                    }
+                }
+                if early_due {
+                    last_early = Instant::now();
+                }
+                slots.retain(|&start, _| {
+                    !passed(
+                        start
+                            .saturating_add(spec.width)
+                            .saturating_add(spec.allowed_lateness),
+                    )
+                });
+                if slots.is_empty() {
+                    caps.downgrade(&[] as &[u64]);
+                } else {
+                    crate::downgrade_to_frontier(&mut caps, &frontier);
+                    if let Some(period) = spec.early_fire {
+                        activator.activate_after(period);
+                    }
+                }
+            }
+        })
+    }
+}

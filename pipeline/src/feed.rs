@@ -1,0 +1,213 @@
+//! The replay feed: recorded lines → decoded readings with an event-time watermark.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use operators::{EventFeed, Poll};
+
+use crate::control::JobControl;
+use crate::decode::{decode_line, Reason, Rejected};
+use crate::input::{self, LineReader};
+use crate::reading::Reading;
+use crate::stats::{add, Stats};
+
+/// What the replay source emits: a reading, or a rejected line for the dead-letter output.
+pub type Decoded = Result<Reading, Box<Rejected>>;
+
+/// How a worker replays its share of a recording.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// Input file, `-` for stdin.
+    pub path: PathBuf,
+    /// Primary metric field.
+    pub metric: String,
+    /// Watermark bound, seconds.
+    pub watermark_bound: u64,
+    /// Replay speed: `None` as fast as possible, `Some(f)` at `f` times recorded time.
+    pub speed: Option<f64>,
+    /// Seconds added to every timestamp (`--rebase-time`), a multiple of 3600.
+    pub shift: i64,
+    /// Readings whose cells would already be expired by this TTL (seconds) are counted.
+    pub ttl_secs: u64,
+    /// This worker's index and the number of workers: worker `i` takes lines `n` with
+    /// `n % peers == i`.
+    pub worker: usize,
+    /// Number of workers reading the input.
+    pub peers: usize,
+}
+
+/// An [`EventFeed`] over one worker's share of a recording.
+pub struct ReplayFeed {
+    lines: Option<LineReader<Box<dyn std::io::BufRead + Send>>>,
+    opts: ReplayOptions,
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+    buf: Vec<u8>,
+    max_ts: Option<i64>,
+    expired_before: i64,
+    pace: Option<(Instant, i64)>,
+    held: Option<Decoded>,
+    local: [u64; 4],
+}
+
+impl std::fmt::Debug for ReplayFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayFeed")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+const READ: usize = 0;
+const OK: usize = 1;
+const REJECTED: usize = 2;
+const EXPIRED: usize = 3;
+
+impl ReplayFeed {
+    /// Opens the input for worker `opts.worker`. Only worker 0 counts bytes for progress.
+    ///
+    /// # Errors
+    /// The input cannot be opened.
+    pub fn open(
+        opts: ReplayOptions,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+    ) -> crate::Result<Self> {
+        let counting = (opts.worker == 0).then(|| stats.clone());
+        let reader = input::open(&opts.path, counting)?;
+        let expired_before = (crate::time::now_ms() / 1000).saturating_sub(opts.ttl_secs as i64);
+        Ok(ReplayFeed {
+            lines: Some(LineReader::new(reader)),
+            opts,
+            stats,
+            control,
+            buf: Vec::with_capacity(512),
+            max_ts: None,
+            expired_before,
+            pace: None,
+            held: None,
+            local: [0; 4],
+        })
+    }
+
+    /// A feed with no input (a worker that gets no share, e.g. for stdin on workers > 0).
+    pub fn empty(opts: ReplayOptions, stats: Arc<Stats>, control: Arc<JobControl>) -> Self {
+        ReplayFeed {
+            lines: None,
+            opts,
+            stats,
+            control,
+            buf: Vec::new(),
+            max_ts: None,
+            expired_before: 0,
+            pace: None,
+            held: None,
+            local: [0; 4],
+        }
+    }
+
+    fn publish(&mut self) {
+        let s = &self.stats;
+        for (i, counter) in [&s.read, &s.ok, &s.rejected, &s.expired]
+            .into_iter()
+            .enumerate()
+        {
+            add(counter, std::mem::take(&mut self.local[i]));
+        }
+    }
+
+    fn next_decoded(&mut self) -> Option<Decoded> {
+        let lines = self.lines.as_mut()?;
+        loop {
+            let line = match lines.next_line(&mut self.buf) {
+                Ok(Some(line)) => line,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.control.fail(format!(
+                        "reading {} failed at line {}: {e}",
+                        self.opts.path.display(),
+                        self.local[READ]
+                    ));
+                    return None;
+                }
+            };
+            if (line.number % self.opts.peers as u64) as usize != self.opts.worker {
+                self.buf = line.bytes;
+                continue;
+            }
+            self.local[READ] += 1;
+            let decoded = if line.len > line.bytes.len() {
+                Err(Box::new(Rejected {
+                    line: line.number,
+                    reason: Reason::TooLong(line.len),
+                    raw: line.bytes,
+                }))
+            } else {
+                let d = decode_line(line.number, &line.bytes, &self.opts.metric);
+                self.buf = line.bytes;
+                d
+            };
+            return Some(match decoded {
+                Ok(mut r) => {
+                    r.ts = (r.ts + self.opts.shift).max(0);
+                    self.local[OK] += 1;
+                    if r.ts < self.expired_before {
+                        self.local[EXPIRED] += 1;
+                    }
+                    Ok(r)
+                }
+                Err(rej) => {
+                    self.local[REJECTED] += 1;
+                    Err(rej)
+                }
+            });
+        }
+    }
+
+    /// How long to wait before releasing a reading at `ts` under `--speed`.
+    fn wait_for(&mut self, ts: i64) -> Option<Duration> {
+        let speed = self.opts.speed?;
+        let (start, first) = *self.pace.get_or_insert((Instant::now(), ts));
+        let ahead = (ts - first).max(0) as f64 / speed;
+        let due = start + Duration::from_secs_f64(ahead);
+        let now = Instant::now();
+        (due > now).then(|| (due - now).min(Duration::from_millis(100)))
+    }
+}
+
+impl EventFeed for ReplayFeed {
+    type Item = Decoded;
+
+    fn poll(&mut self) -> Poll<Decoded> {
+        if self.local[READ] >= 4096 {
+            self.publish();
+        }
+        if self.control.stopped() {
+            self.publish();
+            return Poll::Done;
+        }
+        let item = match self.held.take().or_else(|| self.next_decoded()) {
+            Some(item) => item,
+            None => {
+                self.publish();
+                return Poll::Done;
+            }
+        };
+        if let Ok(r) = &item {
+            let newest = self.max_ts.map_or(r.ts, |m| m.max(r.ts));
+            if let Some(wait) = self.wait_for(newest) {
+                self.held = Some(item);
+                return Poll::Pending(wait);
+            }
+            self.max_ts = Some(newest);
+        }
+        Poll::Ready(item)
+    }
+
+    fn watermark(&self) -> u64 {
+        self.max_ts.map_or(0, |m| {
+            (m.max(0) as u64).saturating_sub(self.opts.watermark_bound)
+        })
+    }
+}

@@ -1,0 +1,182 @@
+//! The hourglass dataflow: readings → narrow rows, and → hourly windows → wide rows.
+//!
+//! ```text
+//! feed ─ event_source ─ ok_err ─┬─ readings ─┬─ narrow_put ───────────────────┐
+//!                               │            └─ tumbling_window ─┬─ wide_put ─┴─ write_batches ─ probe
+//!                               │                                └─ dropped ─ late output
+//!                               └─ rejected ─ dead-letter output
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use operators::{
+    event_source, BatchWriter, EventFeed, TumblingWindow, WindowOutput, WindowSpec, WriteBatches,
+};
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::operators::vec::Map;
+use timely::dataflow::operators::{Concat, OkErr, Probe};
+use timely::dataflow::{ProbeHandle, Scope};
+
+use crate::config::WindowConfig;
+use crate::control::JobControl;
+use crate::decode::Rejected;
+use crate::feed::Decoded;
+use crate::rowkey::KeyScheme;
+use crate::rows;
+use crate::schema::NARROW_TABLE;
+use crate::stats::{add, Stats};
+use crate::table::{Mutation, TableWriter};
+
+/// Where rejected lines and readings beyond the allowed lateness go.
+pub trait SideOutput: Send + Sync + 'static {
+    /// Records a rejected input line.
+    ///
+    /// # Errors
+    /// The output cannot be written (the job stops: nothing may be dropped silently).
+    fn rejected(&self, rejected: &Rejected) -> crate::Result<()>;
+
+    /// Records a reading that arrived after its hour closed for good (it is in the narrow table
+    /// but not in its wide row).
+    ///
+    /// # Errors
+    /// As [`SideOutput::rejected`].
+    fn late(&self, device: &str, ts: i64, value: f64, watermark: u64) -> crate::Result<()>;
+
+    /// Flushes buffered records.
+    ///
+    /// # Errors
+    /// As [`SideOutput::rejected`].
+    fn flush(&self) -> crate::Result<()>;
+}
+
+/// Settings of the dataflow.
+#[derive(Debug, Clone)]
+pub struct GraphConfig {
+    /// Narrow row-key scheme.
+    pub scheme: KeyScheme,
+    /// Event-time settings.
+    pub window: WindowConfig,
+    /// Longest time written data may wait in a writer's buffer.
+    pub flush_every: Duration,
+}
+
+/// Counts what the table writer writes and forwards it.
+struct CountingWriter {
+    writer: Box<dyn TableWriter>,
+    stats: Arc<Stats>,
+}
+
+impl BatchWriter<Mutation> for CountingWriter {
+    fn write(&mut self, batch: Vec<Mutation>) -> Result<(), String> {
+        let (mut narrow, mut wide) = (0, 0);
+        for m in &batch {
+            if let Mutation::Put { table, cells, .. } = m {
+                if *table == NARROW_TABLE {
+                    narrow += 1;
+                } else {
+                    wide += cells.len() as u64;
+                }
+            }
+        }
+        self.writer.write(batch).map_err(|e| e.to_string())?;
+        add(&self.stats.narrow_rows, narrow);
+        add(&self.stats.wide_cells, wide);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.writer.flush().map_err(|e| e.to_string())
+    }
+}
+
+/// Builds the dataflow on one worker. The returned probe's frontier passes watermark `t` once
+/// every reading the feeds emitted before `t` is durably written (narrow row and wide cell).
+pub fn build<'scope, F>(
+    scope: Scope<'scope, u64>,
+    feed: F,
+    cfg: &GraphConfig,
+    writer: Box<dyn TableWriter>,
+    side: Arc<dyn SideOutput>,
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+) -> ProbeHandle<u64>
+where
+    F: EventFeed<Item = Decoded>,
+{
+    let scheme = cfg.scheme;
+    let spec = WindowSpec {
+        width: 3600,
+        allowed_lateness: cfg.window.allowed_lateness_secs,
+        early_fire: (cfg.window.early_fire_secs > 0)
+            .then(|| Duration::from_secs(cfg.window.early_fire_secs)),
+    };
+
+    let decoded = event_source(scope, "ReadLines", feed, 1024);
+    let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
+
+    let dead_control = control.clone();
+    let dead_side = side.clone();
+    rejected.sink(Pipeline, "DeadLetters", move |(input, frontier)| {
+        input.for_each(|_cap, batch| {
+            for r in batch.drain(..) {
+                if let Err(e) = dead_side.rejected(&r) {
+                    dead_control.fail(format!("dead-letter output: {e}"));
+                }
+            }
+        });
+        if frontier.is_empty() {
+            if let Err(e) = dead_side.flush() {
+                dead_control.fail(format!("dead-letter output: {e}"));
+            }
+        }
+    });
+
+    let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
+    let (wide, dropped) = readings
+        .map(|r| (r.device, r.ts as u64, r.value))
+        .tumbling_window(spec)
+        .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
+            WindowOutput::Pane(p) => {
+                let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();
+                Ok(rows::wide_put(&p.key, p.window_start as i64, &items))
+            }
+            WindowOutput::Dropped {
+                key,
+                ts,
+                value,
+                watermark,
+            } => Err((key, ts, value, watermark)),
+        });
+
+    let late_control = control.clone();
+    let late_stats = stats.clone();
+    dropped.sink(Pipeline, "LateReadings", move |(input, frontier)| {
+        input.for_each(|_cap, batch| {
+            add(&late_stats.late_dropped, batch.len() as u64);
+            for (device, ts, value, watermark) in batch.drain(..) {
+                if let Err(e) = side.late(&device, ts as i64, value, watermark) {
+                    late_control.fail(format!("late-data output: {e}"));
+                }
+            }
+        });
+        if frontier.is_empty() {
+            if let Err(e) = side.flush() {
+                late_control.fail(format!("late-data output: {e}"));
+            }
+        }
+    });
+
+    let sink_control = control;
+    let (probe, _) = narrow
+        .concat(wide)
+        .write_batches(
+            "WriteTables",
+            CountingWriter { writer, stats },
+            cfg.flush_every,
+            move |e| sink_control.fail(format!("writing tables failed: {e}")),
+        )
+        .probe();
+    probe
+}

@@ -1,0 +1,62 @@
+//! The sensor reading, and how its values are written as cell text.
+
+use serde::{Deserialize, Serialize};
+
+/// One decoded sensor reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reading {
+    /// Device id (validated: 1–64 bytes of `[A-Za-z0-9.:-]`).
+    pub device: String,
+    /// Event time, epoch seconds (`>= 0`).
+    pub ts: i64,
+    /// The primary metric (finite).
+    pub value: f64,
+    /// Every other field of the input object as compact JSON (`{}` if none), keys sorted.
+    pub extra: String,
+}
+
+impl Reading {
+    /// The `room` field, if the reading carries one as a string.
+    pub fn room(&self) -> Option<String> {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&self.extra).ok()?;
+        fields.get("room")?.as_str().map(str::to_string)
+    }
+}
+
+/// The shortest decimal text that parses back to exactly `v` (`25.5`, `-3`, `1e-7`).
+///
+/// Plain notation for `1e-5 <= |v| < 1e16`, scientific outside, so no text is longer than
+/// about 24 bytes. Both Java's `Double.parseDouble` and Rust's `str::parse` read it back.
+pub fn format_value(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 || (1e-5..1e16).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn value_text_is_short() {
+        assert_eq!(format_value(25.5), "25.5");
+        assert_eq!(format_value(-3.0), "-3");
+        assert_eq!(format_value(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(format_value(1e300), "1e300");
+        assert_eq!(format_value(1.5e-7), "1.5e-7");
+    }
+
+    proptest! {
+        #[test]
+        fn value_text_round_trips(v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            let text = format_value(v);
+            prop_assert_eq!(text.parse::<f64>().unwrap().to_bits(), v.to_bits());
+            prop_assert!(text.len() <= 25, "{} is long", text);
+        }
+    }
+}

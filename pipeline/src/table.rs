@@ -1,0 +1,168 @@
+//! The table model shared by every backend: rows of cells addressed by family, qualifier and timestamp.
+//!
+//! This is HBase's data model reduced to what hourglass uses. The embedded store and the HBase
+//! backend both implement [`TableWriter`] and [`TableReader`], so the dataflow and the dashboard
+//! queries never know which one they talk to.
+
+use crate::Result;
+
+/// One cell to write or one cell read back.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cell {
+    /// Column family, e.g. `t`.
+    pub family: String,
+    /// Column qualifier (raw bytes; hourglass uses short ASCII names and decimal offsets).
+    pub qualifier: Vec<u8>,
+    /// Cell timestamp in milliseconds since the epoch. hourglass sets it to the event time.
+    pub ts_ms: i64,
+    /// Cell value.
+    pub value: Vec<u8>,
+}
+
+/// A change to one row of one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mutation {
+    /// Put these cells into the row (each replaces the cell with the same family, qualifier and
+    /// timestamp; with `VERSIONS => 1` the newest timestamp is the visible one).
+    Put {
+        /// Table name.
+        table: &'static str,
+        /// Row key.
+        row: Vec<u8>,
+        /// Cells to put.
+        cells: Vec<Cell>,
+    },
+    /// Delete every cell of the row whose timestamp is at most `ts_ms` (HBase `deleteAllRowTs`).
+    DeleteRow {
+        /// Table name.
+        table: &'static str,
+        /// Row key.
+        row: Vec<u8>,
+        /// Upper bound (inclusive) of the deleted cells' timestamps.
+        ts_ms: i64,
+    },
+}
+
+impl Mutation {
+    /// The table this mutation goes to.
+    pub fn table(&self) -> &'static str {
+        match self {
+            Mutation::Put { table, .. } | Mutation::DeleteRow { table, .. } => table,
+        }
+    }
+
+    /// The row key this mutation changes.
+    pub fn row(&self) -> &[u8] {
+        match self {
+            Mutation::Put { row, .. } | Mutation::DeleteRow { row, .. } => row,
+        }
+    }
+
+    /// Approximate size on the wire, used to bound write batches.
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            Mutation::Put { row, cells, .. } => {
+                row.len()
+                    + cells
+                        .iter()
+                        .map(|c| c.family.len() + c.qualifier.len() + c.value.len() + 16)
+                        .sum::<usize>()
+            }
+            Mutation::DeleteRow { row, .. } => row.len() + 16,
+        }
+    }
+}
+
+/// A row read back from a table: its key and its visible cells ordered by family and qualifier.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Row {
+    /// Row key.
+    pub key: Vec<u8>,
+    /// Visible cells (one version each), ordered by (family, qualifier).
+    pub cells: Vec<Cell>,
+}
+
+impl Row {
+    /// The cell with this family and qualifier, if present.
+    pub fn cell(&self, family: &str, qualifier: &[u8]) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.family == family && c.qualifier == qualifier)
+    }
+}
+
+/// A scan over an ordered range of row keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScanSpec {
+    /// First row key included.
+    pub start: Vec<u8>,
+    /// First row key excluded; empty means "to the end of the table".
+    pub stop: Vec<u8>,
+    /// Stop after this many rows (`None`: no limit).
+    pub limit: Option<usize>,
+}
+
+impl ScanSpec {
+    /// All rows starting with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> Self {
+        ScanSpec {
+            start: prefix.to_vec(),
+            stop: prefix_successor(prefix),
+            limit: None,
+        }
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix` (empty if there is none).
+pub fn prefix_successor(prefix: &[u8]) -> Vec<u8> {
+    let mut stop = prefix.to_vec();
+    while let Some(last) = stop.pop() {
+        if last < u8::MAX {
+            stop.push(last + 1);
+            return stop;
+        }
+    }
+    Vec::new()
+}
+
+/// The write side of a backend. One writer per timely worker; writers buffer internally.
+pub trait TableWriter: Send {
+    /// Queues mutations. May write some of them before returning when buffers are full.
+    ///
+    /// # Errors
+    /// A backend error that retrying did not cure; the job must stop.
+    fn write(&mut self, mutations: Vec<Mutation>) -> Result<()>;
+
+    /// Makes every queued mutation durable (visible to readers) before returning.
+    ///
+    /// # Errors
+    /// As [`TableWriter::write`].
+    fn flush(&mut self) -> Result<()>;
+}
+
+/// The read side of a backend, used by dashboard queries.
+pub trait TableReader {
+    /// The row with this key, or `None` if it has no visible cell.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>>;
+
+    /// The rows in `[spec.start, spec.stop)` in ascending key order.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_successor_carries_over_max_bytes() {
+        assert_eq!(prefix_successor(b"ab"), b"ac".to_vec());
+        assert_eq!(prefix_successor(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_successor(b"\xff\xff"), Vec::<u8>::new());
+    }
+}
