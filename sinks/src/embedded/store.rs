@@ -1,0 +1,433 @@
+//! The store handle: opening, reads, TTL purges and durability.
+
+use super::codec;
+use super::ttl::{FamilyTtls, TtlFilterFactory};
+use super::writer::EmbeddedWriter;
+use super::StoreError;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use pipeline::schema::TableSpec;
+use pipeline::table::{Cell, Row, ScanSpec, TableReader};
+use pipeline::{Error, Result};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The clock TTLs are measured against: milliseconds since the epoch.
+pub(crate) type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Removals committed per fjall batch by [`EmbeddedStore::purge_expired`].
+const PURGE_BATCH: usize = 4096;
+
+/// One table: its keyspace and its families' TTLs.
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) keyspace: Keyspace,
+    /// `(family name, TTL in ms)`, as given by the table spec.
+    pub(crate) families: FamilyTtls,
+}
+
+impl Table {
+    /// The family's name and TTL, if the table has this family.
+    pub(crate) fn family(&self, name: &[u8]) -> Option<(&'static str, Option<i64>)> {
+        self.families
+            .iter()
+            .copied()
+            .find(|(f, _)| f.as_bytes() == name)
+    }
+
+    fn has_ttl(&self) -> bool {
+        self.families.iter().any(|(_, ttl)| ttl.is_some())
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: Database,
+    pub(crate) dir: PathBuf,
+    pub(crate) tables: Vec<Table>,
+    pub(crate) now_ms: Clock,
+}
+
+impl Inner {
+    /// The table called `name`.
+    ///
+    /// # Errors
+    /// `Error::Invalid` if the store was not opened with this table.
+    pub(crate) fn table(&self, name: &str) -> Result<(usize, &Table)> {
+        self.tables
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.tables.iter().map(|t| t.name).collect();
+                Error::Invalid(format!(
+                    "table {name} is not in the embedded store at {} (it has {}); open the store \
+                 with the table's spec",
+                    self.dir.display(),
+                    known.join(", ")
+                ))
+            })
+    }
+
+    pub(crate) fn fjall_error(&self, doing: &'static str, source: fjall::Error) -> Error {
+        StoreError::from_fjall(&self.dir, doing, source).into()
+    }
+}
+
+/// HBase's table model on fjall, in one directory: one keyspace per table, one version per cell.
+///
+/// A cell is `table → row → family:qualifier → (timestamp, value)`; scans return rows in HBase
+/// order (byte order of row keys, then family, then qualifier). Cells older than their family's
+/// TTL are invisible at once and physically dropped by compactions (a fjall compaction filter)
+/// and by [`EmbeddedStore::purge_expired`].
+///
+/// Cloning is cheap and shares the store: open a directory once per process and hand clones to
+/// every worker (a second open of the same directory fails because fjall locks it).
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("dir", &self.inner.dir)
+            .field(
+                "tables",
+                &self.inner.tables.iter().map(|t| t.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+fn system_now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Checks the specs and returns each table's families with their TTLs.
+fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
+    let mut out = Vec::with_capacity(tables.len());
+    for (i, spec) in tables.iter().enumerate() {
+        // fjall panics on keyspace names it does not accept, so refuse them here.
+        if spec.name.is_empty() || spec.name.len() > usize::from(u8::MAX) {
+            return Err(Error::Invalid(format!(
+                "table name {:?} must be 1 to 255 bytes long",
+                spec.name
+            )));
+        }
+        if tables[..i].iter().any(|t| t.name == spec.name) {
+            return Err(Error::Invalid(format!(
+                "table {} is listed twice",
+                spec.name
+            )));
+        }
+        let mut families = Vec::with_capacity(spec.families.len());
+        for f in &spec.families {
+            if f.name.is_empty() || f.name.as_bytes().contains(&codec::SEP) {
+                return Err(Error::Invalid(format!(
+                    "family {:?} of table {} must be non-empty and contain no 0x00 byte",
+                    f.name, spec.name
+                )));
+            }
+            if f.max_versions != 1 {
+                return Err(Error::Invalid(format!(
+                    "family {} of table {} asks for VERSIONS => {}, but the embedded store keeps \
+                     exactly one version per cell; use VERSIONS => 1 or the HBase backend",
+                    f.name, spec.name, f.max_versions
+                )));
+            }
+            families.push((f.name, codec::ttl_ms(f.ttl_secs)));
+        }
+        out.push(FamilyTtls::from(families));
+    }
+    Ok(out)
+}
+
+impl EmbeddedStore {
+    /// Opens the store in `dir`, creating the directory and any missing table, with the system
+    /// clock for TTLs. Pass `pipeline::schema::all_tables()` for hourglass's tables.
+    ///
+    /// # Errors
+    /// `Error::Invalid` for an unusable table spec (see [`EmbeddedStore::open_with_clock`]);
+    /// `Error::Store` if fjall cannot open `dir`, notably when another process holds it.
+    pub fn open(dir: &Path, tables: &[TableSpec]) -> Result<Self> {
+        Self::open_with_clock(dir, tables, Arc::new(system_now_ms))
+    }
+
+    /// Same as [`EmbeddedStore::open`], with `now_ms` (milliseconds since the epoch) as the
+    /// clock TTLs are measured against, for reads, purges and compactions alike.
+    ///
+    /// # Errors
+    /// `Error::Invalid` if a table name is empty, longer than 255 bytes or listed twice, if a
+    /// family name is empty or contains `0x00`, or if a family asks for more than one version.
+    /// `Error::Store` (not retriable) if fjall cannot open the directory: it is locked by another
+    /// process (or already open in this one), unreadable, or written by an incompatible fjall.
+    pub fn open_with_clock(
+        dir: &Path,
+        tables: &[TableSpec],
+        now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Result<Self> {
+        let ttls = family_ttls(tables)?;
+        // Keyspaces get their filter by name, both when created and when recovered on reopen.
+        let assigned: Vec<(&'static str, FamilyTtls)> = tables
+            .iter()
+            .map(|t| t.name)
+            .zip(ttls.iter().cloned())
+            .collect();
+        let clock = now_ms.clone();
+        let db = Database::builder(dir)
+            .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
+                let (name, families) = assigned.iter().find(|(name, _)| *name == keyspace)?;
+                if families.iter().all(|(_, ttl)| ttl.is_none()) {
+                    return None;
+                }
+                let factory = TtlFilterFactory::new(name, families.clone(), clock.clone());
+                Some(Arc::new(factory) as Arc<dyn fjall::compaction::filter::Factory>)
+            }))
+            .open()
+            .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
+        let mut handles = Vec::with_capacity(tables.len());
+        for (spec, families) in tables.iter().zip(ttls) {
+            let keyspace = db
+                .keyspace(spec.name, || {
+                    let mb: u64 = std::env::var("XMEMTABLE_MB")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(64);
+                    let l0: u8 = std::env::var("XL0")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(4);
+                    KeyspaceCreateOptions::default()
+                        .max_memtable_size(mb * 1024 * 1024)
+                        .compaction_strategy(Arc::new(
+                            fjall::compaction::Leveled::default().with_l0_threshold(l0),
+                        ))
+                })
+                .map_err(|e| StoreError::from_fjall(dir, "open table", e))?;
+            handles.push(Table {
+                name: spec.name,
+                keyspace,
+                families,
+            });
+        }
+        Ok(EmbeddedStore {
+            inner: Arc::new(Inner {
+                db,
+                dir: dir.to_path_buf(),
+                tables: handles,
+                now_ms,
+            }),
+        })
+    }
+
+    /// A writer for one worker. It buffers mutations and commits them in fjall write batches of
+    /// about 4096 mutations; see [`EmbeddedWriter`].
+    pub fn writer(&self) -> EmbeddedWriter {
+        EmbeddedWriter::new(self.clone())
+    }
+
+    /// Deletes every expired cell of every table now, like an HBase major compaction does for
+    /// TTLs, and returns how many cells it deleted. Compactions drop expired cells on their own;
+    /// call this to reclaim space without waiting for them.
+    ///
+    /// A writer that re-puts an expired cell while this runs may see its put deleted; for
+    /// hourglass that put carries the same, expired, timestamp, so nothing visible is lost.
+    ///
+    /// # Errors
+    /// `Error::Store` if fjall fails to read or write.
+    pub fn purge_expired(&self) -> Result<u64> {
+        let inner = &self.inner;
+        let now = (inner.now_ms)();
+        let mut purged = 0u64;
+        for table in inner.tables.iter().filter(|t| t.has_ttl()) {
+            let mut batch = inner.db.batch();
+            for guard in table.keyspace.iter() {
+                let (key, value) = guard
+                    .into_inner()
+                    .map_err(|e| inner.fjall_error("purge expired cells", e))?;
+                let Some((_, family, _)) = codec::decode_key(&key) else {
+                    continue;
+                };
+                let Some((_, ttl)) = table.family(family) else {
+                    continue;
+                };
+                if codec::decode_ts(&value).is_some_and(|ts| codec::is_expired(ts, ttl, now)) {
+                    batch.remove(&table.keyspace, key);
+                    purged += 1;
+                    if batch.len() >= PURGE_BATCH {
+                        let full = std::mem::replace(&mut batch, inner.db.batch());
+                        full.commit()
+                            .map_err(|e| inner.fjall_error("purge expired cells", e))?;
+                    }
+                }
+            }
+            batch
+                .commit()
+                .map_err(|e| inner.fjall_error("purge expired cells", e))?;
+        }
+        if purged > 0 {
+            tracing::info!(cells = purged, dir = %inner.dir.display(), "purged expired cells");
+        }
+        Ok(purged)
+    }
+
+    /// Every visible row of `table`, in key order.
+    ///
+    /// # Errors
+    /// `Error::Invalid` for an unknown table; `Error::Store` if fjall fails to read.
+    pub fn dump(&self, table: &str) -> Result<Vec<Row>> {
+        self.scan(table, &ScanSpec::default())
+    }
+
+    /// Syncs every committed write to disk (fjall journal, `fsync`). Writes are committed by
+    /// [`pipeline::table::TableWriter::flush`]; call this once at the end of a job.
+    ///
+    /// # Errors
+    /// `Error::Store` if the sync fails; the store then refuses further writes.
+    pub fn persist(&self) -> Result<()> {
+        self.inner
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.inner.fjall_error("persist", e))
+    }
+}
+
+/// Groups key-ordered stored cells into visible rows.
+struct RowCollector<'a> {
+    table: &'a Table,
+    now_ms: i64,
+    limit: usize,
+    rows: Vec<Row>,
+    current: Row,
+}
+
+impl<'a> RowCollector<'a> {
+    fn new(table: &'a Table, now_ms: i64, limit: Option<usize>) -> Self {
+        RowCollector {
+            table,
+            now_ms,
+            limit: limit.unwrap_or(usize::MAX),
+            rows: Vec::new(),
+            current: Row::default(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.rows.len() >= self.limit
+    }
+
+    /// Closes the current row and starts `row`; a row whose cells all expired is not returned.
+    fn start_row(&mut self, row: &[u8]) {
+        if !self.current.cells.is_empty() {
+            self.rows.push(std::mem::take(&mut self.current));
+        }
+        self.current.key.clear();
+        self.current.key.extend_from_slice(row);
+    }
+
+    /// Adds one stored cell to the current row unless it is expired; `None` if it is malformed.
+    fn push(&mut self, family: &[u8], qualifier: &[u8], stored: &[u8]) -> Option<()> {
+        // A family the spec no longer lists is invisible, as HBase has no store to read it from.
+        let Some((family, ttl)) = self.table.family(family) else {
+            return Some(());
+        };
+        let (ts_ms, value) = codec::decode_value(stored)?;
+        if !codec::is_expired(ts_ms, ttl, self.now_ms) {
+            self.current.cells.push(Cell {
+                family: family.to_owned(),
+                qualifier: qualifier.to_vec(),
+                ts_ms,
+                value: value.to_vec(),
+            });
+        }
+        Some(())
+    }
+
+    fn finish(mut self) -> Vec<Row> {
+        if !self.is_full() {
+            self.start_row(&[]);
+        }
+        self.rows
+    }
+}
+
+impl EmbeddedStore {
+    /// Collects the visible rows in `[start, stop)` (`stop` empty: no end) from a key-ordered
+    /// iterator that starts at or before `start`.
+    fn collect(
+        &self,
+        table: &Table,
+        iter: fjall::Iter,
+        start: &[u8],
+        stop: &[u8],
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>> {
+        let inner = &self.inner;
+        let mut rows = RowCollector::new(table, (inner.now_ms)(), limit);
+        if rows.is_full() {
+            return Ok(Vec::new());
+        }
+        for guard in iter {
+            let (key, value) = guard
+                .into_inner()
+                .map_err(|e| inner.fjall_error("read", e))?;
+            let corrupt = || -> Error {
+                StoreError::Corrupt {
+                    dir: inner.dir.clone(),
+                    table: table.name,
+                    key: String::from_utf8_lossy(&key).escape_debug().to_string(),
+                }
+                .into()
+            };
+            let (row, family, qualifier) = codec::decode_key(&key).ok_or_else(corrupt)?;
+            // Only a start bound holding 0x00 lets keys of earlier rows reach this point.
+            if row < start {
+                continue;
+            }
+            if !stop.is_empty() && row >= stop {
+                break;
+            }
+            if row != rows.current.key.as_slice() {
+                rows.start_row(row);
+                if rows.is_full() {
+                    return Ok(rows.rows);
+                }
+            }
+            rows.push(family, qualifier, &value).ok_or_else(corrupt)?;
+        }
+        Ok(rows.finish())
+    }
+}
+
+impl TableReader for EmbeddedStore {
+    fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
+        let (_, t) = self.inner.table(table)?;
+        // No stored row can have such a key, and its prefix could match other rows' cells.
+        if codec::check_row(table, row).is_err() {
+            return Ok(None);
+        }
+        let mut prefix = Vec::with_capacity(row.len() + 1);
+        codec::encode_row_prefix(&mut prefix, row);
+        let iter = t.keyspace.prefix(&prefix);
+        let rows = self.collect(t, iter, row, &[], Some(1))?;
+        Ok(rows.into_iter().next())
+    }
+
+    fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>> {
+        let (_, t) = self.inner.table(table)?;
+        // Every key of a row >= start is >= start. A stop without 0x00 bounds keys the same way
+        // (row < stop implies key < stop); a stop with 0x00 does not, so leave the range open
+        // and let `collect` stop on the decoded row.
+        let iter = if spec.stop.is_empty() || spec.stop.contains(&codec::SEP) {
+            t.keyspace.range(spec.start.as_slice()..)
+        } else {
+            t.keyspace
+                .range(spec.start.as_slice()..spec.stop.as_slice())
+        };
+        self.collect(t, iter, &spec.start, &spec.stop, spec.limit)
+    }
+}

@@ -1,0 +1,91 @@
+//! A fjall compaction filter that drops expired cells, as HBase compactions do.
+
+use super::codec;
+use super::store::Clock;
+use fjall::compaction::filter::{
+    CompactionFilter, CompactionFilterResult, Context, Factory, ItemAccessor, Verdict,
+};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+/// Family names and their TTLs in milliseconds (`None`: forever) of one table.
+pub(crate) type FamilyTtls = Arc<[(&'static str, Option<i64>)]>;
+
+/// Makes a [`TtlFilter`] for each compaction of one table's keyspace.
+pub(crate) struct TtlFilterFactory {
+    table: &'static str,
+    families: FamilyTtls,
+    // fjall requires factories to be `RefUnwindSafe`; the clock only reads time and holds no
+    // state a panic could leave half-updated, so asserting unwind safety is sound.
+    now_ms: AssertUnwindSafe<Clock>,
+}
+
+impl TtlFilterFactory {
+    pub(crate) fn new(table: &'static str, families: FamilyTtls, now_ms: Clock) -> Self {
+        TtlFilterFactory {
+            table,
+            families,
+            now_ms: AssertUnwindSafe(now_ms),
+        }
+    }
+}
+
+impl Factory for TtlFilterFactory {
+    fn name(&self) -> &str {
+        self.table
+    }
+
+    fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
+        // One "now" per compaction, as HBase's compaction scanner fixes `now` when it starts.
+        Box::new(TtlFilter {
+            table: self.table,
+            families: self.families.clone(),
+            now_ms: (self.now_ms.0)(),
+            dropped: 0,
+        })
+    }
+}
+
+/// Replaces expired cells by tombstones while a compaction rewrites them.
+struct TtlFilter {
+    table: &'static str,
+    families: FamilyTtls,
+    now_ms: i64,
+    dropped: u64,
+}
+
+impl CompactionFilter for TtlFilter {
+    fn filter_item(&mut self, item: ItemAccessor<'_>, _ctx: &Context) -> CompactionFilterResult {
+        let Some((_, family, _)) = codec::decode_key(item.key()) else {
+            return Ok(Verdict::Keep);
+        };
+        let ttl = self
+            .families
+            .iter()
+            .find(|(name, _)| name.as_bytes() == family);
+        let Some(&(_, Some(ttl))) = ttl else {
+            return Ok(Verdict::Keep);
+        };
+        let value = item.value()?;
+        match codec::decode_ts(&value) {
+            Some(ts) if codec::is_expired(ts, Some(ttl), self.now_ms) => {
+                self.dropped += 1;
+                // `Remove` leaves a tombstone rather than dropping the item outright (`Destroy`):
+                // an older version of the key in a lower level must not resurface. Tombstones
+                // vanish when they reach the last level.
+                Ok(Verdict::Remove)
+            }
+            _ => Ok(Verdict::Keep),
+        }
+    }
+
+    fn finish(self: Box<Self>) {
+        if self.dropped > 0 {
+            tracing::debug!(
+                table = self.table,
+                cells = self.dropped,
+                "compaction dropped expired cells"
+            );
+        }
+    }
+}
