@@ -1,0 +1,73 @@
+//! The `hourglass` binary: replay recordings into the tables, generate traffic, answer
+//! dashboard queries, manage tables and measure throughput.
+
+mod bench;
+mod generate;
+mod progress;
+mod query;
+mod replay;
+mod store;
+mod tables;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// hourglass: a streaming time-series pipeline that stores sensor readings the HBase way.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a recorded traffic file into the tables (narrow rows and hourly wide rows).
+    Replay(replay::ReplayArgs),
+    /// Write realistic recorded sensor traffic (JSON Lines).
+    Generate(generate::GenerateArgs),
+    /// Answer a dashboard query.
+    #[command(subcommand)]
+    Query(query::QueryCommand),
+    /// Show or inspect the tables.
+    #[command(subcommand)]
+    Tables(tables::TablesCommand),
+    /// Measure throughput.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HOURGLASS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Generate(args) => generate::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Query(cmd) => query::run(cmd),
+        Command::Tables(cmd) => tables::run(cmd),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        // `hourglass query … | head` closes our stdout early: that is not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! `hourglass query`: dashboard queries against the tables.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use pipeline::config::JobConfig;
+use pipeline::query;
+use pipeline::reading::{format_value, Reading};
+use pipeline::schema;
+use pipeline::table::TableReader;
+use pipeline::time::{format_time, parse_time};
+use sinks::embedded::EmbeddedStore;
+
+/// Output format of query answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// `ts,value` header, then one row per reading (ts in epoch seconds).
+    Csv,
+    /// One JSON document.
+    Json,
+}
+
+/// Where to read from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// Directory of the embedded store [default: ./hourglass-data, or the config's store.dir].
+    #[arg(long, global = true)]
+    pub store: Option<PathBuf>,
+    /// Job configuration (TOML), for the key scheme and store location.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table", global = true)]
+    pub format: Format,
+}
+
+/// The dashboard queries.
+#[derive(Debug, clap::Subcommand)]
+pub enum QueryCommand {
+    /// A device's readings with `from <= ts < to`, oldest first.
+    Curve {
+        /// Device id.
+        #[arg(long)]
+        device: String,
+        /// Start (inclusive): epoch seconds or RFC 3339.
+        #[arg(long)]
+        from: String,
+        /// End (exclusive): epoch seconds or RFC 3339.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// The hour of a device containing a time, from one Get of its wide row.
+    Hour {
+        /// Device id.
+        #[arg(long)]
+        device: String,
+        /// Any time in the hour: epoch seconds or RFC 3339.
+        #[arg(long)]
+        hour: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// A device's newest reading.
+    Latest {
+        /// Device id.
+        #[arg(long)]
+        device: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+fn open(args: &StoreArgs) -> Result<(JobConfig, EmbeddedStore)> {
+    let mut cfg = match &args.config {
+        Some(path) => JobConfig::load(path)?,
+        None => JobConfig::default(),
+    };
+    if let Some(dir) = &args.store {
+        cfg.store.dir = dir.clone();
+    }
+    if !cfg.store.dir.exists() {
+        anyhow::bail!(
+            "no embedded store at {}: run `hourglass replay FILE` first, or pass --store DIR",
+            cfg.store.dir.display()
+        );
+    }
+    let store = crate::store::open_embedded(&cfg.store.dir)?;
+    Ok((cfg, store))
+}
+
+/// Runs a query and prints its answer.
+pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        QueryCommand::Curve {
+            device,
+            from,
+            to,
+            store,
+        } => {
+            let (from, to) = (parse_time(&from)?, parse_time(&to)?);
+            anyhow::ensure!(
+                from < to,
+                "--from must be before --to (the range is [from, to))"
+            );
+            let (cfg, db) = open(&store)?;
+            let readings = query::curve(&db, cfg.key_scheme, &device, from, to)?;
+            if readings.is_empty() {
+                ensure_known(&db, &cfg, &device)?;
+                eprintln!(
+                    "no readings of {device} in [{}, {})",
+                    format_time(from),
+                    format_time(to)
+                );
+            }
+            let points: Vec<(i64, f64)> = readings.iter().map(|r| (r.ts, r.value)).collect();
+            match store.format {
+                Format::Json => {
+                    let rows: Vec<serde_json::Value> = readings.iter().map(reading_json).collect();
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({ "device": device, "from": from, "to": to, "readings": rows })
+                    )?;
+                }
+                f => write_points(&mut out, f, &points)?,
+            }
+        }
+        QueryCommand::Hour {
+            device,
+            hour,
+            store,
+        } => {
+            let at = parse_time(&hour)?;
+            let (cfg, db) = open(&store)?;
+            let answer = query::hour(&db, &device, at)?;
+            if answer.points.is_empty() {
+                ensure_known(&db, &cfg, &device)?;
+                eprintln!(
+                    "no readings of {device} in the hour starting {}",
+                    format_time(answer.hour_start)
+                );
+            }
+            match store.format {
+                Format::Json => writeln!(out, "{}", serde_json::to_string(&answer)?)?,
+                f => write_points(&mut out, f, &answer.points)?,
+            }
+        }
+        QueryCommand::Latest { device, store } => {
+            let (cfg, db) = open(&store)?;
+            let Some(r) = query::latest(&db, cfg.key_scheme, &device)? else {
+                anyhow::bail!(
+                    "device {device} has no readings in table {}",
+                    schema::NARROW_TABLE
+                );
+            };
+            match store.format {
+                Format::Json => writeln!(out, "{}", reading_json(&r))?,
+                f => write_points(&mut out, f, &[(r.ts, r.value)])?,
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fails with a clear message when `device` has no reading at all.
+fn ensure_known(db: &dyn TableReader, cfg: &JobConfig, device: &str) -> Result<()> {
+    if query::latest(db, cfg.key_scheme, device)?.is_none() {
+        anyhow::bail!(
+            "unknown device {device}: it has no readings in table {} (check the id, or replay its data first)",
+            schema::NARROW_TABLE
+        );
+    }
+    Ok(())
+}
+
+fn reading_json(r: &Reading) -> serde_json::Value {
+    let fields: serde_json::Value = serde_json::from_str(&r.extra).unwrap_or_default();
+    serde_json::json!({ "device": r.device, "ts": r.ts, "value": r.value, "fields": fields })
+}
+
+fn write_points(out: &mut impl Write, format: Format, points: &[(i64, f64)]) -> Result<()> {
+    match format {
+        Format::Csv => {
+            writeln!(out, "ts,value")?;
+            for (ts, v) in points {
+                writeln!(out, "{ts},{}", format_value(*v))?;
+            }
+        }
+        Format::Table => {
+            writeln!(out, "{:<12} {:<20} {:>12}", "ts", "time (UTC)", "value")?;
+            for (ts, v) in points {
+                writeln!(
+                    out,
+                    "{ts:<12} {:<20} {:>12}",
+                    format_time(*ts),
+                    format_value(*v)
+                )?;
+            }
+        }
+        Format::Json => unreachable!("JSON is written by the caller"),
+    }
+    Ok(())
+}

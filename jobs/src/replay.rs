@@ -1,0 +1,249 @@
+//! `hourglass replay`: a recorded traffic file → timely dataflow → tables.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use pipeline::config::{JobConfig, StoreKind};
+use pipeline::control::JobControl;
+use pipeline::feed::{ReplayFeed, ReplayOptions};
+use pipeline::graph::{self, GraphConfig, SideOutput};
+use pipeline::input::{self, LineReader};
+use pipeline::rowkey::hour_start;
+use pipeline::schema::RETENTION_SECS;
+use pipeline::stats::{Stats, Summary};
+use sinks::dead_letter::DeadLetters;
+use sinks::embedded::EmbeddedStore;
+
+use crate::progress::Progress;
+
+/// Arguments of `hourglass replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Recorded traffic: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin.
+    pub file: PathBuf,
+    /// Job configuration (TOML); flags below override it. See `config/hourglass.example.toml`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Directory of the embedded store [default: ./hourglass-data, or the config's store.dir].
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Timely worker threads [default: number of cores].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// `max` (as fast as possible) or a factor of recorded time: `1` real time, `10` ten times
+    /// faster.
+    #[arg(long, default_value = "max")]
+    pub speed: String,
+    /// Shift all timestamps by whole hours so the newest reading falls in the current hour.
+    #[arg(long)]
+    pub rebase_time: bool,
+    /// Where rejected lines go (JSON Lines, created only if a line is rejected).
+    #[arg(long, default_value = "hourglass-dead-letters.jsonl")]
+    pub dead_letter: PathBuf,
+    /// Where readings beyond the allowed lateness go (JSON Lines, created only if needed).
+    #[arg(long, default_value = "hourglass-late.jsonl")]
+    pub late_output: PathBuf,
+    /// Write the end-of-run summary as JSON to this file.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Do not print the summary on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_speed(s: &str) -> Result<Option<f64>> {
+    if s == "max" {
+        return Ok(None);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(Some(f)),
+        _ => bail!("--speed {s:?}: use `max` or a positive factor such as 1 or 10"),
+    }
+}
+
+/// Hours to add so that the newest reading of `path` falls in the current hour.
+fn rebase_shift(path: &Path, metric: &str) -> Result<i64> {
+    if path == Path::new("-") {
+        bail!(
+            "--rebase-time reads the input twice and cannot be used with stdin; save it to a file"
+        );
+    }
+    let mut lines = LineReader::new(input::open(path, None)?);
+    let mut buf = Vec::new();
+    let mut newest = None;
+    while let Some(line) = lines.next_line(&mut buf)? {
+        if let Ok(r) = pipeline::decode::decode_line(line.number, &line.bytes, metric) {
+            newest = Some(newest.map_or(r.ts, |n: i64| n.max(r.ts)));
+        }
+        buf = line.bytes;
+    }
+    let now = pipeline::time::now_ms() / 1000;
+    Ok(newest.map_or(0, |n| hour_start(now) - hour_start(n)))
+}
+
+/// Loads the configuration and applies the flags.
+pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
+    let mut cfg = match &args.config {
+        Some(path) => JobConfig::load(path)?,
+        None => JobConfig::default(),
+    };
+    if let Some(dir) = &args.store {
+        cfg.store.kind = StoreKind::Embedded;
+        cfg.store.dir = dir.clone();
+    }
+    Ok(cfg)
+}
+
+/// Runs `hourglass replay`.
+pub fn run(args: &ReplayArgs) -> Result<Summary> {
+    let cfg = job_config(args)?;
+    if cfg.store.kind != StoreKind::Embedded {
+        bail!("store.kind = \"hbase\" is not available in this build yet; use the embedded store");
+    }
+    let store = crate::store::open_embedded(&cfg.store.dir)?;
+    let summary = replay_into(args, &cfg, store)?;
+    if !args.quiet {
+        print_summary(&summary, &cfg.store.dir);
+    }
+    Ok(summary)
+}
+
+fn print_summary(s: &Summary, dir: &Path) {
+    eprintln!(
+        "replayed {} lines in {:.1}s ({:.0} readings/s): {} ok, {} rejected, {} late beyond lateness; \
+         wrote {} narrow rows and {} wide cells to {}",
+        s.read, s.elapsed_s, s.readings_per_s, s.ok, s.rejected, s.late_dropped, s.narrow_rows,
+        s.wide_cells, dir.display()
+    );
+}
+
+/// Replays `args.file` into an open embedded store.
+pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, store: EmbeddedStore) -> Result<Summary> {
+    let speed = parse_speed(&args.speed)?;
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let shift = if args.rebase_time {
+        rebase_shift(&args.file, &cfg.metric)?
+    } else {
+        0
+    };
+    if shift != 0 {
+        eprintln!("--rebase-time: shifting timestamps by {} h", shift / 3600);
+    }
+    // Fail before starting workers if the input is missing.
+    drop(input::open(&args.file, None)?);
+
+    let stats = Arc::new(Stats::default());
+    let control = Arc::new(JobControl::default());
+    let side = Arc::new(DeadLetters::new(
+        args.dead_letter.clone(),
+        args.late_output.clone(),
+    ));
+    let graph_cfg = GraphConfig {
+        scheme: cfg.key_scheme,
+        window: cfg.window,
+        flush_every: Duration::from_secs(1),
+    };
+    let base = ReplayOptions {
+        path: args.file.clone(),
+        metric: cfg.metric.clone(),
+        watermark_bound: cfg.window.watermark_bound_secs,
+        speed,
+        shift,
+        ttl_secs: RETENTION_SECS,
+        worker: 0,
+        peers: workers,
+    };
+    let stdin = args.file == Path::new("-");
+    let total = std::fs::metadata(&args.file)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let progress = Progress::start(stats.clone(), total);
+    let started = Instant::now();
+
+    let (w_stats, w_control, w_side, w_store) =
+        (stats.clone(), control.clone(), side.clone(), store.clone());
+    let guards = timely::execute(timely::Config::process(workers), move |worker| {
+        let index = worker.index();
+        let mut opts = base.clone();
+        opts.worker = index;
+        let feed = if stdin {
+            // stdin can be read once: worker 0 takes every line.
+            opts.peers = 1;
+            if index == 0 {
+                ReplayFeed::open(opts.clone(), w_stats.clone(), w_control.clone())
+            } else {
+                Ok(ReplayFeed::empty(
+                    opts.clone(),
+                    w_stats.clone(),
+                    w_control.clone(),
+                ))
+            }
+        } else {
+            ReplayFeed::open(opts.clone(), w_stats.clone(), w_control.clone())
+        };
+        let feed = match feed {
+            Ok(feed) => feed,
+            Err(e) => {
+                w_control.fail(e.to_string());
+                ReplayFeed::empty(opts, w_stats.clone(), w_control.clone())
+            }
+        };
+        let side: Arc<dyn SideOutput> = w_side.clone();
+        worker.dataflow::<u64, _, _>(|scope| {
+            graph::build(
+                scope,
+                feed,
+                &graph_cfg,
+                Box::new(w_store.writer()),
+                side,
+                w_stats.clone(),
+                w_control.clone(),
+            );
+        });
+    })
+    .map_err(|e| anyhow::anyhow!("starting timely workers failed: {e}"))?;
+    for result in guards.join() {
+        result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
+    }
+    drop(progress);
+    let elapsed = started.elapsed().as_secs_f64();
+    side.flush()?;
+    store.persist()?;
+    if let Some(e) = control.error() {
+        bail!("{e}");
+    }
+
+    let summary = stats.summary(elapsed);
+    let expired = stats.expired.load(std::sync::atomic::Ordering::Relaxed);
+    if expired > 0 {
+        eprintln!(
+            "warning: {expired} readings are older than the tables' 90-day TTL and are invisible \
+             to queries; replay with --rebase-time to move the recording to the current hour"
+        );
+    }
+    if let Some(path) = side.rejected_path() {
+        eprintln!(
+            "{} rejected lines written to {}",
+            summary.rejected,
+            path.display()
+        );
+    }
+    if let Some(path) = side.late_path() {
+        eprintln!(
+            "{} readings beyond the allowed lateness written to {}",
+            summary.late_dropped,
+            path.display()
+        );
+    }
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, serde_json::to_vec_pretty(&summary)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(summary)
+}

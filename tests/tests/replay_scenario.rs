@@ -1,0 +1,451 @@
+//! Replays `tests/data/scenario.jsonl` (out-of-order, duplicate, late, very late and malformed
+//! lines; see `tests/data/make_scenario.py`) and checks the stored tables, the side outputs and
+//! the query answers.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use e2e::{assert_golden, data, hourglass, hourglass_ok, read_jsonl};
+
+const H: i64 = 1724101200; // 2024-08-19T21:00:00Z, the recording's first hour
+
+struct Replayed {
+    dir: PathBuf,
+    stats: serde_json::Value,
+}
+
+fn replay_into(dir: &Path, workers: &str, input: &str) -> serde_json::Value {
+    hourglass_ok(
+        dir,
+        &[
+            "replay",
+            input,
+            "--store",
+            "store",
+            "--workers",
+            workers,
+            "--stats-json",
+            "stats.json",
+            "--dead-letter",
+            "dead.jsonl",
+            "--late-output",
+            "late.jsonl",
+        ],
+    );
+    let text = std::fs::read_to_string(dir.join("stats.json")).expect("stats.json written");
+    serde_json::from_str(&text).expect("stats.json is JSON")
+}
+
+/// One replay with a single worker, shared by the tests that only read its results.
+fn scenario() -> &'static Replayed {
+    static ONCE: OnceLock<Replayed> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let stats = replay_into(
+            &dir,
+            "1",
+            data("scenario.jsonl").to_str().expect("utf-8 path"),
+        );
+        Replayed { dir, stats }
+    })
+}
+
+fn dump(dir: &Path, table: &str) -> String {
+    hourglass_ok(dir, &["tables", "dump", table, "--store", "store"])
+}
+
+#[test]
+fn stats_count_every_line() {
+    let stats = &scenario().stats;
+    let keys: Vec<&str> = stats
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        [
+            "elapsed_s",
+            "late_dropped",
+            "narrow_rows",
+            "ok",
+            "read",
+            "readings_per_s",
+            "rejected",
+            "wide_cells"
+        ]
+    );
+    assert_eq!(stats["read"], 162);
+    assert_eq!(stats["ok"], 150);
+    assert_eq!(stats["rejected"], 12);
+    assert_eq!(stats["late_dropped"], 2);
+    assert_eq!(stats["narrow_rows"], 150);
+    // Every reading but the two beyond the allowed lateness reaches its wide row.
+    assert_eq!(stats["wide_cells"], 148);
+}
+
+#[test]
+fn tables_match_golden_files() {
+    let dir = &scenario().dir;
+    let narrow = dump(dir, "ts_metric");
+    let hourly = dump(dir, "ts_metric_hourly");
+    // The duplicate collapses into one row: 150 readings, 149 distinct (device, ts).
+    let rows: std::collections::BTreeSet<&str> = narrow
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default())
+        .collect();
+    assert_eq!(rows.len(), 149);
+    assert_golden("scenario.ts_metric.tsv", &narrow);
+    assert_golden("scenario.ts_metric_hourly.tsv", &hourly);
+}
+
+#[test]
+fn two_workers_store_the_same_tables_as_one() {
+    let one = &scenario().dir;
+    let two = tempfile::tempdir().expect("tempdir");
+    let stats = replay_into(
+        two.path(),
+        "2",
+        data("scenario.jsonl").to_str().expect("utf-8 path"),
+    );
+    assert_eq!(stats["late_dropped"], 2);
+    assert_eq!(dump(two.path(), "ts_metric"), dump(one, "ts_metric"));
+    assert_eq!(
+        dump(two.path(), "ts_metric_hourly"),
+        dump(one, "ts_metric_hourly")
+    );
+}
+
+#[test]
+fn gzip_and_stdin_inputs_store_the_same_tables() {
+    use std::io::Write;
+    let one = &scenario().dir;
+    let raw = std::fs::read(data("scenario.jsonl")).expect("scenario");
+
+    let gz = tempfile::tempdir().expect("tempdir");
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(&raw).expect("gzip");
+    std::fs::write(
+        gz.path().join("scenario.jsonl.gz"),
+        enc.finish().expect("gzip"),
+    )
+    .expect("write");
+    replay_into(gz.path(), "2", "scenario.jsonl.gz");
+    assert_eq!(
+        dump(gz.path(), "ts_metric_hourly"),
+        dump(one, "ts_metric_hourly")
+    );
+
+    let stdin = tempfile::tempdir().expect("tempdir");
+    let mut child = std::process::Command::new(e2e::hourglass_bin())
+        .args(["replay", "-", "--store", "store", "--workers", "2"])
+        .current_dir(stdin.path())
+        .env("HOURGLASS_NOW", e2e::NOW)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&raw)
+        .expect("feed stdin");
+    assert!(child.wait().expect("wait").success());
+    assert_eq!(dump(stdin.path(), "ts_metric"), dump(one, "ts_metric"));
+    assert_eq!(
+        dump(stdin.path(), "ts_metric_hourly"),
+        dump(one, "ts_metric_hourly")
+    );
+}
+
+#[test]
+fn dead_letters_hold_every_rejected_line_with_its_reason() {
+    let mut dead = read_jsonl(&scenario().dir.join("dead.jsonl"));
+    dead.sort_by_key(|v| v["line"].as_u64());
+    let summary: Vec<String> = dead
+        .iter()
+        .map(|v| {
+            format!(
+                "{}\t{}\t{}",
+                v["line"],
+                v["kind"].as_str().unwrap_or(""),
+                v["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_golden("scenario.dead_letters.tsv", &(summary.join("\n") + "\n"));
+    // Each record holds the raw line exactly as read (bounded for over-long lines).
+    let lines: Vec<Vec<u8>> = std::fs::read(data("scenario.jsonl"))
+        .expect("scenario")
+        .split(|&b| b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect();
+    for v in &dead {
+        let n = v["line"].as_u64().expect("line number") as usize;
+        let original = &lines[n - 1];
+        match v.get("raw_hex") {
+            Some(hex) => {
+                let bytes: Vec<u8> = (0..hex.as_str().expect("hex").len())
+                    .step_by(2)
+                    .map(|i| {
+                        u8::from_str_radix(&hex.as_str().expect("hex")[i..i + 2], 16)
+                            .expect("hex byte")
+                    })
+                    .collect();
+                assert_eq!(&bytes, original, "line {n}");
+            }
+            None if v["kind"] == "too_long" => {
+                let raw = v["raw"].as_str().expect("raw");
+                assert!(
+                    original.starts_with(raw.as_bytes()) && raw.len() == 64 * 1024 + 1,
+                    "line {n}"
+                );
+            }
+            None => assert_eq!(
+                v["raw"].as_str().expect("raw").as_bytes(),
+                original.as_slice(),
+                "line {n}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn late_readings_land_in_their_wide_row_until_the_lateness_runs_out() {
+    let dir = &scenario().dir;
+    let hour0 = hourglass_ok(
+        dir,
+        &[
+            "query",
+            "hour",
+            "--device",
+            "dev00786",
+            "--hour",
+            &H.to_string(),
+            "--store",
+            "store",
+            "--format",
+            "csv",
+        ],
+    );
+    // 20 minutes late, within the allowed hour: in the wide row.
+    assert!(hour0.contains(&format!("{},55.5\n", H + 3001)), "{hour0}");
+    // Far beyond the allowed lateness: not in the wide row …
+    assert!(!hour0.contains(&format!("{},77.7", H + 100)), "{hour0}");
+    // … but in the narrow table, and in the late-data output.
+    let curve = hourglass_ok(
+        dir,
+        &[
+            "query",
+            "curve",
+            "--device",
+            "dev00786",
+            "--from",
+            &H.to_string(),
+            "--to",
+            &(H + 200).to_string(),
+            "--store",
+            "store",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(curve, format!("ts,value\n{},20\n{},77.7\n", H, H + 100));
+    let late = read_jsonl(&dir.join("late.jsonl"));
+    let mut late: Vec<(String, i64)> = late
+        .iter()
+        .map(|v| {
+            (
+                v["device"].as_str().unwrap_or("").to_string(),
+                v["ts"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    late.sort();
+    assert_eq!(
+        late,
+        vec![
+            ("dev00786".to_string(), H + 100),
+            ("sensor-1".to_string(), H + 3700)
+        ]
+    );
+}
+
+#[test]
+fn queries_match_golden_answers() {
+    let dir = &scenario().dir;
+    let q = |args: &[&str]| {
+        let mut all = vec!["query"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--store", "store"]);
+        hourglass_ok(dir, &all)
+    };
+    assert_golden(
+        "scenario.curve.csv",
+        &q(&[
+            "curve",
+            "--device",
+            "sensor-1",
+            "--from",
+            "2024-08-19T21:00:00Z",
+            "--to",
+            "2024-08-19T23:00:00Z",
+            "--format",
+            "csv",
+        ]),
+    );
+    assert_golden(
+        "scenario.hour.json",
+        &q(&[
+            "hour",
+            "--device",
+            "gateway-7:temp.sensor-000123",
+            "--hour",
+            "2024-08-19T22:30:00Z",
+            "--format",
+            "json",
+        ]),
+    );
+    assert_golden(
+        "scenario.latest.txt",
+        &q(&["latest", "--device", "dev00786"]),
+    );
+    // The RFC 3339 reading at 22:20:03.9 is stored at 22:20:03.
+    assert!(q(&[
+        "curve",
+        "--device",
+        "sensor-1",
+        "--from",
+        "1724106003",
+        "--to",
+        "1724106004",
+        "--format",
+        "csv"
+    ])
+    .ends_with("1724106003,-3\n"));
+}
+
+#[test]
+fn curve_ranges_are_half_open() {
+    let dir = &scenario().dir;
+    let csv = |from: i64, to: i64| {
+        hourglass_ok(
+            dir,
+            &[
+                "query",
+                "curve",
+                "--device",
+                "dev00786",
+                "--from",
+                &from.to_string(),
+                "--to",
+                &to.to_string(),
+                "--store",
+                "store",
+                "--format",
+                "csv",
+            ],
+        )
+    };
+    // Readings at H+300 and H+600: [H+300, H+600) holds only the first.
+    assert_eq!(
+        csv(H + 300, H + 600),
+        format!("ts,value\n{},20.1\n", H + 300)
+    );
+    assert_eq!(csv(H + 301, H + 600), "ts,value\n");
+}
+
+#[test]
+fn bad_queries_fail_with_a_clear_message() {
+    let dir = &scenario().dir;
+    let run = |args: &[&str]| hourglass(dir, args);
+    let unknown = run(&[
+        "query", "curve", "--device", "nosuch", "--from", "0", "--to", "10", "--store", "store",
+    ]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown device nosuch"));
+    let reversed = run(&[
+        "query", "curve", "--device", "dev00786", "--from", "10", "--to", "5", "--store", "store",
+    ]);
+    assert!(!reversed.status.success());
+    assert!(String::from_utf8_lossy(&reversed.stderr).contains("--from must be before --to"));
+    let bad_time = run(&[
+        "query", "hour", "--device", "dev00786", "--hour", "noon", "--store", "store",
+    ]);
+    assert!(String::from_utf8_lossy(&bad_time.stderr).contains("epoch seconds"));
+    assert!(!bad_time.status.success());
+    let bad_id = run(&["query", "latest", "--device", "a_b", "--store", "store"]);
+    assert!(!bad_id.status.success());
+    assert!(String::from_utf8_lossy(&bad_id.stderr).contains("'_'"));
+    let no_store = run(&[
+        "query", "latest", "--device", "dev00786", "--store", "missing",
+    ]);
+    assert!(String::from_utf8_lossy(&no_store.stderr).contains("no embedded store"));
+    // An empty range of a known device is an empty answer, not an error.
+    let empty = run(&[
+        "query", "curve", "--device", "dev00786", "--from", "0", "--to", "10", "--store", "store",
+        "--format", "csv",
+    ]);
+    assert!(empty.status.success());
+    assert_eq!(String::from_utf8_lossy(&empty.stdout), "ts,value\n");
+}
+
+#[test]
+fn rebase_time_moves_the_newest_reading_into_the_current_hour() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = data("scenario.jsonl");
+    hourglass_ok(
+        dir.path(),
+        &[
+            "replay",
+            input.to_str().expect("utf-8"),
+            "--store",
+            "store",
+            "--rebase-time",
+            "--workers",
+            "1",
+        ],
+    );
+    let latest = hourglass_ok(
+        dir.path(),
+        &[
+            "query", "latest", "--device", "dev00786", "--store", "store", "--format", "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&latest).expect("json");
+    let now: i64 = e2e::NOW.parse().expect("number");
+    let ts = v["ts"].as_i64().expect("ts");
+    assert_eq!(
+        ts - ts % 3600,
+        now - now % 3600,
+        "newest reading {ts} not in the hour of {now}"
+    );
+    // Offsets within the hour keep their meaning: the original newest was at :55:00.
+    assert_eq!(ts % 3600, (H + 47 * 300) % 3600);
+}
+
+#[test]
+fn old_recordings_without_rebase_warn_about_the_ttl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(e2e::hourglass_bin())
+        .args([
+            "replay",
+            data("scenario.jsonl").to_str().expect("utf-8"),
+            "--store",
+            "store",
+        ])
+        .current_dir(dir.path())
+        .env("HOURGLASS_NOW", (H + 100 * 86400).to_string())
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("150 readings are older than the tables' 90-day TTL"),
+        "{stderr}"
+    );
+}
