@@ -76,9 +76,10 @@ pub trait TumblingWindow<'scope, K, V> {
     ///   `w < s + width + allowed_lateness`;
     /// - is emitted as [`WindowOutput::Dropped`] when `w >= s + width + allowed_lateness`.
     ///
-    /// Window state is released once the frontier passes `s + width + allowed_lateness`; the
-    /// operator holds capabilities only at its input frontier, so it never holds back the
-    /// watermark downstream.
+    /// Window state is released once the frontier passes `s + width + allowed_lateness`. The
+    /// output frontier is the input frontier, held back only to the arrival time of the oldest
+    /// item not yet emitted: downstream of a sink, a probe passes `t` only when every item that
+    /// arrived before `t` has been written (what a Kafka offset commit needs).
     ///
     /// # Examples
     /// ```
@@ -109,6 +110,8 @@ pub trait TumblingWindow<'scope, K, V> {
 struct WindowSlot<K, V> {
     /// Items per key not yet emitted.
     pending: HashMap<K, Vec<(u64, V)>>,
+    /// Least timely time (watermark at arrival) of the pending items.
+    pending_since: Option<u64>,
     /// Whether the on-time firing happened.
     fired: bool,
 }
@@ -156,6 +159,7 @@ where
                         }
                         let slot = slots.entry(start).or_insert_with(|| WindowSlot {
                             pending: HashMap::new(),
+                            pending_since: None,
                             fired: false,
                         });
                         if slot.fired {
@@ -167,6 +171,8 @@ where
                             }));
                         } else {
                             slot.pending.entry(key).or_default().push((ts, value));
+                            slot.pending_since =
+                                Some(slot.pending_since.map_or(watermark, |t| t.min(watermark)));
                         }
                     }
                     if !late.is_empty() || !dropped.is_empty() {
@@ -196,6 +202,7 @@ where
                         } else {
                             continue;
                         };
+                        slot.pending_since = None;
                         for (key, mut items) in slot.pending.drain() {
                             items.sort_by_key(|(ts, _)| *ts);
                             session.give(WindowOutput::Pane(Pane {
@@ -220,7 +227,15 @@ where
                 if slots.is_empty() {
                     caps.downgrade(&[] as &[u64]);
                 } else {
-                    crate::downgrade_to_frontier(&mut caps, &frontier);
+                    // Hold the output back at the oldest item not yet emitted, so a probe
+                    // downstream of the sink only passes times whose wide cells are written.
+                    let oldest = slots.values().filter_map(|s| s.pending_since).min();
+                    let target: Vec<u64> = match (frontier.first(), oldest) {
+                        (Some(&f), Some(o)) => vec![f.min(o)],
+                        (Some(&f), None) => vec![f],
+                        (None, _) => Vec::new(),
+                    };
+                    crate::downgrade_to_frontier(&mut caps, &target);
                     if let Some(period) = spec.early_fire {
                         activator.activate_after(period);
                     }
