@@ -10,7 +10,7 @@ pub mod tumbling_window;
 pub mod write_batches;
 
 pub use event_source::{event_source, EventFeed, Poll};
-pub use tumbling_window::{Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};
+pub use tumbling_window::{Accumulate, Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};
 pub use write_batches::{BatchWriter, WriteBatches};
 
 use timely::dataflow::operators::{Capability, CapabilitySet};

@@ -34,9 +34,31 @@ pub enum Firing {
     Late,
 }
 
+/// Per key and window state kept until the window is released: it decides which items are new
+/// and summarises all of them, so summaries stay right under late data.
+pub trait Accumulate<V>: Default + 'static {
+    /// What a pane carries about its key's whole window so far.
+    type Summary: Clone + 'static;
+
+    /// Takes an item; `false` means it adds nothing (a duplicate) and is not emitted.
+    fn accept(&mut self, ts: u64, value: &V) -> bool;
+
+    /// The summary of every item accepted so far.
+    fn summary(&self) -> Self::Summary;
+}
+
+/// Accepts everything and summarises nothing.
+impl<V> Accumulate<V> for () {
+    type Summary = ();
+    fn accept(&mut self, _ts: u64, _value: &V) -> bool {
+        true
+    }
+    fn summary(&self) {}
+}
+
 /// Items of one key and window emitted by one firing: only those not emitted before.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Pane<K, V> {
+pub struct Pane<K, V, S = ()> {
     /// The key.
     pub key: K,
     /// Start of the window (event-time seconds, a multiple of the width).
@@ -45,13 +67,15 @@ pub struct Pane<K, V> {
     pub firing: Firing,
     /// `(event time, value)` of each item new since the key's previous pane in this window.
     pub items: Vec<(u64, V)>,
+    /// Summary of every item of the key's window so far, these included.
+    pub summary: S,
 }
 
 /// What the window operator emits.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum WindowOutput<K, V> {
+pub enum WindowOutput<K, V, S = ()> {
     /// New items of a window.
-    Pane(Pane<K, V>),
+    Pane(Pane<K, V, S>),
     /// An item whose window had closed (watermark past its end plus the allowed lateness).
     Dropped {
         /// The key.
@@ -67,7 +91,8 @@ pub enum WindowOutput<K, V> {
 
 /// Groups `(key, event time, value)` items into tumbling event-time windows per key.
 pub trait TumblingWindow<'scope, K, V> {
-    /// Exchanges items by key and windows them.
+    /// Exchanges items by key and windows them, with `A` deciding which items are new and
+    /// summarising each key's window (`()` accepts all and summarises nothing).
     ///
     /// An item arriving at watermark `w` (its timely time) for window `[s, s + width)`:
     /// - is held and emitted by the next early firing, or by the on-time firing when the input
@@ -92,7 +117,7 @@ pub trait TumblingWindow<'scope, K, V> {
     ///     // (key, event time, value): all at watermark 0, then the input ends.
     ///     vec![("a".to_string(), 3u64, 1.0f64), ("a".into(), 12, 2.0), ("a".into(), 5, 3.0)]
     ///         .to_stream(scope)
-    ///         .tumbling_window(spec)
+    ///         .tumbling_window::<()>(spec)
     ///         .capture()
     /// });
     /// let mut panes: Vec<_> = captured
@@ -104,12 +129,17 @@ pub trait TumblingWindow<'scope, K, V> {
     ///     if p.window_start == 0 && p.firing == Firing::OnTime && p.items == vec![(3, 1.0), (5, 3.0)]));
     /// assert!(matches!(&panes[1], WindowOutput::Pane(p) if p.window_start == 10 && p.items == vec![(12, 2.0)]));
     /// ```
-    fn tumbling_window(self, spec: WindowSpec) -> StreamVec<'scope, u64, WindowOutput<K, V>>;
+    fn tumbling_window<A: Accumulate<V>>(
+        self,
+        spec: WindowSpec,
+    ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>>;
 }
 
-struct WindowSlot<K, V> {
+struct WindowSlot<K, V, A> {
     /// Items per key not yet emitted.
     pending: HashMap<K, Vec<(u64, V)>>,
+    /// Accumulators per key, kept until the window is released.
+    accs: HashMap<K, A>,
     /// Least timely time (watermark at arrival) of the pending items.
     pending_since: Option<u64>,
     /// Whether the on-time firing happened.
@@ -125,16 +155,19 @@ fn key_hash<K: Hash>(key: &K) -> u64 {
 
 impl<'scope, K, V> TumblingWindow<'scope, K, V> for StreamVec<'scope, u64, (K, u64, V)>
 where
-    K: ExchangeData + Hash + Eq,
+    K: ExchangeData + Clone + Hash + Eq,
     V: ExchangeData,
 {
-    fn tumbling_window(self, spec: WindowSpec) -> StreamVec<'scope, u64, WindowOutput<K, V>> {
+    fn tumbling_window<A: Accumulate<V>>(
+        self,
+        spec: WindowSpec,
+    ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>> {
         assert!(spec.width > 0, "window width must be positive");
         let scope = self.scope();
         let pact = Exchange::new(|item: &(K, u64, V)| key_hash(&item.0));
         self.unary_frontier(pact, "TumblingWindow", move |_cap, info| {
             let activator = scope.activator_for(info.address);
-            let mut slots: BTreeMap<u64, WindowSlot<K, V>> = BTreeMap::new();
+            let mut slots: BTreeMap<u64, WindowSlot<K, V, A>> = BTreeMap::new();
             let mut caps = CapabilitySet::new();
             let mut last_early = Instant::now();
             move |(input, frontier), output| {
@@ -159,15 +192,24 @@ where
                         }
                         let slot = slots.entry(start).or_insert_with(|| WindowSlot {
                             pending: HashMap::new(),
+                            accs: HashMap::new(),
                             pending_since: None,
                             fired: false,
                         });
+                        let acc = match slot.accs.get_mut(&key) {
+                            Some(acc) => acc,
+                            None => slot.accs.entry(key.clone()).or_default(),
+                        };
+                        if !acc.accept(ts, &value) {
+                            continue;
+                        }
                         if slot.fired {
                             late.push(WindowOutput::Pane(Pane {
                                 key,
                                 window_start: start,
                                 firing: Firing::Late,
                                 items: vec![(ts, value)],
+                                summary: acc.summary(),
                             }));
                         } else {
                             slot.pending.entry(key).or_default().push((ts, value));
@@ -205,11 +247,16 @@ where
                         slot.pending_since = None;
                         for (key, mut items) in slot.pending.drain() {
                             items.sort_by_key(|(ts, _)| *ts);
+                            let summary = slot
+                                .accs
+                                .get(&key)
+                                .map_or_else(|| A::default().summary(), A::summary);
                             session.give(WindowOutput::Pane(Pane {
                                 key,
                                 window_start: start,
                                 firing,
                                 items,
+                                summary,
                             }));
                         }
                     }

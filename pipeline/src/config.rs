@@ -1,5 +1,6 @@
 //! Job configuration (TOML), with defaults for everything.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,24 @@ fn default_metric() -> String {
 fn default_dir() -> PathBuf {
     PathBuf::from("./hourglass-data")
 }
+const fn default_status_interval() -> u64 {
+    10
+}
+const fn default_idle_partition_timeout() -> u64 {
+    60
+}
+const fn default_commit_interval() -> u64 {
+    1000
+}
+fn default_brokers() -> String {
+    "127.0.0.1:9092".to_string()
+}
+fn default_topic() -> String {
+    "sensor-readings".to_string()
+}
+fn default_group_id() -> String {
+    "hourglass".to_string()
+}
 
 /// A job's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +61,15 @@ pub struct JobConfig {
     /// Where the tables live.
     #[serde(default)]
     pub store: StoreConfig,
+    /// Where `hourglass run` reads readings from.
+    #[serde(default)]
+    pub source: SourceConfig,
+    /// Timely worker threads of `hourglass run` (default: the number of cores).
+    #[serde(default)]
+    pub workers: Option<usize>,
+    /// Seconds between two status lines of `hourglass run` (default 10).
+    #[serde(default = "default_status_interval")]
+    pub status_interval_secs: u64,
 }
 
 impl Default for JobConfig {
@@ -51,6 +79,9 @@ impl Default for JobConfig {
             key_scheme: KeyScheme::default(),
             window: WindowConfig::default(),
             store: StoreConfig::default(),
+            source: SourceConfig::default(),
+            workers: None,
+            status_interval_secs: default_status_interval(),
         }
     }
 }
@@ -117,6 +148,110 @@ impl Default for StoreConfig {
     }
 }
 
+/// Which kind of source feeds `hourglass run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// An Apache Kafka topic (default).
+    #[default]
+    Kafka,
+}
+
+/// The Kafka topic `hourglass run` consumes: one JSON reading per record, keyed by device.
+///
+/// Partitions are assigned statically, `partition % workers == worker index`, and offsets are
+/// committed to `group_id` by hourglass itself, only once what they cover is in both tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Source kind (default `kafka`).
+    #[serde(default)]
+    pub kind: SourceKind,
+    /// Bootstrap brokers, `host:port[,host:port…]` (default `127.0.0.1:9092`).
+    #[serde(default = "default_brokers")]
+    pub brokers: String,
+    /// Topic (default `sensor-readings`).
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// Consumer group whose committed offsets a restart resumes from (default `hourglass`).
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// A partition without records for this long stops holding the watermark back
+    /// (default 60 s).
+    #[serde(default = "default_idle_partition_timeout")]
+    pub idle_partition_timeout_secs: u64,
+    /// How often durable offsets are committed, milliseconds (default 1000).
+    #[serde(default = "default_commit_interval")]
+    pub commit_interval_ms: u64,
+    /// librdkafka settings passed through as they are (security, fetch sizes, …), e.g.
+    /// `"security.protocol" = "SASL_SSL"`. Values are strings. Settings hourglass owns
+    /// (brokers, group, offset commits) are refused.
+    #[serde(default)]
+    pub rdkafka: BTreeMap<String, String>,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            kind: SourceKind::default(),
+            brokers: default_brokers(),
+            topic: default_topic(),
+            group_id: default_group_id(),
+            idle_partition_timeout_secs: default_idle_partition_timeout(),
+            commit_interval_ms: default_commit_interval(),
+            rdkafka: BTreeMap::new(),
+        }
+    }
+}
+
+/// librdkafka settings that hourglass sets itself, and what to use instead.
+const OWNED_RDKAFKA_KEYS: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set source.brokers"),
+    ("metadata.broker.list", "set source.brokers"),
+    ("group.id", "set source.group_id"),
+    (
+        "enable.auto.commit",
+        "hourglass commits offsets itself, only once they are stored in both tables",
+    ),
+    (
+        "enable.auto.offset.store",
+        "hourglass commits offsets itself, only once they are stored in both tables",
+    ),
+    ("enable.partition.eof", "hourglass needs it off"),
+];
+
+impl SourceConfig {
+    fn validate(&self) -> Result<()> {
+        for (key, value) in [
+            ("brokers", &self.brokers),
+            ("topic", &self.topic),
+            ("group_id", &self.group_id),
+        ] {
+            if value.trim().is_empty() {
+                return Err(Error::Config(format!("source.{key} must not be empty")));
+            }
+        }
+        if self.idle_partition_timeout_secs == 0 {
+            return Err(Error::Config(
+                "source.idle_partition_timeout_secs must be at least 1".into(),
+            ));
+        }
+        if self.commit_interval_ms == 0 {
+            return Err(Error::Config(
+                "source.commit_interval_ms must be at least 1".into(),
+            ));
+        }
+        for key in self.rdkafka.keys() {
+            if let Some((_, instead)) = OWNED_RDKAFKA_KEYS.iter().find(|(k, _)| k == key) {
+                return Err(Error::Config(format!(
+                    "source.rdkafka.\"{key}\" cannot be set here: {instead}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl JobConfig {
     /// Parses a TOML configuration.
     ///
@@ -157,7 +292,17 @@ impl JobConfig {
                     .into(),
             ));
         }
-        Ok(())
+        if self.workers == Some(0) {
+            return Err(Error::Config(
+                "workers = 0: use at least 1, or leave it out for one per core".into(),
+            ));
+        }
+        if self.status_interval_secs == 0 {
+            return Err(Error::Config(
+                "status_interval_secs must be at least 1".into(),
+            ));
+        }
+        self.source.validate()
     }
 }
 
@@ -185,5 +330,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("store.hbase"), "{err}");
+    }
+
+    #[test]
+    fn source_settings_are_checked() {
+        let cfg = JobConfig::parse(
+            "[source]\ntopic = \"t\"\n[source.rdkafka]\n\"security.protocol\" = \"SASL_SSL\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.source.topic, "t");
+        assert_eq!(cfg.source.rdkafka["security.protocol"], "SASL_SSL");
+        for (text, key) in [
+            ("[source]\nbrokers = \"\"\n", "source.brokers"),
+            (
+                "[source]\nidle_partition_timeout_secs = 0\n",
+                "source.idle_partition_timeout_secs",
+            ),
+            ("[source]\nkind = \"pulsar\"\n", "pulsar"),
+            ("[source]\npartitions = 4\n", "partitions"),
+            (
+                "[source.rdkafka]\n\"enable.auto.commit\" = \"true\"\n",
+                "enable.auto.commit",
+            ),
+            (
+                "[source.rdkafka]\n\"group.id\" = \"g\"\n",
+                "source.group_id",
+            ),
+            (
+                "[source.rdkafka]\n\"fetch.min.bytes\" = 1\n",
+                "expected a string",
+            ),
+            ("workers = 0\n", "workers"),
+        ] {
+            let err = JobConfig::parse(text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text:?}: {err}");
+        }
     }
 }

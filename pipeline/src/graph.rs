@@ -27,6 +27,7 @@ use crate::rowkey::KeyScheme;
 use crate::rows;
 use crate::schema::NARROW_TABLE;
 use crate::stats::{add, Stats};
+use crate::summary::HourAccumulator;
 use crate::table::{Mutation, TableWriter};
 
 /// Where rejected lines and readings beyond the allowed lateness go.
@@ -76,7 +77,11 @@ impl BatchWriter<Mutation> for CountingWriter {
                 if *table == NARROW_TABLE {
                     narrow += 1;
                 } else {
-                    wide += cells.len() as u64;
+                    // Point cells only; summary cells have non-numeric qualifiers.
+                    wide += cells
+                        .iter()
+                        .filter(|c| c.qualifier.first().is_some_and(u8::is_ascii_digit))
+                        .count() as u64;
                 }
             }
         }
@@ -103,6 +108,26 @@ pub fn build<'scope, F>(
     control: Arc<JobControl>,
 ) -> ProbeHandle<u64>
 where
+    F: EventFeed<Item = Decoded>,
+{
+    let probe = ProbeHandle::new();
+    build_with_probe(scope, feed, cfg, writer, side, stats, control, &probe);
+    probe
+}
+
+/// As [`build`], reporting to a probe created beforehand, so that the feed can hold a clone of
+/// it (a Kafka feed commits the offsets of what the probe has passed).
+#[allow(clippy::too_many_arguments)]
+pub fn build_with_probe<'scope, F>(
+    scope: Scope<'scope, u64>,
+    feed: F,
+    cfg: &GraphConfig,
+    writer: Box<dyn TableWriter>,
+    side: Arc<dyn SideOutput>,
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+    probe: &ProbeHandle<u64>,
+) where
     F: EventFeed<Item = Decoded>,
 {
     let scheme = cfg.scheme;
@@ -136,11 +161,16 @@ where
     let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
-        .tumbling_window(spec)
+        .tumbling_window::<HourAccumulator>(spec)
         .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
             WindowOutput::Pane(p) => {
                 let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();
-                Ok(rows::wide_put(&p.key, p.window_start as i64, &items))
+                Ok(rows::wide_put(
+                    &p.key,
+                    p.window_start as i64,
+                    &items,
+                    Some(&p.summary),
+                ))
             }
             WindowOutput::Dropped {
                 key,
@@ -169,7 +199,7 @@ where
     });
 
     let sink_control = control;
-    let (probe, _) = narrow
+    narrow
         .concat(wide)
         .write_batches(
             "WriteTables",
@@ -177,6 +207,5 @@ where
             cfg.flush_every,
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )
-        .probe();
-    probe
+        .probe_with(probe);
 }

@@ -7,12 +7,14 @@ pub mod decode;
 pub mod feed;
 pub mod graph;
 pub mod input;
+pub mod kafka;
 pub mod query;
 pub mod reading;
 pub mod rowkey;
 pub mod rows;
 pub mod schema;
 pub mod stats;
+pub mod summary;
 pub mod table;
 pub mod time;
 

@@ -6,6 +6,7 @@ use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
 use crate::rows;
 use crate::schema::{HOURLY_TABLE, NARROW_TABLE};
+use crate::summary::HourSummary;
 use crate::table::{ScanSpec, TableReader};
 use crate::Result;
 
@@ -51,6 +52,8 @@ pub struct HourAnswer {
     pub hour_start: i64,
     /// `(ts, value)` points, ascending.
     pub points: Vec<(i64, f64)>,
+    /// The hour's summary cells, if the row has them.
+    pub summary: Option<HourSummary>,
 }
 
 /// The hour of `device` containing `at`: one Get of the wide row.
@@ -60,14 +63,18 @@ pub struct HourAnswer {
 pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer> {
     rowkey::validate_device(device)?;
     let hour_start = rowkey::hour_start(at);
-    let points = match store.get(HOURLY_TABLE, &rowkey::wide_key(device, hour_start))? {
-        Some(row) => rows::points_from_wide(hour_start, &row)?,
-        None => Vec::new(),
+    let (points, summary) = match store.get(HOURLY_TABLE, &rowkey::wide_key(device, hour_start))? {
+        Some(row) => (
+            rows::points_from_wide(hour_start, &row)?,
+            HourSummary::from_row(&row),
+        ),
+        None => (Vec::new(), None),
     };
     Ok(HourAnswer {
         device: device.to_string(),
         hour_start,
         points,
+        summary,
     })
 }
 
@@ -89,4 +96,75 @@ pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Resul
     rows.last()
         .map(|row| rows::reading_from_narrow(scheme, row))
         .transpose()
+}
+
+/// Where `curve_points` reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CurveSource {
+    /// One scan of the narrow table.
+    Narrow,
+    /// One Get per hour of the wide table.
+    Wide,
+    /// Whole hours from wide rows (one Get each), the partial hours at the ends from the narrow
+    /// table (default).
+    #[default]
+    Auto,
+}
+
+/// The `(ts, value)` points of `device` with `from <= ts < to`, ascending, read from `source`.
+///
+/// `Auto` answers exactly as `Narrow` whenever every reading reached its wide row, i.e. except
+/// readings dropped beyond the allowed lateness (they are only in the narrow table).
+///
+/// # Errors
+/// A store error, or a malformed row.
+pub fn curve_points(
+    store: &dyn TableReader,
+    scheme: KeyScheme,
+    device: &str,
+    from: i64,
+    to: i64,
+    source: CurveSource,
+) -> Result<Vec<(i64, f64)>> {
+    let narrow = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
+        Ok(curve(store, scheme, device, from, to)?
+            .into_iter()
+            .map(|r| (r.ts, r.value))
+            .collect())
+    };
+    let wide = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
+        let mut points = Vec::new();
+        let mut h = rowkey::hour_start(from);
+        while h < to {
+            let answer = hour(store, device, h)?;
+            points.extend(
+                answer
+                    .points
+                    .into_iter()
+                    .filter(|(ts, _)| (from..to).contains(ts)),
+            );
+            h += 3600;
+        }
+        Ok(points)
+    };
+    rowkey::validate_device(device)?;
+    if to <= from {
+        return Ok(Vec::new());
+    }
+    match source {
+        CurveSource::Narrow => narrow(from, to),
+        CurveSource::Wide => wide(from, to),
+        CurveSource::Auto => {
+            let first_whole = rowkey::hour_start(from + 3599);
+            let last_whole_end = rowkey::hour_start(to);
+            if first_whole >= last_whole_end {
+                return narrow(from, to);
+            }
+            let mut points = narrow(from, first_whole)?;
+            points.extend(wide(first_whole, last_whole_end)?);
+            points.extend(narrow(last_whole_end, to)?);
+            Ok(points)
+        }
+    }
 }

@@ -9,6 +9,7 @@
 use crate::reading::{format_value, Reading};
 use crate::rowkey::{self, KeyScheme};
 use crate::schema::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
+use crate::summary::HourSummary;
 use crate::table::{Cell, Mutation, Row};
 use crate::{Error, Result};
 
@@ -47,12 +48,21 @@ pub fn narrow_put(scheme: KeyScheme, r: &Reading) -> Mutation {
     }
 }
 
-/// The wide-table put of some readings `(ts, value)` of `device` in the hour at `hour_start`.
-pub fn wide_put(device: &str, hour_start: i64, items: &[(i64, f64)]) -> Mutation {
-    let cells = items
+/// The wide-table put of some readings `(ts, value)` of `device` in the hour at `hour_start`,
+/// with the hour's summary cells when given.
+pub fn wide_put(
+    device: &str,
+    hour_start: i64,
+    items: &[(i64, f64)],
+    summary: Option<&HourSummary>,
+) -> Mutation {
+    let mut cells: Vec<Cell> = items
         .iter()
         .map(|&(ts, v)| cell(rowkey::wide_qualifier(ts), ts, format_value(v).into_bytes()))
         .collect();
+    if let Some(s) = summary {
+        cells.extend(s.cells(hour_start));
+    }
     Mutation::Put {
         table: HOURLY_TABLE,
         row: rowkey::wide_key(device, hour_start),
@@ -156,7 +166,8 @@ mod tests {
 
     #[test]
     fn wide_points_skip_summaries() {
-        let Mutation::Put { row, mut cells, .. } = wide_put("d", 3600, &[(3601, 1.5), (7199, 2.0)])
+        let Mutation::Put { row, mut cells, .. } =
+            wide_put("d", 3600, &[(3601, 1.5), (7199, 2.0)], None)
         else {
             panic!()
         };

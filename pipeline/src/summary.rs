@@ -1,0 +1,226 @@
+//! Summaries of a device's hour, kept in the window and written as non-numeric cells of the
+//! wide row: `n`, `min`, `max`, `sum`, `first`, `last`.
+//!
+//! The window keeps one [`HourAccumulator`] per device and open hour (until the watermark passes
+//! the hour's end plus the allowed lateness): a 3600-bit set of the seconds already seen and six
+//! numbers, ~500 bytes, so memory stays bounded by devices × open hours. A reading whose second
+//! was already seen is a duplicate: the first value stays, in the summary and in the wide row.
+
+use operators::Accumulate;
+use serde::{Deserialize, Serialize};
+
+use crate::reading::format_value;
+use crate::schema::FAMILY;
+use crate::table::{Cell, Row};
+
+const WORDS: usize = 3600usize.div_ceil(64);
+
+/// The summary cells' qualifiers, in the order written.
+pub const QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
+
+/// Statistics of the readings of one device in one hour.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct HourSummary {
+    /// Number of readings (distinct seconds).
+    pub n: u32,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Sum of the values.
+    pub sum: f64,
+    /// Value of the earliest reading.
+    pub first: f64,
+    /// Value of the latest reading.
+    pub last: f64,
+}
+
+/// Window state behind an [`HourSummary`].
+#[derive(Debug, Clone)]
+pub struct HourAccumulator {
+    seen: Box<[u64; WORDS]>,
+    /// Exact sum as non-overlapping partials (Shewchuk), so the rounded sum does not depend on
+    /// the order readings arrive in (workers, partitions and late data change that order).
+    partials: Vec<f64>,
+    first_ts: u64,
+    last_ts: u64,
+    summary: HourSummary,
+}
+
+impl Default for HourAccumulator {
+    fn default() -> Self {
+        HourAccumulator {
+            seen: Box::new([0; WORDS]),
+            partials: Vec::new(),
+            first_ts: u64::MAX,
+            last_ts: 0,
+            summary: HourSummary::default(),
+        }
+    }
+}
+
+impl Accumulate<f64> for HourAccumulator {
+    type Summary = HourSummary;
+
+    fn accept(&mut self, ts: u64, value: &f64) -> bool {
+        let offset = (ts % 3600) as usize;
+        let (word, bit) = (offset / 64, 1u64 << (offset % 64));
+        if self.seen[word] & bit != 0 {
+            return false;
+        }
+        self.seen[word] |= bit;
+        let v = *value;
+        let s = &mut self.summary;
+        if s.n == 0 {
+            s.min = v;
+            s.max = v;
+        } else {
+            s.min = s.min.min(v);
+            s.max = s.max.max(v);
+        }
+        s.n += 1;
+        add_exact(&mut self.partials, v);
+        s.sum = self.partials.iter().sum();
+        if ts < self.first_ts {
+            self.first_ts = ts;
+            s.first = v;
+        }
+        if ts >= self.last_ts {
+            self.last_ts = ts;
+            s.last = v;
+        }
+        true
+    }
+
+    fn summary(&self) -> HourSummary {
+        self.summary
+    }
+}
+
+/// Adds `x` to an exact sum kept as non-overlapping partials, smallest first (Shewchuk 1997,
+/// the algorithm behind Python's `math.fsum`). Every partial is exactly representable, so the
+/// sum of the partials (largest last) is the correctly rounded sum whatever the input order;
+/// values are finite, so no overflow handling is needed for sensor readings.
+fn add_exact(partials: &mut Vec<f64>, mut x: f64) {
+    let mut i = 0;
+    for j in 0..partials.len() {
+        let mut y = partials[j];
+        if x.abs() < y.abs() {
+            std::mem::swap(&mut x, &mut y);
+        }
+        let hi = x + y;
+        let lo = y - (hi - x);
+        if lo != 0.0 {
+            partials[i] = lo;
+            i += 1;
+        }
+        x = hi;
+    }
+    partials.truncate(i);
+    partials.push(x);
+}
+
+impl HourSummary {
+    /// Recomputes the summary from `(ts, value)` points with distinct timestamps.
+    pub fn of_points(points: &[(i64, f64)]) -> Option<Self> {
+        let mut acc = HourAccumulator::default();
+        for &(ts, v) in points {
+            acc.accept(ts.max(0) as u64, &v);
+        }
+        (acc.summary.n > 0).then_some(acc.summary)
+    }
+
+    /// The summary cells of the hour starting at `hour_start`. They are stamped with the hour's
+    /// last millisecond, so each rewrite has the same timestamp and the latest write is visible.
+    pub fn cells(&self, hour_start: i64) -> Vec<Cell> {
+        let ts_ms = hour_start * 1000 + 3_599_999;
+        let values = [
+            self.n.to_string(),
+            format_value(self.min),
+            format_value(self.max),
+            format_value(self.sum),
+            format_value(self.first),
+            format_value(self.last),
+        ];
+        QUALIFIERS
+            .iter()
+            .zip(values)
+            .map(|(q, v)| Cell {
+                family: FAMILY.into(),
+                qualifier: q.as_bytes().to_vec(),
+                ts_ms,
+                value: v.into_bytes(),
+            })
+            .collect()
+    }
+
+    /// Reads the summary cells of a wide row, if it has them all.
+    pub fn from_row(row: &Row) -> Option<Self> {
+        let get = |q: &str| -> Option<f64> {
+            std::str::from_utf8(&row.cell(FAMILY, q.as_bytes())?.value)
+                .ok()?
+                .parse()
+                .ok()
+        };
+        Some(HourSummary {
+            n: get("n")? as u32,
+            min: get("min")?,
+            max: get("max")?,
+            sum: get("sum")?,
+            first: get("first")?,
+            last: get("last")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_does_not_depend_on_order() {
+        let values = [20.1, 401.6, -3.0, 0.1, 0.2, 1e-9, 77.7, 20.4];
+        let mut forward = Vec::new();
+        let mut backward = Vec::new();
+        values.iter().for_each(|&v| add_exact(&mut forward, v));
+        values
+            .iter()
+            .rev()
+            .for_each(|&v| add_exact(&mut backward, v));
+        let (f, b): (f64, f64) = (forward.iter().sum(), backward.iter().sum());
+        assert_eq!(f.to_bits(), b.to_bits());
+        let mut p = Vec::new();
+        [0.1, 0.2, 0.3].iter().for_each(|&v| add_exact(&mut p, v));
+        assert_eq!(p.iter().sum::<f64>(), 0.6);
+    }
+
+    #[test]
+    fn late_and_duplicate_readings_keep_the_summary_exact() {
+        let mut acc = HourAccumulator::default();
+        assert!(acc.accept(3610, &5.0));
+        assert!(acc.accept(3620, &7.0));
+        assert!(acc.accept(3605, &1.0)); // late: becomes first
+        assert!(!acc.accept(3620, &9.0)); // duplicate second
+        let s = acc.summary();
+        assert_eq!(
+            s,
+            HourSummary {
+                n: 3,
+                min: 1.0,
+                max: 7.0,
+                sum: 13.0,
+                first: 1.0,
+                last: 7.0
+            }
+        );
+        assert_eq!(
+            HourSummary::of_points(&[(3605, 1.0), (3610, 5.0), (3620, 7.0)]),
+            Some(s)
+        );
+        let row = Row {
+            key: b"d_3600".to_vec(),
+            cells: s.cells(3600),
+        };
+        assert_eq!(HourSummary::from_row(&row), Some(s));
+    }
+}
