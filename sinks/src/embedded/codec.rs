@@ -1,15 +1,15 @@
 //! Byte layout of cells in fjall and HBase's TTL rule.
-//!
-//! A cell is stored under the key `row 0x00 family 0x00 qualifier` with the value
-//! `timestamp (8 bytes, big-endian i64) ++ value`. Rows and families never contain `0x00`, and
-//! `0x00` is the smallest byte, so byte order of keys is the order of
-//! `(row, family, qualifier)`: a row sorts before every longer row it is a prefix of (`a` before
-//! `a_b` before `ab`), exactly as HBase compares row keys. The qualifier is last, so it may hold
-//! any byte.
 
 use pipeline::{Error, Result};
 
-/// Separator between row, family and qualifier: the smallest byte, so prefixes sort first.
+/// Separator between row, family and qualifier in a stored key.
+///
+/// A cell is stored under the key `row 0x00 family 0x00 qualifier` with the value
+/// `timestamp (8 bytes, big-endian i64) ++ value`. Rows and families never contain `0x00`, and
+/// `0x00` is the smallest byte, so byte order of keys is the order of
+/// `(row, family, qualifier)`: a row sorts before every longer row it is a prefix of (`a` before
+/// `a_b` before `ab`), exactly as HBase compares row keys. The qualifier is last, so it may hold
+/// any byte.
 pub(crate) const SEP: u8 = 0;
 
 /// Longest row key HBase accepts (`HConstants.MAX_ROW_LENGTH = Short.MAX_VALUE`).

@@ -652,11 +652,13 @@ fn process_cpu() -> Duration {
     Duration::from_millis(fields.iter().sum::<u64>() * 10)
 }
 
-/// Time spent inside one writer: on the wall clock and on the CPU.
+/// Time spent inside one writer, on the wall clock and on the CPU, and CPU spent building the
+/// mutations it was given.
 #[derive(Default)]
 struct WriterTime {
     wall: Duration,
     cpu: Duration,
+    building_cpu: Duration,
 }
 
 /// Feeds `readings` readings through one writer, timing the writer alone.
@@ -677,12 +679,14 @@ fn feed(store: &EmbeddedStore, worker: u32, readings: u32) -> WriterTime {
         time.cpu += thread_cpu() - cpu;
     };
     for first in (0..readings).step_by(CHUNK as usize) {
+        let building = thread_cpu();
         let chunk: Vec<Mutation> = (first..(first + CHUNK).min(readings))
             .flat_map(|n| {
                 let device = worker * DEVICES + n % DEVICES;
                 reading(device, start_ms + i64::from(n / DEVICES) * 1000)
             })
             .collect();
+        time.building_cpu += thread_cpu() - building;
         let mut chunk = Some(chunk);
         timed(&mut || writer.write(chunk.take().unwrap()).unwrap());
     }
@@ -723,18 +727,26 @@ fn bench_writer_throughput() {
         let persist = persist.elapsed();
 
         let cells = f64::from(readings) * 3.0;
-        let per_sec = |d: Duration| cells / d.as_secs_f64();
-        let in_wall: f64 = times.iter().map(|t| per_sec(t.wall)).sum();
-        let in_cpu: f64 = times.iter().map(|t| per_sec(t.cpu)).sum::<f64>() / f64::from(writers);
         let total_cells = cells * f64::from(writers);
+        let in_wall: f64 = times.iter().map(|t| cells / t.wall.as_secs_f64()).sum();
+        let in_cpu: f64 = times
+            .iter()
+            .map(|t| cells / t.cpu.as_secs_f64())
+            .sum::<f64>()
+            / f64::from(writers);
+        let building: Duration = times.iter().map(|t| t.building_cpu).sum();
+        let store_us = cpu.saturating_sub(building).as_secs_f64() * 1e6 / total_cells;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         println!(
-            "writers={writers} cells={total_cells}: {in_wall:.0} cells/s inside the writers \
-             (wall), {in_cpu:.0} cells per writer-CPU-second; whole run {:.0} cells/s wall, \
-             process CPU {:.2} s ({:.2} µs/cell incl. building mutations, flushes, compactions); \
-             persist {persist:?}",
+            "writers={writers}, {total_cells} cells ({} readings):\n  \
+             inside write/flush: {in_wall:.0} cells/s wall (all writers), {in_cpu:.0} cells per \
+             CPU-second of a writer thread\n  \
+             store CPU (process minus building mutations, so writers + fjall flushes and \
+             compactions): {store_us:.2} µs/cell, at most {:.0} cells/s on {cores} cores\n  \
+             whole run: {:.0} cells/s wall; persist {persist:?}",
+            readings * writers,
+            cores as f64 * 1e6 / store_us,
             total_cells / wall.as_secs_f64(),
-            cpu.as_secs_f64(),
-            cpu.as_secs_f64() * 1e6 / total_cells,
         );
         let rows = store.dump(schema::NARROW_TABLE).unwrap().len();
         assert_eq!(rows, (readings * writers) as usize);

@@ -12,8 +12,8 @@ use std::fmt;
 /// Mutations buffered before the writer commits them as one fjall batch.
 pub(crate) const BATCH_MUTATIONS: usize = 4096;
 
-/// Writes mutations for one worker: buffers them and commits them as fjall write batches of
-/// [`BATCH_MUTATIONS`] (4096) mutations, or on [`TableWriter::flush`].
+/// Writes mutations for one worker: buffers them and commits them as fjall write batches of 4096
+/// mutations, or on [`TableWriter::flush`].
 ///
 /// A committed batch is visible to every reader of the store at once and survives a crash of
 /// the process (fjall's journal reaches the OS on each commit); it survives a crash of the
