@@ -1,0 +1,407 @@
+//! Table admin: create the hourglass tables pre-split (Thrift2), describe them, drop them.
+
+use hbase_thrift::hbase::THbaseSyncClient;
+use pipeline::schema::{FamilySpec, TableSpec};
+
+use super::client::{Connection, Thrift1, Thrift2};
+use super::config::HbaseConfig;
+use super::retry::retrying;
+use super::thrift2::{
+    TBloomFilterType, TColumnFamilyDescriptor, TCompressionAlgorithm, TTHBaseServiceSyncClient,
+    TTableDescriptor, TTableName,
+};
+use super::{Error, Result};
+
+/// HBase's TTL meaning "forever" (`HConstants.FOREVER`).
+const TTL_FOREVER: i32 = i32::MAX;
+
+/// What [`create_tables`] did with one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The table did not exist and was created with its split keys.
+    Created,
+    /// The table existed with the same schema; nothing was changed.
+    AlreadyExists,
+}
+
+/// A column family as HBase describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyDescription {
+    /// Family name.
+    pub name: String,
+    /// Time to live in seconds (`None`: forever).
+    pub ttl_secs: Option<u64>,
+    /// Compression algorithm, as HBase names it (`SNAPPY`, `NONE`, …).
+    pub compression: String,
+    /// Bloom filter type, as HBase names it (`ROW`, `NONE`, …).
+    pub bloom: String,
+    /// Maximum versions kept.
+    pub max_versions: u32,
+}
+
+/// One region of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionDescription {
+    /// First row key of the region (empty for the first region).
+    pub start: Vec<u8>,
+    /// First row key after the region (empty for the last region).
+    pub end: Vec<u8>,
+    /// Region name.
+    pub name: String,
+    /// `host:port` of the region server holding it.
+    pub server: String,
+}
+
+/// A table as HBase describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDescription {
+    /// Table name.
+    pub name: String,
+    /// Column families, ordered by name.
+    pub families: Vec<FamilyDescription>,
+    /// Regions, ordered by start key.
+    pub regions: Vec<RegionDescription>,
+}
+
+fn table_name(name: &str) -> TTableName {
+    TTableName::new(None, name.as_bytes().to_vec())
+}
+
+fn compression_to_thrift(c: pipeline::schema::Compression) -> TCompressionAlgorithm {
+    match c {
+        pipeline::schema::Compression::None => TCompressionAlgorithm::NONE,
+        pipeline::schema::Compression::Snappy => TCompressionAlgorithm::SNAPPY,
+    }
+}
+
+fn bloom_to_thrift(b: pipeline::schema::Bloom) -> TBloomFilterType {
+    match b {
+        pipeline::schema::Bloom::None => TBloomFilterType::NONE,
+        pipeline::schema::Bloom::Row => TBloomFilterType::ROW,
+    }
+}
+
+fn compression_name(c: TCompressionAlgorithm) -> String {
+    match c {
+        TCompressionAlgorithm::LZO => "LZO".into(),
+        TCompressionAlgorithm::GZ => "GZ".into(),
+        TCompressionAlgorithm::NONE => "NONE".into(),
+        TCompressionAlgorithm::SNAPPY => "SNAPPY".into(),
+        TCompressionAlgorithm::LZ4 => "LZ4".into(),
+        TCompressionAlgorithm::BZIP2 => "BZIP2".into(),
+        TCompressionAlgorithm::ZSTD => "ZSTD".into(),
+        TCompressionAlgorithm(other) => format!("UNKNOWN({other})"),
+    }
+}
+
+fn bloom_name(b: TBloomFilterType) -> String {
+    match b {
+        TBloomFilterType::NONE => "NONE".into(),
+        TBloomFilterType::ROW => "ROW".into(),
+        TBloomFilterType::ROWCOL => "ROWCOL".into(),
+        TBloomFilterType::ROWPREFIX_FIXED_LENGTH => "ROWPREFIX_FIXED_LENGTH".into(),
+        TBloomFilterType(other) => format!("UNKNOWN({other})"),
+    }
+}
+
+/// The Thrift2 descriptor of `spec`.
+///
+/// # Errors
+/// [`Error::IllegalArgument`] if a TTL does not fit HBase's 32-bit seconds.
+fn descriptor(spec: &TableSpec) -> Result<TTableDescriptor> {
+    let mut columns = Vec::with_capacity(spec.families.len());
+    for f in &spec.families {
+        let ttl = match f.ttl_secs {
+            None => TTL_FOREVER,
+            Some(secs) => i32::try_from(secs).map_err(|_| Error::IllegalArgument {
+                call: "createTable",
+                table: spec.name.to_string(),
+                message: format!("TTL {secs} s of family {} exceeds HBase's limit", f.name),
+            })?,
+        };
+        columns.push(TColumnFamilyDescriptor::new(
+            f.name.as_bytes().to_vec(),
+            bloom_to_thrift(f.bloom),
+            compression_to_thrift(f.compression),
+            i32::try_from(f.max_versions).unwrap_or(i32::MAX),
+            ttl,
+        ));
+    }
+    Ok(TTableDescriptor::new(table_name(spec.name), columns))
+}
+
+fn family_from_thrift(f: &TColumnFamilyDescriptor) -> FamilyDescription {
+    FamilyDescription {
+        name: String::from_utf8_lossy(&f.name).into_owned(),
+        ttl_secs: match f.time_to_live {
+            None | Some(TTL_FOREVER) => None,
+            Some(secs) => Some(u64::try_from(secs).unwrap_or(0)),
+        },
+        compression: compression_name(f.compression_type.unwrap_or(TCompressionAlgorithm::NONE)),
+        bloom: bloom_name(f.bloomn_filter_type.unwrap_or(TBloomFilterType::NONE)),
+        max_versions: f.max_versions.map_or(1, |v| u32::try_from(v).unwrap_or(0)),
+    }
+}
+
+fn ttl_text(ttl: Option<u64>) -> String {
+    ttl.map_or_else(|| "FOREVER".to_string(), |t| t.to_string())
+}
+
+/// What differs between the families hourglass wants and the ones HBase has, one
+/// `have X, want Y` phrase per attribute; empty if they match.
+pub fn schema_differences(want: &[FamilySpec], have: &[FamilyDescription]) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in want {
+        let Some(h) = have.iter().find(|h| h.name == w.name) else {
+            out.push(format!("family {} is missing", w.name));
+            continue;
+        };
+        if h.ttl_secs != w.ttl_secs {
+            out.push(format!(
+                "family {}: TTL is {}, want {}",
+                w.name,
+                ttl_text(h.ttl_secs),
+                ttl_text(w.ttl_secs)
+            ));
+        }
+        if h.compression != w.compression.hbase_name() {
+            out.push(format!(
+                "family {}: COMPRESSION is {}, want {}",
+                w.name,
+                h.compression,
+                w.compression.hbase_name()
+            ));
+        }
+        if h.bloom != w.bloom.hbase_name() {
+            out.push(format!(
+                "family {}: BLOOMFILTER is {}, want {}",
+                w.name,
+                h.bloom,
+                w.bloom.hbase_name()
+            ));
+        }
+        if h.max_versions != w.max_versions {
+            out.push(format!(
+                "family {}: VERSIONS is {}, want {}",
+                w.name, h.max_versions, w.max_versions
+            ));
+        }
+    }
+    for h in have {
+        if !want.iter().any(|w| w.name == h.name) {
+            out.push(format!("unexpected family {}", h.name));
+        }
+    }
+    out
+}
+
+/// Admin connections to both gateways.
+struct Admin {
+    cfg: HbaseConfig,
+    t1: Connection<Thrift1>,
+    t2: Connection<Thrift2>,
+}
+
+impl Admin {
+    fn new(cfg: &HbaseConfig) -> Self {
+        Admin {
+            t1: Connection::new(&cfg.thrift1, cfg),
+            t2: Connection::new(&cfg.thrift2, cfg),
+            cfg: cfg.clone(),
+        }
+    }
+
+    fn exists(&mut self, table: &str) -> Result<bool> {
+        let t2 = &mut self.t2;
+        retrying(&self.cfg.retry, &format!("tableExists {table}"), || {
+            t2.call("tableExists", table, |c| c.table_exists(table_name(table)))
+        })
+    }
+
+    fn families(&mut self, table: &str) -> Result<Vec<FamilyDescription>> {
+        let t2 = &mut self.t2;
+        let desc = retrying(
+            &self.cfg.retry,
+            &format!("getTableDescriptor {table}"),
+            || {
+                t2.call("getTableDescriptor", table, |c| {
+                    c.get_table_descriptor(table_name(table))
+                })
+            },
+        )?;
+        let mut families: Vec<FamilyDescription> = desc
+            .columns
+            .unwrap_or_default()
+            .iter()
+            .map(family_from_thrift)
+            .collect();
+        families.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(families)
+    }
+
+    fn regions(&mut self, table: &str) -> Result<Vec<RegionDescription>> {
+        let t1 = &mut self.t1;
+        let regions = retrying(&self.cfg.retry, &format!("getTableRegions {table}"), || {
+            t1.call("getTableRegions", table, |c| {
+                c.get_table_regions(table.as_bytes().to_vec())
+            })
+        })?;
+        let mut out: Vec<RegionDescription> = regions
+            .into_iter()
+            .map(|r| RegionDescription {
+                start: r.start_key.unwrap_or_default(),
+                end: r.end_key.unwrap_or_default(),
+                name: String::from_utf8_lossy(&r.name.unwrap_or_default()).into_owned(),
+                server: format!(
+                    "{}:{}",
+                    String::from_utf8_lossy(&r.server_name.unwrap_or_default()),
+                    r.port.unwrap_or_default()
+                ),
+            })
+            .collect();
+        out.sort_by(|a, b| a.start.cmp(&b.start));
+        Ok(out)
+    }
+
+    fn check_schema(&mut self, spec: &TableSpec) -> Result<()> {
+        let have = self.families(spec.name)?;
+        let differences = schema_differences(&spec.families, &have);
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::SchemaMismatch {
+                table: spec.name.to_string(),
+                differences: differences.join("; "),
+                ddl: spec.hbase_shell_ddl(),
+            })
+        }
+    }
+
+    fn create(&mut self, spec: &TableSpec) -> Result<Created> {
+        if self.exists(spec.name)? {
+            self.check_schema(spec)?;
+            return Ok(Created::AlreadyExists);
+        }
+        let desc = descriptor(spec)?;
+        let t2 = &mut self.t2;
+        let created = retrying(
+            &self.cfg.retry,
+            &format!("createTable {}", spec.name),
+            || {
+                t2.call("createTable", spec.name, |c| {
+                    c.create_table(desc.clone(), spec.split_keys.clone())
+                })
+            },
+        );
+        match created {
+            Ok(()) => Ok(Created::Created),
+            // Someone else created it meanwhile: fine if the schema is ours.
+            Err(Error::Server { message, .. }) if message.contains("TableExistsException") => {
+                self.check_schema(spec)?;
+                Ok(Created::AlreadyExists)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn drop_table(&mut self, table: &str) -> Result<bool> {
+        if !self.exists(table)? {
+            return Ok(false);
+        }
+        let (t2, policy) = (&mut self.t2, &self.cfg.retry);
+        let enabled = retrying(policy, &format!("isTableEnabled {table}"), || {
+            t2.call("isTableEnabled", table, |c| {
+                c.is_table_enabled(table_name(table))
+            })
+        })?;
+        if enabled {
+            retrying(policy, &format!("disableTable {table}"), || {
+                t2.call("disableTable", table, |c| {
+                    c.disable_table(table_name(table))
+                })
+            })?;
+        }
+        retrying(policy, &format!("deleteTable {table}"), || {
+            t2.call("deleteTable", table, |c| c.delete_table(table_name(table)))
+        })?;
+        Ok(true)
+    }
+}
+
+/// Creates each table of `specs` with its families and split keys through the Thrift2 gateway
+/// (Thrift1's `createTable` takes no split keys). A table that already exists with the same
+/// families, TTLs, compression, bloom filters and versions is left alone.
+///
+/// # Errors
+/// [`Error::SchemaMismatch`] naming what differs if a table exists with another schema; an
+/// unreachable gateway once `cfg.retry` gives up; HBase's refusal (e.g. a SNAPPY codec missing).
+pub fn create_tables(cfg: &HbaseConfig, specs: &[TableSpec]) -> Result<Vec<(String, Created)>> {
+    let mut admin = Admin::new(cfg);
+    specs
+        .iter()
+        .map(|spec| Ok((spec.name.to_string(), admin.create(spec)?)))
+        .collect()
+}
+
+/// Describes the tables of `specs` as HBase has them: families (TTL, compression, bloom filter,
+/// versions) from Thrift2 and region boundaries from Thrift1 `getTableRegions`.
+///
+/// # Errors
+/// [`Error::TableNotFound`] if a table does not exist; an unreachable gateway.
+pub fn describe_tables(cfg: &HbaseConfig, specs: &[TableSpec]) -> Result<Vec<TableDescription>> {
+    let mut admin = Admin::new(cfg);
+    let mut out = Vec::with_capacity(specs.len());
+    for spec in specs {
+        if !admin.exists(spec.name)? {
+            return Err(Error::TableNotFound {
+                table: spec.name.to_string(),
+                addr: cfg.thrift1.clone(),
+            });
+        }
+        out.push(TableDescription {
+            name: spec.name.to_string(),
+            families: admin.families(spec.name)?,
+            regions: admin.regions(spec.name)?,
+        });
+    }
+    Ok(out)
+}
+
+/// The tables of `specs` that do not exist in HBase.
+///
+/// # Errors
+/// An unreachable gateway once `cfg.retry` gives up.
+pub fn missing_tables(cfg: &HbaseConfig, specs: &[TableSpec]) -> Result<Vec<String>> {
+    let mut admin = Admin::new(cfg);
+    let mut missing = Vec::new();
+    for spec in specs {
+        if !admin.exists(spec.name)? {
+            missing.push(spec.name.to_string());
+        }
+    }
+    Ok(missing)
+}
+
+/// The regions of `table`, ordered by start key.
+///
+/// # Errors
+/// An unreachable gateway, or HBase's refusal.
+pub fn table_regions(cfg: &HbaseConfig, table: &str) -> Result<Vec<RegionDescription>> {
+    Admin::new(cfg).regions(table)
+}
+
+/// Disables and deletes each table of `names` that exists, with all its data. Returns the names
+/// of the tables it deleted.
+///
+/// # Errors
+/// An unreachable gateway, or HBase's refusal.
+pub fn drop_tables(cfg: &HbaseConfig, names: &[&str]) -> Result<Vec<String>> {
+    let mut admin = Admin::new(cfg);
+    let mut dropped = Vec::new();
+    for name in names {
+        if admin.drop_table(name)? {
+            dropped.push((*name).to_string());
+        }
+    }
+    Ok(dropped)
+}

@@ -1,0 +1,121 @@
+//! Settings of the HBase backend: gateway addresses, batch limits, timeouts and retries.
+
+use std::time::Duration;
+
+/// Default port of the Thrift2 gateway, used when only the Thrift1 address is given.
+pub const DEFAULT_THRIFT2_PORT: u16 = 9091;
+
+const fn default_batch_rows() -> usize {
+    1000
+}
+const fn default_batch_bytes() -> usize {
+    4 << 20
+}
+const fn default_scan_caching() -> usize {
+    1000
+}
+const fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+const fn default_rpc_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+const fn default_idle_reconnect() -> Duration {
+    Duration::from_secs(45)
+}
+
+/// How retriable failures are retried: capped exponential backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay before the first retry (default 100 ms); it doubles on each retry.
+    pub initial_backoff: Duration,
+    /// Longest delay between two attempts (default 10 s).
+    pub max_backoff: Duration,
+    /// Give up once this much time has passed since the first attempt (default `None`: retry
+    /// forever, blocking the caller, which back-pressures the pipeline).
+    pub max_elapsed: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            max_elapsed: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `retry` (1 for the first retry).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(retry.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.initial_backoff
+            .checked_mul(factor)
+            .map_or(self.max_backoff, |d| d.min(self.max_backoff))
+    }
+}
+
+/// Where HBase is and how to talk to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HbaseConfig {
+    /// Thrift1 gateway `host:port` (reads and writes).
+    pub thrift1: String,
+    /// Thrift2 gateway `host:port` (table creation with split keys, descriptors).
+    pub thrift2: String,
+    /// A write batch is sent once it holds this many rows (default 1000).
+    pub batch_rows: usize,
+    /// … or this many bytes of row keys, columns and values (default 4 MiB, well under the
+    /// Thrift message limits of the gateway).
+    pub batch_bytes: usize,
+    /// Rows fetched per scanner call (default 1000).
+    pub scan_caching: usize,
+    /// TCP connect timeout (default 5 s).
+    pub connect_timeout: Duration,
+    /// Socket read/write timeout of one call (default 60 s); a call that times out is retried
+    /// on a new connection.
+    pub rpc_timeout: Duration,
+    /// A connection idle this long is replaced before its next call (default 45 s), because the
+    /// gateways drop connections idle for 60 s.
+    pub idle_reconnect: Duration,
+    /// Retries of retriable failures.
+    pub retry: RetryPolicy,
+}
+
+impl HbaseConfig {
+    /// Settings for the Thrift1 gateway at `thrift1` (`host:port`), with the Thrift2 gateway on
+    /// the same host at port 9091 and every other setting at its default.
+    pub fn new(thrift1: impl Into<String>) -> Self {
+        let thrift1 = thrift1.into();
+        let thrift2 = default_thrift2(&thrift1);
+        HbaseConfig {
+            thrift1,
+            thrift2,
+            batch_rows: default_batch_rows(),
+            batch_bytes: default_batch_bytes(),
+            scan_caching: default_scan_caching(),
+            connect_timeout: default_connect_timeout(),
+            rpc_timeout: default_rpc_timeout(),
+            idle_reconnect: default_idle_reconnect(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Uses the Thrift2 gateway at `thrift2` (`host:port`).
+    #[must_use]
+    pub fn with_thrift2(mut self, thrift2: impl Into<String>) -> Self {
+        self.thrift2 = thrift2.into();
+        self
+    }
+}
+
+/// The Thrift2 address on the host of `thrift1`: `host:9091`.
+pub fn default_thrift2(thrift1: &str) -> String {
+    let host = match thrift1.rsplit_once(':') {
+        Some((host, _port)) => host,
+        None => thrift1,
+    };
+    format!("{host}:{DEFAULT_THRIFT2_PORT}")
+}

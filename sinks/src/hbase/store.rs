@@ -1,0 +1,198 @@
+//! The read side: Thrift1 `getRow` and scanners with caching.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use hbase_thrift::hbase::{THbaseSyncClient, TRowResult, TScan};
+use pipeline::table::{Cell, Row, ScanSpec, TableReader};
+
+use super::client::{Connection, Thrift1};
+use super::config::HbaseConfig;
+use super::retry::retrying;
+use super::Result;
+
+/// Reads hourglass tables from HBase through the Thrift1 gateway.
+///
+/// Rows come in key order with their cells ordered by family then qualifier, one version each
+/// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. Scans fetch
+/// [`HbaseConfig::scan_caching`] rows per call (default 1000) and, after a retriable failure,
+/// resume after the last row received. One connection, behind a mutex, serves every caller.
+pub struct HbaseStore {
+    cfg: HbaseConfig,
+    conn: Mutex<Connection<Thrift1>>,
+}
+
+impl fmt::Debug for HbaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HbaseStore")
+            .field("thrift1", &self.cfg.thrift1)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Converts a Thrift1 row; `None` if it has no cell.
+fn row_from_thrift(result: TRowResult) -> Option<Row> {
+    let key = result.row?;
+    let mut cells: Vec<Cell> = result
+        .columns
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(column, cell)| {
+            let split = column.iter().position(|&b| b == b':')?;
+            let family = String::from_utf8_lossy(&column[..split]).into_owned();
+            Some(Cell {
+                family,
+                qualifier: column[split + 1..].to_vec(),
+                ts_ms: cell.timestamp.unwrap_or_default(),
+                value: cell.value.unwrap_or_default(),
+            })
+        })
+        .collect();
+    // The map is ordered by `family:qualifier` bytes, which differs from (family, qualifier)
+    // order when one family name is a prefix of another.
+    cells.sort_by(|a, b| (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier)));
+    (!cells.is_empty()).then_some(Row { key, cells })
+}
+
+impl HbaseStore {
+    /// A reader for the gateway of `cfg`; it connects on its first call.
+    pub fn new(cfg: &HbaseConfig) -> Self {
+        HbaseStore {
+            conn: Mutex::new(Connection::new(&cfg.thrift1, cfg)),
+            cfg: cfg.clone(),
+        }
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection<Thrift1>> {
+        // A panic while holding the lock leaves at worst a connection that is replaced on error.
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The row with this key, or `None` if it has no visible cell.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    pub fn get_row(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
+        let mut conn = self.conn();
+        let rows = retrying(&self.cfg.retry, &format!("getRow on {table}"), || {
+            conn.call("getRow", table, |c| {
+                c.get_row(table.as_bytes().to_vec(), row.to_vec(), BTreeMap::new())
+            })
+        })?;
+        Ok(rows.into_iter().find_map(row_from_thrift))
+    }
+
+    /// Calls `each` on every row of `[spec.start, spec.stop)` in key order, at most `spec.limit`
+    /// rows. Returns the number of rows passed to `each`.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    pub fn scan_each(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        mut each: impl FnMut(Row),
+    ) -> Result<usize> {
+        let mut seen = 0usize;
+        let mut start = spec.start.clone();
+        let mut conn = self.conn();
+        let what = format!("scan of {table}");
+        retrying(&self.cfg.retry, &what, || {
+            self.scan_from(&mut conn, table, spec, &mut start, &mut seen, &mut each)
+        })?;
+        Ok(seen)
+    }
+
+    /// One attempt of a scan from `start`; on success or failure, `start` and `seen` tell where
+    /// the next attempt resumes.
+    fn scan_from(
+        &self,
+        conn: &mut Connection<Thrift1>,
+        table: &str,
+        spec: &ScanSpec,
+        start: &mut Vec<u8>,
+        seen: &mut usize,
+        each: &mut impl FnMut(Row),
+    ) -> Result<()> {
+        let remaining = |seen: usize| spec.limit.map_or(usize::MAX, |l| l.saturating_sub(seen));
+        if remaining(*seen) == 0 {
+            return Ok(());
+        }
+        let caching = self.cfg.scan_caching.clamp(1, i32::MAX as usize);
+        let first = caching.min(remaining(*seen));
+        // Every field explicitly: `TScan::default()` fills in an empty filter string (which
+        // HBase rejects) and a timestamp of 0 (which would hide every cell).
+        let scan = TScan {
+            start_row: Some(start.clone()),
+            stop_row: (!spec.stop.is_empty()).then(|| spec.stop.clone()),
+            timestamp: None,
+            columns: None,
+            caching: Some(i32::try_from(first).unwrap_or(i32::MAX)),
+            filter_string: None,
+            batch_size: None,
+            sort_columns: None,
+            reversed: None,
+            cache_blocks: None,
+        };
+        let id = conn.call("scannerOpenWithScan", table, |c| {
+            c.scanner_open_with_scan(table.as_bytes().to_vec(), scan, BTreeMap::new())
+        })?;
+        let result = (|| -> Result<()> {
+            loop {
+                let want = caching.min(remaining(*seen));
+                if want == 0 {
+                    return Ok(());
+                }
+                let rows = conn.call("scannerGetList", table, |c| {
+                    c.scanner_get_list(id, i32::try_from(want).unwrap_or(i32::MAX))
+                })?;
+                if rows.is_empty() {
+                    return Ok(());
+                }
+                for result in rows {
+                    let Some(row) = row_from_thrift(result) else {
+                        continue;
+                    };
+                    // Resume strictly after this row if the next call fails.
+                    start.clear();
+                    start.extend_from_slice(&row.key);
+                    start.push(0);
+                    each(row);
+                    *seen += 1;
+                    if remaining(*seen) == 0 {
+                        return Ok(());
+                    }
+                }
+            }
+        })();
+        // The gateway keeps a scanner until closed; a failed close only leaks it until the
+        // gateway's scanner lease expires.
+        if let Err(e) = conn.call("scannerClose", table, |c| c.scanner_close(id)) {
+            tracing::debug!("closing HBase scanner {id} on {table}: {e}");
+        }
+        result
+    }
+
+    /// The rows of `[spec.start, spec.stop)` in key order, at most `spec.limit`.
+    ///
+    /// # Errors
+    /// As [`HbaseStore::scan_each`].
+    pub fn scan_rows(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>> {
+        let mut rows = Vec::new();
+        self.scan_each(table, spec, |row| rows.push(row))?;
+        Ok(rows)
+    }
+}
+
+impl TableReader for HbaseStore {
+    fn get(&self, table: &str, row: &[u8]) -> pipeline::Result<Option<Row>> {
+        Ok(self.get_row(table, row)?)
+    }
+
+    fn scan(&self, table: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
+        Ok(self.scan_rows(table, spec)?)
+    }
+}

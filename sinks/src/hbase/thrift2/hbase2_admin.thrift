@@ -1,0 +1,64 @@
+// The few Thrift2 (THBaseService) structs and calls hourglass's table admin needs.
+//
+// Field ids, types and enum values are copied from HBase 2.6.1's own IDL,
+// org/apache/hadoop/hbase/thrift2/hbase.thrift inside hbase-thrift-2.6.1.jar; fields
+// and calls hourglass does not use are left out (Thrift skips unknown fields on read).
+//
+// Regenerate the Rust module next to this file (Debian's thrift-compiler 0.17, which
+// matches the `thrift = "0.17"` crate) from the repository root with:
+//   thrift --gen rs -out sinks/src/hbase/thrift2 sinks/src/hbase/thrift2/hbase2_admin.thrift
+
+namespace rs hbase2
+
+enum TBloomFilterType {
+  NONE = 0,
+  ROW = 1,
+  ROWCOL = 2,
+  ROWPREFIX_FIXED_LENGTH = 3,
+}
+
+enum TCompressionAlgorithm {
+  LZO = 0,
+  GZ = 1,
+  NONE = 2,
+  SNAPPY = 3,
+  LZ4 = 4,
+  BZIP2 = 5,
+  ZSTD = 6
+}
+
+struct TTableName {
+  1: optional binary ns
+  2: required binary qualifier
+}
+
+struct TColumnFamilyDescriptor {
+  1: required binary name
+  5: optional TBloomFilterType bloomnFilterType
+  6: optional TCompressionAlgorithm compressionType
+  10: optional i32 maxVersions
+  13: optional i32 timeToLive
+}
+
+struct TTableDescriptor {
+  1: required TTableName tableName
+  2: optional list<TColumnFamilyDescriptor> columns
+}
+
+exception TIOError {
+  1: optional string message
+  2: optional bool canRetry
+}
+
+service THBaseService {
+  TTableDescriptor getTableDescriptor(1: required TTableName table) throws (1: TIOError io)
+  bool tableExists(1: TTableName tableName) throws (1: TIOError io)
+  void createTable(1: required TTableDescriptor desc, 2: list<binary> splitKeys)
+    throws (1: TIOError io)
+  void deleteTable(1: required TTableName tableName) throws (1: TIOError io)
+  void truncateTable(1: required TTableName tableName, 2: required bool preserveSplits)
+    throws (1: TIOError io)
+  void enableTable(1: required TTableName tableName) throws (1: TIOError io)
+  void disableTable(1: required TTableName tableName) throws (1: TIOError io)
+  bool isTableEnabled(1: required TTableName tableName) throws (1: TIOError io)
+}
