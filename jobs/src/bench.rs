@@ -7,11 +7,15 @@ use anyhow::Result;
 
 use crate::generate::{self, GenerateArgs};
 use crate::replay::{self, ReplayArgs};
+use crate::store::{Backend, BackendArgs};
+use std::sync::atomic::Ordering;
 
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
-    /// Generate traffic, then replay it at full speed into a fresh embedded store.
+    /// Generate traffic, then replay it at full speed into a fresh embedded store, or with
+    /// `--hbase` into the live HBase tables (created if missing; timestamps rebased to now so
+    /// HBase's TTL keeps them).
     Replay {
         /// Devices in the generated traffic.
         #[arg(long, default_value_t = 10_000)]
@@ -28,6 +32,12 @@ pub enum BenchCommand {
         /// Also write the result as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Replay into HBase through its Thrift1 gateway at HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        hbase: Option<String>,
+        /// HBase Thrift2 gateway, to create missing tables [default: the --hbase host, port 9091].
+        #[arg(long, value_name = "HOST:PORT")]
+        thrift2: Option<String>,
     },
 }
 
@@ -40,6 +50,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             workers,
             dir,
             json,
+            hbase,
+            thrift2,
         } => {
             let tmp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| tmp.path().to_path_buf());
@@ -65,20 +77,50 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             let args = ReplayArgs {
                 file: traffic.clone(),
                 config: None,
-                store: Some(store_dir.clone()),
+                backend: BackendArgs {
+                    store: hbase.is_none().then(|| store_dir.clone()),
+                    hbase: hbase.clone(),
+                    thrift2,
+                },
                 workers,
                 speed: "max".into(),
-                rebase_time: false,
+                rebase_time: hbase.is_some(),
                 dead_letter: dir.join("bench-dead.jsonl"),
                 late_output: dir.join("bench-late.jsonl"),
                 stats_json: None,
                 quiet: true,
             };
             let cfg = replay::job_config(&args)?;
-            let store = crate::store::open_embedded(&store_dir)?;
-            let summary = replay::replay_into(&args, &cfg, store)?;
+            let backend = crate::store::open(&cfg, &args.backend, false, true)?;
+            if let Backend::Hbase { cfg: hb, .. } = &backend {
+                sinks::hbase::admin::create_tables(hb, &pipeline::schema::all_tables())?;
+            }
+            let summary = replay::replay_into(&args, &cfg, &backend)?;
+            let batches = match &backend {
+                Backend::Embedded { .. } => serde_json::Value::Null,
+                Backend::Hbase { cfg: hb, stats } => {
+                    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+                    let calls = get(&stats.calls).max(1);
+                    serde_json::json!({
+                        "call": "mutateRowsTs",
+                        "max_rows_per_call": hb.batch_rows,
+                        "max_bytes_per_call": hb.batch_bytes,
+                        "calls": get(&stats.calls),
+                        "rows": get(&stats.rows),
+                        "cells": get(&stats.cells),
+                        "bytes": get(&stats.bytes),
+                        "mean_rows_per_call": get(&stats.rows) as f64 / calls as f64,
+                        "mean_cells_per_call": get(&stats.cells) as f64 / calls as f64,
+                        "mean_bytes_per_call": get(&stats.bytes) as f64 / calls as f64,
+                        "largest_call_rows": get(&stats.max_call_rows),
+                        "retries": get(&stats.retries),
+                    })
+                }
+            };
             let result = serde_json::json!({
-                "bench": "replay-embedded",
+                "bench": if hbase.is_some() { "replay-hbase" } else { "replay-embedded" },
+                "store": backend.location(),
+                "hbase_batches": batches,
                 "command": std::env::args().collect::<Vec<_>>().join(" "),
                 "devices": devices,
                 "duration": duration,

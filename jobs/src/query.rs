@@ -11,7 +11,8 @@ use pipeline::reading::{format_value, Reading};
 use pipeline::schema;
 use pipeline::table::TableReader;
 use pipeline::time::{format_time, parse_time};
-use sinks::embedded::EmbeddedStore;
+
+use crate::store::{BackendArgs, Reader};
 
 /// Output format of query answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,9 +28,9 @@ pub enum Format {
 /// Where to read from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
-    /// Directory of the embedded store [default: ./hourglass-data, or the config's store.dir].
-    #[arg(long, global = true)]
-    pub store: Option<PathBuf>,
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// Job configuration (TOML), for the key scheme and store location.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
@@ -76,22 +77,14 @@ pub enum QueryCommand {
     },
 }
 
-fn open(args: &StoreArgs) -> Result<(JobConfig, EmbeddedStore)> {
+fn open(args: &StoreArgs) -> Result<(JobConfig, Reader)> {
     let mut cfg = match &args.config {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    if let Some(dir) = &args.store {
-        cfg.store.dir = dir.clone();
-    }
-    if !cfg.store.dir.exists() {
-        anyhow::bail!(
-            "no embedded store at {}: run `hourglass replay FILE` first, or pass --store DIR",
-            cfg.store.dir.display()
-        );
-    }
-    let store = crate::store::open_embedded(&cfg.store.dir)?;
-    Ok((cfg, store))
+    args.backend.apply(&mut cfg);
+    let backend = crate::store::open(&cfg, &args.backend, true, false)?;
+    Ok((cfg, backend.reader()))
 }
 
 /// Runs a query and prints its answer.

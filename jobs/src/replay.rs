@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pipeline::config::{JobConfig, StoreKind};
+use pipeline::config::JobConfig;
 use pipeline::control::JobControl;
 use pipeline::feed::{ReplayFeed, ReplayOptions};
 use pipeline::graph::{self, GraphConfig, SideOutput};
@@ -14,9 +14,9 @@ use pipeline::rowkey::hour_start;
 use pipeline::schema::RETENTION_SECS;
 use pipeline::stats::{Stats, Summary};
 use sinks::dead_letter::DeadLetters;
-use sinks::embedded::EmbeddedStore;
 
 use crate::progress::Progress;
+use crate::store::{Backend, BackendArgs};
 
 /// Arguments of `hourglass replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -26,9 +26,9 @@ pub struct ReplayArgs {
     /// Job configuration (TOML); flags below override it. See `config/hourglass.example.toml`.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Directory of the embedded store [default: ./hourglass-data, or the config's store.dir].
-    #[arg(long)]
-    pub store: Option<PathBuf>,
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// Timely worker threads [default: number of cores].
     #[arg(long)]
     pub workers: Option<usize>,
@@ -89,38 +89,34 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    if let Some(dir) = &args.store {
-        cfg.store.kind = StoreKind::Embedded;
-        cfg.store.dir = dir.clone();
-    }
+    args.backend.apply(&mut cfg);
+    cfg.validate()?;
     Ok(cfg)
 }
 
 /// Runs `hourglass replay`.
 pub fn run(args: &ReplayArgs) -> Result<Summary> {
     let cfg = job_config(args)?;
-    if cfg.store.kind != StoreKind::Embedded {
-        bail!("store.kind = \"hbase\" is not available in this build yet; use the embedded store");
-    }
-    let store = crate::store::open_embedded(&cfg.store.dir)?;
-    let summary = replay_into(args, &cfg, store)?;
+    let backend = crate::store::open(&cfg, &args.backend, false, true)?;
+    backend.ensure_tables()?;
+    let summary = replay_into(args, &cfg, &backend)?;
     if !args.quiet {
-        print_summary(&summary, &cfg.store.dir);
+        print_summary(&summary, &backend.location());
     }
     Ok(summary)
 }
 
-fn print_summary(s: &Summary, dir: &Path) {
+fn print_summary(s: &Summary, location: &str) {
     eprintln!(
         "replayed {} lines in {:.1}s ({:.0} readings/s): {} ok, {} rejected, {} late beyond lateness; \
          wrote {} narrow rows and {} wide cells to {}",
         s.read, s.elapsed_s, s.readings_per_s, s.ok, s.rejected, s.late_dropped, s.narrow_rows,
-        s.wide_cells, dir.display()
+        s.wide_cells, location
     );
 }
 
-/// Replays `args.file` into an open embedded store.
-pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, store: EmbeddedStore) -> Result<Summary> {
+/// Replays `args.file` into `backend`, one writer per worker.
+pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
     let speed = parse_speed(&args.speed)?;
     let workers = args
         .workers
@@ -166,8 +162,12 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, store: EmbeddedStore) -> 
     let progress = Progress::start(stats.clone(), total);
     let started = Instant::now();
 
-    let (w_stats, w_control, w_side, w_store) =
-        (stats.clone(), control.clone(), side.clone(), store.clone());
+    let (w_stats, w_control, w_side, w_backend) = (
+        stats.clone(),
+        control.clone(),
+        side.clone(),
+        backend.clone(),
+    );
     let guards = timely::execute(timely::Config::process(workers), move |worker| {
         let index = worker.index();
         let mut opts = base.clone();
@@ -200,7 +200,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, store: EmbeddedStore) -> 
                 scope,
                 feed,
                 &graph_cfg,
-                Box::new(w_store.writer()),
+                w_backend.writer(),
                 side,
                 w_stats.clone(),
                 w_control.clone(),
@@ -214,7 +214,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, store: EmbeddedStore) -> 
     drop(progress);
     let elapsed = started.elapsed().as_secs_f64();
     side.flush()?;
-    store.persist()?;
+    backend.persist()?;
     if let Some(e) = control.error() {
         bail!("{e}");
     }

@@ -1,24 +1,71 @@
-//! `hourglass tables`: the schema as HBase shell DDL, and dumps of stored tables.
+//! `hourglass tables`: the schema as HBase shell DDL, table creation and description in HBase,
+//! and dumps of stored tables.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use pipeline::config::JobConfig;
 use pipeline::schema;
+use sinks::hbase::admin::{self, Created};
+use sinks::hbase::HbaseConfig;
+
+use crate::store::BackendArgs;
+
+/// Where HBase is, for the admin commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HbaseArgs {
+    /// HBase Thrift1 gateway [default: the config's store.hbase].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub hbase: Option<String>,
+    /// HBase Thrift2 gateway, which creates pre-split tables [default: the --hbase host, port
+    /// 9091].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub thrift2: Option<String>,
+    /// Job configuration (TOML), for store.hbase.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl HbaseArgs {
+    fn config(&self) -> Result<HbaseConfig> {
+        let mut cfg = load_config(self.config.as_ref())?;
+        if let Some(addr) = &self.hbase {
+            cfg.store.hbase = Some(addr.clone());
+        }
+        crate::store::hbase_config(&cfg, self.thrift2.as_deref(), true)
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<JobConfig> {
+    Ok(match path {
+        Some(path) => JobConfig::load(path)?,
+        None => JobConfig::default(),
+    })
+}
 
 /// Table commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum TablesCommand {
     /// Print the HBase shell DDL that creates every hourglass table.
     Ddl,
+    /// Create every hourglass table in HBase, pre-split (no-op for tables that exist with the
+    /// same schema; an error naming the differences otherwise).
+    Create(HbaseArgs),
+    /// Show the hourglass tables in HBase: families, TTL, compression, bloom filter, versions
+    /// and region boundaries.
+    Describe(HbaseArgs),
     /// Print every visible cell of a table: `row<TAB>family:qualifier<TAB>ts_ms<TAB>value`.
     Dump {
         /// Table name (`ts_metric` or `ts_metric_hourly`).
         table: String,
-        /// Directory of the embedded store.
-        #[arg(long, default_value = "./hourglass-data")]
-        store: PathBuf,
+        /// Where the table is: `--store DIR` (default ./hourglass-data) or `--hbase HOST:PORT`.
+        #[command(flatten)]
+        backend: BackendArgs,
+        /// Job configuration (TOML), for the store location.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -31,7 +78,45 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;
             }
         }
-        TablesCommand::Dump { table, store } => {
+        TablesCommand::Create(args) => {
+            let cfg = args.config()?;
+            for (table, created) in admin::create_tables(&cfg, &schema::all_tables())? {
+                let what = match created {
+                    Created::Created => "created",
+                    Created::AlreadyExists => "exists with the same schema; left as is",
+                };
+                writeln!(out, "{table}: {what}")?;
+            }
+        }
+        TablesCommand::Describe(args) => {
+            let cfg = args.config()?;
+            for t in admin::describe_tables(&cfg, &schema::all_tables())? {
+                writeln!(out, "table {}", t.name)?;
+                for f in &t.families {
+                    let ttl = f.ttl_secs.map_or("FOREVER".into(), |s| s.to_string());
+                    writeln!(
+                        out,
+                        "  family {}: TTL {ttl}, COMPRESSION {}, BLOOMFILTER {}, VERSIONS {}",
+                        f.name, f.compression, f.bloom, f.max_versions
+                    )?;
+                }
+                writeln!(out, "  {} regions:", t.regions.len())?;
+                for r in &t.regions {
+                    writeln!(
+                        out,
+                        "    [{:?}, {:?})  {}",
+                        String::from_utf8_lossy(&r.start),
+                        String::from_utf8_lossy(&r.end),
+                        r.server
+                    )?;
+                }
+            }
+        }
+        TablesCommand::Dump {
+            table,
+            backend,
+            config,
+        } => {
             let spec = schema::all_tables()
                 .into_iter()
                 .find(|t| t.name == table)
@@ -42,9 +127,10 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                         schema::HOURLY_TABLE
                     )
                 })?;
-            anyhow::ensure!(store.exists(), "no embedded store at {}", store.display());
-            let db = crate::store::open_embedded(&store)?;
-            for row in db.dump(spec.name)? {
+            let mut cfg = load_config(config.as_ref())?;
+            backend.apply(&mut cfg);
+            let db = crate::store::open(&cfg, &backend, true, false)?;
+            db.for_each_row(spec.name, |row| {
                 for c in &row.cells {
                     writeln!(
                         out,
@@ -56,7 +142,8 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                         String::from_utf8_lossy(&c.value)
                     )?;
                 }
-            }
+                Ok(())
+            })?;
         }
     }
     Ok(ExitCode::SUCCESS)
