@@ -6,6 +6,7 @@ mod generate;
 mod progress;
 mod query;
 mod replay;
+mod serve;
 mod store;
 mod tables;
 
@@ -36,6 +37,8 @@ enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,340 @@
+//! `hourglass serve`: dashboards over HTTP — a JSON API, the Prometheus API subset that
+//! Grafana's built-in data source uses, a built-in page, `/metrics` and `/healthz`.
+//!
+//! Handlers never touch the store on the async threads: every read runs in
+//! [`tokio::task::spawn_blocking`] through [`blocking`], because both backends block.
+
+mod api;
+mod metrics;
+mod page;
+mod prom;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use pipeline::config::{JobConfig, StoreKind};
+use pipeline::rowkey::KeyScheme;
+use pipeline::schema;
+use subtle::ConstantTimeEq;
+
+use crate::store::{self, Backend, BackendArgs, Reader};
+
+/// The room view table (`<room>_<device>` → `t:v`, cell timestamp = event time). Another part
+/// of hourglass creates it; until `schema::all_tables()` lists it, room queries answer 501.
+const ROOM_TABLE: &str = "ts_room_latest";
+
+/// How long the device list and the device → room map are reused before a rescan. Both feed
+/// Grafana's pickers and regex matchers, which ask for them on every dashboard refresh.
+const LIST_TTL: Duration = Duration::from_secs(30);
+
+/// HBase readers kept open: each holds one Thrift connection used by one call at a time.
+const HBASE_READERS: usize = 8;
+
+/// How long a request retries an unreachable HBase before answering 503: a dashboard would
+/// rather show an error than wait for the minute interactive commands allow.
+const HBASE_REQUEST_RETRY: Duration = Duration::from_secs(5);
+
+/// Flags of `hourglass serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Job configuration (TOML), for the key scheme, the metric name and the store location.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on. The default accepts local connections only; use `--token-file`
+    /// before listening on another interface. Port 0 picks a free port (printed on start).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+    pub listen: String,
+    /// File holding a bearer token; every endpoint but `/healthz` then needs
+    /// `Authorization: Bearer <token>`. Surrounding whitespace is ignored.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct AppState {
+    readers: Vec<Reader>,
+    next_reader: AtomicUsize,
+    scheme: KeyScheme,
+    /// The metric name series carry in the Prometheus API (`temp` by default).
+    metric: String,
+    /// Whether the room view table exists in this build's schema.
+    room_table: bool,
+    token: Option<Vec<u8>>,
+    metrics: metrics::Metrics,
+    devices: Cached<Vec<String>>,
+    rooms: Cached<HashMap<String, String>>,
+}
+
+type Shared = Arc<AppState>;
+
+/// A list computed from a scan, with when it was made.
+type Cached<T> = Mutex<Option<(Instant, Arc<T>)>>;
+
+impl AppState {
+    /// A reader for one call, round robin.
+    fn reader(&self) -> &Reader {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        &self.readers[i % self.readers.len()]
+    }
+}
+
+/// An error answer of the JSON API: `{"error": message}` with a status.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    fn not_implemented(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: message.into(),
+        }
+    }
+
+    /// A failed store call: 503 when the store is unreachable or refuses, 500 otherwise (a
+    /// malformed row is a bug or a foreign writer, not something a retry cures).
+    fn from_store(e: &pipeline::Error) -> Self {
+        match e {
+            pipeline::Error::Store { .. } => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message: format!("store unavailable: {e}"),
+            },
+            other => ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+/// Runs `f` with the state on the blocking pool, counting store errors.
+async fn blocking<T, F>(state: &Shared, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&AppState) -> Result<T, ApiError> + Send + 'static,
+{
+    let st = state.clone();
+    let result = tokio::task::spawn_blocking(move || f(&st))
+        .await
+        .unwrap_or_else(|join| {
+            Err(ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!("request handler failed: {join}"),
+            })
+        });
+    if let Err(e) = &result {
+        if matches!(
+            e.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::INTERNAL_SERVER_ERROR
+        ) {
+            state.metrics.store_error();
+        }
+    }
+    result
+}
+
+/// `pipeline::Result` → [`ApiError`], for closures run by [`blocking`].
+trait StoreResult<T> {
+    fn store(self) -> Result<T, ApiError>;
+}
+
+impl<T> StoreResult<T> for pipeline::Result<T> {
+    fn store(self) -> Result<T, ApiError> {
+        self.map_err(|e| ApiError::from_store(&e))
+    }
+}
+
+/// Every endpoint but `/healthz` goes through this when a token is configured.
+async fn require_token(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    let Some(token) = &st.token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    // `ct_eq` compares in time independent of where the first difference is (the length may
+    // leak, which says nothing useful about a random token).
+    if given.is_some_and(|g| bool::from(g.ct_eq(token))) {
+        return next.run(req).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        Json(serde_json::json!({
+            "status": "error",
+            "errorType": "unauthorized",
+            "error": "missing or wrong bearer token: send `Authorization: Bearer <token>` with the token of --token-file",
+        })),
+    )
+        .into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The application: every route, auth and metrics.
+fn router(state: Shared) -> Router {
+    let protected = Router::new()
+        .route("/", get(page::index))
+        .route("/assets/uPlot.iife.min.js", get(page::uplot_js))
+        .route("/assets/uPlot.min.css", get(page::uplot_css))
+        .route("/api/v1/curve", get(api::curve))
+        .route("/api/v1/hour", get(api::hour))
+        .route("/api/v1/latest", get(api::latest))
+        .route("/api/v1/devices", get(api::devices))
+        .route("/api/v1/room/{room}", get(api::room))
+        .route(
+            "/api/v1/query_range",
+            get(prom::query_range).post(prom::query_range),
+        )
+        .route("/api/v1/query", get(prom::query).post(prom::query))
+        .route("/api/v1/labels", get(prom::labels).post(prom::labels))
+        .route("/api/v1/label/{name}/values", get(prom::label_values))
+        .route("/api/v1/series", get(prom::series).post(prom::series))
+        .route("/api/v1/metadata", get(prom::metadata))
+        .route("/api/v1/status/buildinfo", get(prom::buildinfo))
+        .route("/metrics", get(metrics::export))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(protected)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .with_state(state)
+}
+
+/// Opens the backend `args` name, ready for serving.
+fn open_state(args: &ServeArgs) -> Result<AppState> {
+    let mut cfg = match &args.config {
+        Some(path) => JobConfig::load(path)?,
+        None => JobConfig::default(),
+    };
+    args.backend.apply(&mut cfg);
+    let backend = match cfg.store.kind {
+        StoreKind::Embedded => store::open(&cfg, &args.backend, true, false).context(
+            "`hourglass serve` opens the embedded store exclusively: it cannot share the \
+             directory with a running `hourglass replay` or `hourglass run` (stop it first, or \
+             serve HBase with --hbase)",
+        )?,
+        StoreKind::Hbase => {
+            let mut hb = store::hbase_config(&cfg, args.backend.thrift2.as_deref(), true)?;
+            hb.retry.max_elapsed = Some(HBASE_REQUEST_RETRY);
+            Backend::Hbase {
+                cfg: hb,
+                stats: Arc::default(),
+            }
+        }
+    };
+    let readers = match &backend {
+        Backend::Embedded { .. } => vec![backend.reader()],
+        Backend::Hbase { .. } => (0..HBASE_READERS).map(|_| backend.reader()).collect(),
+    };
+    let token = match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?;
+            let token = text.trim();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "token file {} is empty: put a random token in it (e.g. `openssl rand -hex 32`)",
+                path.display()
+            );
+            Some(token.as_bytes().to_vec())
+        }
+        None => None,
+    };
+    tracing::info!(store = %backend.location(), "serving");
+    Ok(AppState {
+        readers,
+        next_reader: AtomicUsize::new(0),
+        scheme: cfg.key_scheme,
+        metric: cfg.metric.clone(),
+        room_table: schema::all_tables().iter().any(|t| t.name == ROOM_TABLE),
+        token,
+        metrics: metrics::Metrics::new(),
+        devices: Mutex::new(None),
+        rooms: Mutex::new(None),
+    })
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let state = Arc::new(open_state(args)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        // Tests and scripts read the address (port 0 picks one) from this first line.
+        println!("listening on http://{addr}");
+        if state.token.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "listening beyond loopback without --token-file: anyone who reaches this address can read every reading");
+        }
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(shutdown())
+            .await
+            .context("serving HTTP")
+    })
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
