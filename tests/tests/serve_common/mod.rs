@@ -1,0 +1,161 @@
+//! Shared by the `serve_*` scenarios: the replayed scenario store, a `hourglass serve` on a
+//! copy of it (so servers and CLI queries never contend for the store's lock), and HTTP calls.
+
+#![allow(dead_code)] // Each test file uses a different part.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use e2e::{data, hourglass_bin, hourglass_ok, NOW};
+
+/// The recording's first hour, 2024-08-19T21:00:00Z; the scenario spans two hours.
+pub const H: i64 = 1724101200;
+
+/// A directory holding `store/`, the scenario replayed once per test process.
+pub fn scenario() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let input = data("scenario.jsonl");
+        hourglass_ok(
+            &dir,
+            &["replay", input.to_str().expect("utf-8"), "--store", "store"],
+        );
+        dir
+    })
+}
+
+/// Runs `hourglass args… --store store` on the scenario (one at a time: the store is locked
+/// while open) and returns stdout.
+pub fn cli(args: &[&str]) -> String {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut all = args.to_vec();
+    all.extend(["--store", "store"]);
+    hourglass_ok(scenario(), &all)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
+/// A running `hourglass serve`, killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Its scratch directory (holds `store/` for embedded servers).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Starts `hourglass serve` on a free port with `args`, in a scratch dir that holds a copy of
+/// the scenario store at `store/` when `with_store`.
+pub fn start_with(args: &[&str], with_store: bool) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    if with_store {
+        copy_dir(&scenario().join("store"), &dir.path().join("store"));
+    }
+    let stderr = std::fs::File::create(dir.path().join("serve.err")).expect("stderr file");
+    let mut child = Command::new(hourglass_bin())
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(dir.path())
+        .env("HOURGLASS_NOW", NOW)
+        .env_remove("HOURGLASS_LOG")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("starting hourglass serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reading serve's stdout");
+    let Some(url) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.wait();
+        panic!(
+            "hourglass serve did not start: {line:?}\n{}",
+            std::fs::read_to_string(dir.path().join("serve.err")).unwrap_or_default()
+        );
+    };
+    Server {
+        url: url.to_string(),
+        child,
+        dir,
+    }
+}
+
+/// `hourglass serve --store store` on a copy of the scenario.
+pub fn start() -> Server {
+    start_with(&["--store", "store"], true)
+}
+
+/// An agent that returns 4xx/5xx answers instead of failing on them.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// GET `path` with query `params`: (status, body text).
+pub fn get(server: &Server, path: &str, params: &[(&str, &str)]) -> (u16, String) {
+    let mut req = agent().get(format!("{}{path}", server.url));
+    for (k, v) in params {
+        req = req.query(*k, *v);
+    }
+    let mut res = req.call().expect("HTTP GET");
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_to_string().expect("body"))
+}
+
+/// GET `path` and parse its JSON body: (status, value).
+pub fn get_json(server: &Server, path: &str, params: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let (status, body) = get(server, path, params);
+    let value = serde_json::from_str(&body).unwrap_or_else(|e| {
+        panic!("{path} {params:?} answered {status} with non-JSON ({e}): {body}")
+    });
+    (status, value)
+}
+
+/// POST `params` as a form to `path` and parse the JSON answer.
+pub fn post_form(server: &Server, path: &str, params: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let mut res = agent()
+        .post(format!("{}{path}", server.url))
+        .send_form(params.iter().copied())
+        .expect("HTTP POST");
+    let status = res.status().as_u16();
+    let body = res.body_mut().read_to_string().expect("body");
+    (status, serde_json::from_str(&body).expect("JSON body"))
+}
+
+/// The `error` message of a JSON error answer.
+pub fn error_of(v: &serde_json::Value) -> &str {
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message in {v}"))
+}
