@@ -25,6 +25,27 @@ fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
     serde_json::from_value(out["points"].clone()).expect("points")
 }
 
+/// The labels of a device's series: `room` too when the room view (if this build has it) holds
+/// the device.
+fn labels(device: &str) -> Value {
+    let mut labels = json!({ "__name__": "temp", "device": device });
+    if pipeline::schema::all_tables()
+        .iter()
+        .any(|t| t.name == "ts_room_latest")
+    {
+        let dump = cli(&["tables", "dump", "ts_room_latest"]);
+        let room = dump.lines().find_map(|line| {
+            let key = line.split('\t').next()?;
+            let (room, d) = key.split_once('_')?;
+            (d == device).then(|| room.to_string())
+        });
+        if let Some(room) = room {
+            labels["room"] = json!(room);
+        }
+    }
+    labels
+}
+
 /// `[[ts, "value"], …]` → `(ts, value)`.
 fn values(series: &Value) -> Vec<(i64, f64)> {
     series["values"]
@@ -87,10 +108,7 @@ fn query_range_at_step_1_returns_exactly_the_cli_points() {
     assert_eq!(got["data"]["resultType"], "matrix");
     let result = got["data"]["result"].as_array().expect("result");
     assert_eq!(result.len(), 1);
-    assert_eq!(
-        result[0]["metric"],
-        json!({ "__name__": "temp", "device": "dev00786" })
-    );
+    assert_eq!(result[0]["metric"], labels("dev00786"));
     let want = cli_points("dev00786", start, end + 1);
     assert!(want.len() > 20);
     assert_eq!(values(&result[0]), want);
@@ -234,10 +252,7 @@ fn labels_values_series_and_buildinfo() {
         ],
     );
     assert_eq!(status, 200, "{got}");
-    assert_eq!(
-        got["data"],
-        json!([{ "__name__": "temp", "device": "dev00786" }, { "__name__": "temp", "device": "sensor-1" }])
-    );
+    assert_eq!(got["data"], json!([labels("dev00786"), labels("sensor-1")]));
     let (status, got) = get_json(&server, "/api/v1/status/buildinfo", &[]);
     assert_eq!(status, 200);
     assert!(got["data"]["version"]
@@ -286,5 +301,34 @@ fn unsupported_promql_is_bad_data() {
             got["error"].as_str().expect("error").contains(what),
             "{params:?}: {got}"
         );
+    }
+}
+
+#[test]
+fn room_selector_needs_the_room_view() {
+    let server = start();
+    let (status, got) = call(
+        &server,
+        "/api/v1/query_range",
+        &range(r#"temp{room="room031"}"#, H, H + 3600, "60", None),
+    );
+    if pipeline::schema::all_tables()
+        .iter()
+        .any(|t| t.name == "ts_room_latest")
+    {
+        assert_eq!(status, 200, "{got}");
+        for series in got["data"]["result"].as_array().expect("result") {
+            assert_eq!(series["metric"]["room"], "room031", "{got}");
+        }
+    } else {
+        assert_eq!(
+            (status, &got["errorType"]),
+            (501, &json!("unavailable")),
+            "{got}"
+        );
+        assert!(got["error"]
+            .as_str()
+            .expect("error")
+            .contains("ts_room_latest"));
     }
 }
