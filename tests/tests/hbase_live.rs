@@ -1,0 +1,582 @@
+//! hourglass against a live HBase (started by `scripts/services.sh up hbase`; `make test` does):
+//! parity with the embedded store, pre-split regions, a standard client reading our rows, and a
+//! restart of HBase in the middle of a replay.
+//!
+//! These tests fail when HBase is not reachable on 127.0.0.1:9090/9091. Outside CI,
+//! `HOURGLASS_SKIP_HBASE=1` skips them. HBase tables are global, so the tests run one at a time
+//! (a shared lock) and each drops and recreates the tables first.
+//!
+//! HBase measures TTLs against the real clock, so recordings are replayed with `--rebase-time`
+//! and `HOURGLASS_NOW` set to the real time, the same for the HBase and the embedded replays.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use e2e::{data, hourglass_bin, repo_root};
+use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE};
+use pipeline::table::ScanSpec;
+use sinks::hbase::admin::{self, Created};
+use sinks::hbase::{HbaseConfig, HbaseStore};
+
+const THRIFT1: &str = "127.0.0.1:9090";
+const THRIFT2: &str = "127.0.0.1:9091";
+
+/// Serialises the tests of this file: they share HBase's tables.
+static HBASE: Mutex<()> = Mutex::new(());
+
+/// Takes the HBase lock, or returns `None` when the HBase tests are skipped.
+///
+/// # Panics
+/// When HBase is not reachable, with what to do about it.
+fn hbase() -> Option<MutexGuard<'static, ()>> {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
+        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
+        return None;
+    }
+    let guard = HBASE.lock().unwrap_or_else(PoisonError::into_inner);
+    for addr in [THRIFT1, THRIFT2] {
+        let sock: SocketAddr = addr.parse().expect("socket address");
+        if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
+            panic!(
+                "the HBase Thrift gateway is not reachable on {addr} ({e}): start it with \
+                 `scripts/services.sh up hbase` (`make test` does){}",
+                if ci {
+                    ""
+                } else {
+                    ", or set HOURGLASS_SKIP_HBASE=1 to skip the HBase tests"
+                }
+            );
+        }
+    }
+    Some(guard)
+}
+
+fn config() -> HbaseConfig {
+    let mut cfg = HbaseConfig::new(THRIFT1).with_thrift2(THRIFT2);
+    cfg.retry.max_elapsed = Some(Duration::from_secs(120));
+    cfg
+}
+
+/// Drops and recreates the hourglass tables: every test starts from empty tables.
+fn reset_tables() {
+    let cfg = config();
+    admin::drop_tables(&cfg, &[NARROW_TABLE, HOURLY_TABLE]).expect("dropping the tables");
+    let created = admin::create_tables(&cfg, &schema::all_tables()).expect("creating the tables");
+    assert!(
+        created.iter().all(|(_, c)| *c == Created::Created),
+        "{created:?}"
+    );
+}
+
+/// The real time, epoch seconds: HBase's TTL uses it, so the embedded store must too.
+fn real_now() -> String {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+        .to_string()
+}
+
+fn command(dir: &Path, now: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(hourglass_bin());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("HOURGLASS_NOW", now)
+        .env_remove("HOURGLASS_LOG");
+    cmd
+}
+
+fn check(args: &[&str], out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "hourglass {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Runs `hourglass args…` with `HOURGLASS_NOW=now` and returns its stdout.
+fn run(dir: &Path, now: &str, args: &[&str]) -> String {
+    let out = command(dir, now, args).output().expect("running hourglass");
+    check(args, out)
+}
+
+/// Replays `file` rebased to `now` into HBase and into the embedded store `dir/store`; returns
+/// both summaries.
+fn replay_both(
+    dir: &Path,
+    now: &str,
+    file: &str,
+    extra: &[&str],
+) -> (serde_json::Value, serde_json::Value) {
+    let mut stats = Vec::new();
+    for (name, backend) in [
+        ("hbase", ["--hbase", THRIFT1]),
+        ("embedded", ["--store", "store"]),
+    ] {
+        let json = format!("{name}.stats.json");
+        let mut args = vec![
+            "replay",
+            file,
+            "--rebase-time",
+            "--stats-json",
+            &json,
+            "--quiet",
+        ];
+        args.extend(backend);
+        args.extend(extra);
+        run(dir, now, &args);
+        let text = std::fs::read_to_string(dir.join(&json)).expect("stats written");
+        stats.push(serde_json::from_str(&text).expect("stats are JSON"));
+    }
+    let embedded = stats.pop().expect("two replays");
+    (stats.pop().expect("two replays"), embedded)
+}
+
+fn dump(dir: &Path, now: &str, table: &str, backend: &[&str]) -> String {
+    let mut args = vec!["tables", "dump", table];
+    args.extend(backend);
+    run(dir, now, &args)
+}
+
+fn assert_same_dumps(dir: &Path, now: &str) -> Vec<String> {
+    let mut dumps = Vec::new();
+    for table in [NARROW_TABLE, HOURLY_TABLE] {
+        let hbase = dump(dir, now, table, &["--hbase", THRIFT1]);
+        let embedded = dump(dir, now, table, &["--store", "store"]);
+        assert!(!hbase.is_empty(), "{table} is empty in HBase");
+        if hbase != embedded {
+            let first = hbase
+                .lines()
+                .zip(embedded.lines())
+                .position(|(h, e)| h != e)
+                .unwrap_or_else(|| hbase.lines().count().min(embedded.lines().count()));
+            panic!(
+                "{table} differs between HBase and the embedded store at line {}:\n  HBase:    \
+                 {:?}\n  embedded: {:?}\n({} vs {} lines)",
+                first + 1,
+                hbase.lines().nth(first),
+                embedded.lines().nth(first),
+                hbase.lines().count(),
+                embedded.lines().count()
+            );
+        }
+        dumps.push(hbase);
+    }
+    dumps
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// The device of a narrow row key `<bucket>_<device>_<reversed ts>`.
+fn narrow_device(key: &str) -> &str {
+    let rest = &key[3..];
+    &rest[..rest.rfind('_').expect("narrow key has a timestamp")]
+}
+
+#[test]
+fn replay_into_hbase_stores_and_answers_exactly_what_the_embedded_store_does() {
+    let Some(_hbase) = hbase() else { return };
+    let dir = scratch();
+    let dir = dir.path();
+    let now = real_now();
+    let scenario = data("scenario.jsonl");
+    let scenario = scenario.to_str().expect("utf-8 path");
+
+    // Without tables, the replay stops at once and says what to do.
+    admin::drop_tables(&config(), &[NARROW_TABLE, HOURLY_TABLE]).expect("dropping the tables");
+    let args = ["replay", scenario, "--hbase", THRIFT1, "--quiet"];
+    let out = command(dir, &now, &args)
+        .output()
+        .expect("running hourglass");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "replay without tables succeeded");
+    assert!(
+        stderr.contains("not found in HBase") && stderr.contains("hourglass tables create --hbase"),
+        "{stderr}"
+    );
+
+    reset_tables();
+    let (hb, emb) = replay_both(dir, &now, scenario, &["--workers", "2"]);
+    for key in [
+        "read",
+        "ok",
+        "rejected",
+        "late_dropped",
+        "narrow_rows",
+        "wide_cells",
+    ] {
+        assert_eq!(hb[key], emb[key], "{key}: HBase {hb} vs embedded {emb}");
+    }
+    let dumps = assert_same_dumps(dir, &now);
+
+    // Same answers to every dashboard query, for every device and hour.
+    let devices: BTreeSet<&str> = dumps[0]
+        .lines()
+        .map(|l| narrow_device(l.split('\t').next().expect("row key")))
+        .collect();
+    let hours: BTreeSet<(&str, &str)> = dumps[1]
+        .lines()
+        .map(|l| {
+            let key = l.split('\t').next().expect("row key");
+            key.rsplit_once('_').expect("wide key has an hour")
+        })
+        .collect();
+    assert!(
+        devices.len() >= 3 && hours.len() >= 3,
+        "{devices:?} {hours:?}"
+    );
+    let n: i64 = now.parse().expect("now");
+    let (from, to) = ((n - 3 * 86_400).to_string(), (n + 3600).to_string());
+    let mut queries: Vec<Vec<&str>> = Vec::new();
+    for d in &devices {
+        queries.push(vec!["query", "latest", "--device", d]);
+        queries.push(vec![
+            "query", "curve", "--device", d, "--from", &from, "--to", &to,
+        ]);
+    }
+    for (d, h) in &hours {
+        queries.push(vec!["query", "hour", "--device", d, "--hour", h]);
+    }
+    for q in &queries {
+        let mut hbase_args = q.clone();
+        hbase_args.extend(["--format", "json", "--hbase", THRIFT1]);
+        let mut embedded_args = q.clone();
+        embedded_args.extend(["--format", "json", "--store", "store"]);
+        let from_hbase = run(dir, &now, &hbase_args);
+        assert!(!from_hbase.trim().is_empty(), "{q:?} answered nothing");
+        assert_eq!(from_hbase, run(dir, &now, &embedded_args), "{q:?}");
+    }
+}
+
+#[test]
+fn tables_are_pre_split_and_every_region_receives_writes() {
+    let Some(_hbase) = hbase() else { return };
+    let cfg = config();
+    reset_tables();
+    let dir = scratch();
+    let dir = dir.path();
+    let now = real_now();
+
+    let described = run(dir, &now, &["tables", "describe", "--hbase", THRIFT1]);
+    assert!(
+        described
+            .contains("family t: TTL 7776000, COMPRESSION SNAPPY, BLOOMFILTER ROW, VERSIONS 1"),
+        "{described}"
+    );
+    assert!(described.contains("16 regions:"), "{described}");
+    let again = run(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
+    assert!(
+        again.contains("ts_metric: exists with the same schema"),
+        "{again}"
+    );
+
+    let regions = admin::table_regions(&cfg, NARROW_TABLE).expect("regions");
+    let bounds: Vec<(String, String)> = regions
+        .iter()
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.start).into_owned(),
+                String::from_utf8_lossy(&r.end).into_owned(),
+            )
+        })
+        .collect();
+    let mut expected = vec![(String::new(), "01".to_string())];
+    expected.extend((1..15).map(|b| (format!("{b:02}"), format!("{:02}", b + 1))));
+    expected.push(("15".to_string(), String::new()));
+    assert_eq!(bounds, expected);
+
+    run(
+        dir,
+        &now,
+        &[
+            "generate",
+            "--devices",
+            "500",
+            "--duration",
+            "10m",
+            "--out",
+            "traffic.jsonl",
+        ],
+    );
+    let stats = run(
+        dir,
+        &now,
+        &[
+            "replay",
+            "traffic.jsonl",
+            "--rebase-time",
+            "--hbase",
+            THRIFT1,
+            "--quiet",
+            "--stats-json",
+            "/dev/stdout",
+        ],
+    );
+    let stats: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
+    assert_eq!(stats["narrow_rows"], 500 * 60, "{stats}");
+
+    let store = HbaseStore::new(&cfg);
+    for r in &regions {
+        let spec = ScanSpec {
+            start: r.start.clone(),
+            stop: r.end.clone(),
+            limit: Some(1),
+        };
+        let rows = store.scan_rows(NARROW_TABLE, &spec).expect("scan a region");
+        assert_eq!(
+            rows.len(),
+            1,
+            "region [{:?}, {:?}) received no write",
+            String::from_utf8_lossy(&r.start),
+            String::from_utf8_lossy(&r.end)
+        );
+    }
+
+    // A table with another schema is refused with what differs.
+    admin::drop_tables(&cfg, &[HOURLY_TABLE]).expect("drop");
+    let mut other = schema::hourly_table();
+    other.families[0].ttl_secs = Some(86_400);
+    other.families[0].compression = schema::Compression::None;
+    admin::create_tables(&cfg, &[other]).expect("create a different table");
+    let err = run_err(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
+    assert!(
+        err.contains("ts_metric_hourly exists in HBase with a different schema")
+            && err.contains("TTL is 86400, want 7776000")
+            && err.contains("COMPRESSION is NONE, want SNAPPY"),
+        "{err}"
+    );
+    reset_tables();
+}
+
+fn run_err(dir: &Path, now: &str, args: &[&str]) -> String {
+    let out = command(dir, now, args).output().expect("running hourglass");
+    assert!(!out.status.success(), "hourglass {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A child process killed when dropped, so a failing test leaves no replay writing into the
+/// tables of the next one.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn venv_python() -> PathBuf {
+    let python = repo_root().join(".services/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `scripts/services.sh up hbase` creates the venv with happybase",
+        python.display()
+    );
+    python
+}
+
+#[test]
+fn happybase_reads_our_rows_with_the_seed_conventions() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    let dir = dir.path();
+    let now = real_now();
+    let scenario = data("scenario.jsonl");
+    run(
+        dir,
+        &now,
+        &[
+            "replay",
+            scenario.to_str().expect("utf-8"),
+            "--rebase-time",
+            "--hbase",
+            THRIFT1,
+            "--quiet",
+        ],
+    );
+    let narrow = dump(dir, &now, NARROW_TABLE, &["--hbase", THRIFT1]);
+    let hourly = dump(dir, &now, HOURLY_TABLE, &["--hbase", THRIFT1]);
+
+    // One reading of each device, found by hourglass; Python recomputes its keys on its own.
+    let mut checked = 0;
+    let mut seen = BTreeSet::new();
+    for line in narrow.lines().filter(|l| l.contains("\tt:v\t")) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let device = narrow_device(cols[0]);
+        if !seen.insert(device.to_string()) {
+            continue;
+        }
+        let ts_ms: i64 = cols[2].parse().expect("ts");
+        let ts = (ts_ms / 1000).to_string();
+        let out = Command::new(venv_python())
+            .arg(repo_root().join("scripts/hbase_read.py"))
+            .args([device, &ts, "--port", "9090"])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running scripts/hbase_read.py");
+        assert!(out.status.success(), "hbase_read.py {device} {ts} failed");
+        let read: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+
+        assert_eq!(read["narrow_key"], cols[0], "{read}");
+        let value = serde_json::json!([cols[3], ts_ms]);
+        assert_eq!(read["narrow"]["t:v"], value, "{read}");
+        let extra = narrow
+            .lines()
+            .find(|l| l.starts_with(&format!("{}\tt:x\t", cols[0])))
+            .map(|l| l.split('\t').nth(3).expect("value"));
+        if let Some(extra) = extra {
+            assert_eq!(
+                read["narrow"]["t:x"],
+                serde_json::json!([extra, ts_ms]),
+                "{read}"
+            );
+        }
+
+        let hour_key = read["hourly_key"].as_str().expect("hourly key");
+        let (qualifier, cell) = read["hourly"]
+            .as_object()
+            .expect("hourly cells")
+            .iter()
+            .next()
+            .unwrap_or_else(|| panic!("no hourly cell for {device} at {ts}: {read}"));
+        let stored = format!(
+            "{hour_key}\t{qualifier}\t{ts_ms}\t{}",
+            cell[0].as_str().expect("value")
+        );
+        assert!(
+            hourly.lines().any(|l| l == stored),
+            "happybase read {stored:?}, which hourglass did not store"
+        );
+        assert_eq!(cell[0], cols[3], "wide and narrow values differ: {read}");
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} devices checked");
+}
+
+#[test]
+fn an_hbase_restart_in_the_middle_of_a_replay_loses_nothing() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    let dir = dir.path();
+    let now = real_now();
+    run(
+        dir,
+        &now,
+        &[
+            "generate",
+            "--devices",
+            "2000",
+            "--duration",
+            "20m",
+            "--out",
+            "traffic.jsonl",
+        ],
+    );
+
+    // 20 recorded minutes at 40x: about 30 s of replay, plus the restarts.
+    let args = [
+        "replay",
+        "traffic.jsonl",
+        "--rebase-time",
+        "--speed",
+        "40",
+        "--hbase",
+        THRIFT1,
+        "--stats-json",
+        "hbase.stats.json",
+        "--quiet",
+    ];
+    let mut replay = KillOnDrop(Some(
+        command(dir, &now, &args)
+            .env("HOURGLASS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the replay"),
+    ));
+    std::thread::sleep(Duration::from_secs(5));
+    let services = repo_root().join("scripts/services.sh");
+    let started = Instant::now();
+    let status = Command::new(&services)
+        .args(["restart", "hbase"])
+        .status()
+        .expect("running scripts/services.sh restart hbase");
+    assert!(status.success(), "restarting HBase failed");
+    eprintln!("HBase restarted in {:.0?}", started.elapsed());
+    assert!(
+        replay
+            .0
+            .as_mut()
+            .expect("running")
+            .try_wait()
+            .expect("replay status")
+            .is_none(),
+        "the replay ended before HBase was back: the restart did not happen mid-replay"
+    );
+    // The gateways too: the writers see refused connections and must reconnect.
+    let status = Command::new(&services)
+        .args(["restart", "thrift"])
+        .status()
+        .expect("running scripts/services.sh restart thrift");
+    assert!(status.success(), "restarting the Thrift gateways failed");
+
+    let out = replay
+        .0
+        .take()
+        .expect("running")
+        .wait_with_output()
+        .expect("waiting for the replay");
+    check(&args, out);
+    let text = std::fs::read_to_string(dir.join("hbase.stats.json")).expect("stats written");
+    let stats: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
+    assert_eq!(stats["ok"], 2000 * 120, "{stats}");
+
+    // The same file into the embedded store at full speed: identical tables.
+    run(
+        dir,
+        &now,
+        &[
+            "replay",
+            "traffic.jsonl",
+            "--rebase-time",
+            "--store",
+            "store",
+            "--quiet",
+        ],
+    );
+    let dumps = assert_same_dumps(dir, &now);
+    let narrow_rows = dumps[0]
+        .lines()
+        .map(|l| l.split('\t').next().expect("key"))
+        .collect::<BTreeSet<_>>()
+        .len();
+    let point_cells = dumps[1]
+        .lines()
+        .filter(|l| {
+            l.split('\t')
+                .nth(1)
+                .is_some_and(|c| c.starts_with("t:") && c[2..].bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count();
+    assert_eq!(
+        narrow_rows as u64,
+        stats["narrow_rows"].as_u64().expect("count")
+    );
+    assert_eq!(
+        point_cells as u64,
+        stats["wide_cells"].as_u64().expect("count")
+    );
+}
