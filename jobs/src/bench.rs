@@ -88,6 +88,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 dead_letter: dir.join("bench-dead.jsonl"),
                 late_output: dir.join("bench-late.jsonl"),
                 stats_json: None,
+                registry: None,
                 quiet: true,
             };
             let cfg = replay::job_config(&args)?;

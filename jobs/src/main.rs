@@ -14,6 +14,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// The embedded store allocates per cell (memtable nodes, batch entries): glibc's malloc took
+// ~40% of replay CPU in profiles; mimalloc roughly halves that.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// hourglass: a streaming time-series pipeline that stores sensor readings the HBase way.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]

@@ -25,6 +25,36 @@ pub enum Format {
     Json,
 }
 
+/// Where `query curve` reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Source {
+    /// Whole hours from wide rows, partial hours from the narrow table.
+    Auto,
+    /// The narrow table only.
+    Narrow,
+    /// The wide table only.
+    Wide,
+}
+
+impl From<Source> for query::CurveSource {
+    fn from(s: Source) -> Self {
+        match s {
+            Source::Auto => query::CurveSource::Auto,
+            Source::Narrow => query::CurveSource::Narrow,
+            Source::Wide => query::CurveSource::Wide,
+        }
+    }
+}
+
+/// How `query room` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Strategy {
+    /// One prefix scan of the room view.
+    View,
+    /// Parallel salted scans of the narrow table over the registry's devices.
+    Fanout,
+}
+
 /// Where to read from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
@@ -53,6 +83,11 @@ pub enum QueryCommand {
         /// End (exclusive): epoch seconds or RFC 3339.
         #[arg(long)]
         to: String,
+        /// `auto`: whole hours from wide rows (one Get each), partial hours from the narrow
+        /// table; `narrow`: one scan of the narrow table (JSON then includes every field);
+        /// `wide`: wide rows only.
+        #[arg(long, value_enum, default_value = "auto")]
+        source: Source,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -72,6 +107,22 @@ pub enum QueryCommand {
         /// Device id.
         #[arg(long)]
         device: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Every device's current value in a room.
+    Room {
+        /// Room id.
+        #[arg(long)]
+        room: String,
+        /// `view`: one prefix scan of the room view `ts_room_latest`; `fanout`: the seed's way,
+        /// the newest narrow row of each of the room's devices (from the registry), 16 salt
+        /// buckets scanned in parallel.
+        #[arg(long, value_enum, default_value = "view")]
+        strategy: Strategy,
+        /// Device registry CSV, for `--strategy fanout` [default: the config's `registry`].
+        #[arg(long)]
+        registry: Option<PathBuf>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -95,6 +146,7 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
             device,
             from,
             to,
+            source,
             store,
         } => {
             let (from, to) = (parse_time(&from)?, parse_time(&to)?);
@@ -103,6 +155,23 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
                 "--from must be before --to (the range is [from, to))"
             );
             let (cfg, db) = open(&store)?;
+            if source != Source::Narrow {
+                let points =
+                    query::curve_points(&db, cfg.key_scheme, &device, from, to, source.into())?;
+                if points.is_empty() {
+                    ensure_known(&db, &cfg, &device)?;
+                    eprintln!("no readings of {device} in [{}, {})", format_time(from), format_time(to));
+                }
+                match store.format {
+                    Format::Json => writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({ "device": device, "from": from, "to": to, "points": points })
+                    )?,
+                    f => write_points(&mut out, f, &points)?,
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let readings = query::curve(&db, cfg.key_scheme, &device, from, to)?;
             if readings.is_empty() {
                 ensure_known(&db, &cfg, &device)?;
@@ -142,7 +211,21 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
             }
             match store.format {
                 Format::Json => writeln!(out, "{}", serde_json::to_string(&answer)?)?,
-                f => write_points(&mut out, f, &answer.points)?,
+                f => {
+                    write_points(&mut out, f, &answer.points)?;
+                    if let (Format::Table, Some(s)) = (f, &answer.summary) {
+                        writeln!(
+                            out,
+                            "summary: n={} min={} max={} mean={} first={} last={}",
+                            s.n,
+                            format_value(s.min),
+                            format_value(s.max),
+                            format_value(s.sum / f64::from(s.n.max(1))),
+                            format_value(s.first),
+                            format_value(s.last)
+                        )?;
+                    }
+                }
             }
         }
         QueryCommand::Latest { device, store } => {
@@ -156,6 +239,41 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
             match store.format {
                 Format::Json => writeln!(out, "{}", reading_json(&r))?,
                 f => write_points(&mut out, f, &[(r.ts, r.value)])?,
+            }
+        }
+        QueryCommand::Room { room, strategy, registry, store } => {
+            let (cfg, db) = open(&store)?;
+            let entries = match strategy {
+                Strategy::View => pipeline::room::room(&db, &room)?,
+                Strategy::Fanout => {
+                    let path = registry.or(cfg.registry.clone()).ok_or_else(|| {
+                        anyhow::anyhow!("--strategy fanout needs the device list: pass --registry FILE")
+                    })?;
+                    let devices: Vec<String> = pipeline::registry::load(&path)?
+                        .into_iter()
+                        .filter(|(_, r)| *r == room)
+                        .map(|(d, _)| d)
+                        .collect();
+                    pipeline::room::room_fanout(&db, cfg.key_scheme, &devices)?
+                }
+            };
+            if entries.is_empty() {
+                eprintln!("no devices in room {room}");
+            }
+            match store.format {
+                Format::Json => writeln!(out, "{}", serde_json::json!({ "room": room, "devices": entries }))?,
+                Format::Csv => {
+                    writeln!(out, "device,ts,value")?;
+                    for e in &entries {
+                        writeln!(out, "{},{},{}", e.device, e.ts, format_value(e.value))?;
+                    }
+                }
+                Format::Table => {
+                    writeln!(out, "{:<30} {:<20} {:>12}", "device", "time (UTC)", "value")?;
+                    for e in &entries {
+                        writeln!(out, "{:<30} {:<20} {:>12}", e.device, format_time(e.ts), format_value(e.value))?;
+                    }
+                }
             }
         }
     }

@@ -48,6 +48,10 @@ pub struct ReplayArgs {
     /// Write the end-of-run summary as JSON to this file.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+    /// Device registry CSV (`device,room[,…]`) for the room view, reloaded when it changes
+    /// [default: the config's `registry`, else rooms come from the readings].
+    #[arg(long)]
+    pub registry: Option<PathBuf>,
     /// Do not print the summary on stderr.
     #[arg(long)]
     pub quiet: bool,
@@ -90,6 +94,13 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
         None => JobConfig::default(),
     };
     args.backend.apply(&mut cfg);
+    if let Some(registry) = &args.registry {
+        cfg.registry = Some(registry.clone());
+    }
+    if let Some(path) = &cfg.registry {
+        // Fail at start on a missing or malformed registry; later reload errors only warn.
+        pipeline::registry::load(path)?;
+    }
     cfg.validate()?;
     Ok(cfg)
 }
@@ -143,6 +154,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         scheme: cfg.key_scheme,
         window: cfg.window,
         flush_every: Duration::from_secs(1),
+        registry: cfg.registry.clone(),
     };
     let base = ReplayOptions {
         path: args.file.clone(),

@@ -70,6 +70,10 @@ pub struct JobConfig {
     /// Seconds between two status lines of `hourglass run` (default 10).
     #[serde(default = "default_status_interval")]
     pub status_interval_secs: u64,
+    /// Device registry CSV (`device,room[,…]`) for the room view, reloaded when it changes
+    /// (default: none; rooms come from the readings' own `room` field).
+    #[serde(default)]
+    pub registry: Option<PathBuf>,
 }
 
 impl Default for JobConfig {
@@ -82,6 +86,7 @@ impl Default for JobConfig {
             source: SourceConfig::default(),
             workers: None,
             status_interval_secs: default_status_interval(),
+            registry: None,
         }
     }
 }

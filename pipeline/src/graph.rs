@@ -7,6 +7,7 @@
 //!                               └─ rejected ─ dead-letter output
 //! ```
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ use crate::config::WindowConfig;
 use crate::control::JobControl;
 use crate::decode::Rejected;
 use crate::feed::Decoded;
+use crate::room;
 use crate::rowkey::KeyScheme;
 use crate::rows;
 use crate::schema::NARROW_TABLE;
@@ -61,6 +63,8 @@ pub struct GraphConfig {
     pub window: WindowConfig,
     /// Longest time written data may wait in a writer's buffer.
     pub flush_every: Duration,
+    /// Device registry CSV for the room view (reloaded when it changes).
+    pub registry: Option<PathBuf>,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -158,6 +162,9 @@ pub fn build_with_probe<'scope, F>(
         }
     });
 
+    let readings_probe = ProbeHandle::new();
+    let readings = readings.probe_with(&readings_probe);
+    let rooms = room::room_view(readings.clone(), cfg.registry.clone(), readings_probe);
     let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
@@ -201,6 +208,7 @@ pub fn build_with_probe<'scope, F>(
     let sink_control = control;
     narrow
         .concat(wide)
+        .concat(rooms)
         .write_batches(
             "WriteTables",
             CountingWriter { writer, stats },

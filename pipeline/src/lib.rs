@@ -10,6 +10,8 @@ pub mod input;
 pub mod kafka;
 pub mod query;
 pub mod reading;
+pub mod registry;
+pub mod room;
 pub mod rowkey;
 pub mod rows;
 pub mod schema;

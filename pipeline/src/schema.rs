@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 pub const NARROW_TABLE: &str = "ts_metric";
 /// Name of the table of hourly wide rows.
 pub const HOURLY_TABLE: &str = "ts_metric_hourly";
+/// Name of the room view: every device's latest reading under its room.
+pub const ROOM_TABLE: &str = "ts_room_latest";
 /// The single column family of every hourglass table.
 pub const FAMILY: &str = "t";
 /// Retention of readings: 90 days, in seconds.
@@ -149,9 +151,19 @@ pub fn hourly_table() -> TableSpec {
     }
 }
 
+/// `ts_room_latest`: row `<room>_<device>`, cell `t:v` = the device's latest value stamped with
+/// its event time. Small (one row per device), read by prefix scans of a room; not pre-split.
+pub fn room_table() -> TableSpec {
+    TableSpec {
+        name: ROOM_TABLE,
+        families: vec![data_family()],
+        split_keys: Vec::new(),
+    }
+}
+
 /// Every table hourglass writes.
 pub fn all_tables() -> Vec<TableSpec> {
-    vec![narrow_table(), hourly_table()]
+    vec![narrow_table(), hourly_table(), room_table()]
 }
 
 #[cfg(test)]

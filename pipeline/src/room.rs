@@ -1,0 +1,352 @@
+//! The room view: every device's latest reading under its room, maintained incrementally with
+//! differential dataflow, and the dashboard queries that read it.
+//!
+//! Latest per device is an upsert arrangement (one entry per device; a reading replaces it only
+//! if its event time is newer, so out-of-order input never moves it backwards). It is joined
+//! with the device registry (device → room); devices without an entry use the `room` field of
+//! their own reading. Every change of the joined collection becomes a put of `<room>_<device>`
+//! in `ts_room_latest`, and a device that leaves a room has its row there deleted.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
+use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
+use differential_dataflow::AsCollection;
+use serde::Serialize;
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::operator::source;
+use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::{ProbeHandle, StreamVec};
+
+use crate::reading::{format_value, Reading};
+use crate::registry::{self, Registry};
+use crate::rowkey::{self, KeyScheme};
+use crate::schema::{FAMILY, ROOM_TABLE};
+use crate::table::{Cell, Mutation, ScanSpec, TableReader};
+use crate::{query, Result};
+
+/// A device's latest reading: event time, metric text, the reading's own `room` field.
+type Latest = (i64, String, Option<String>);
+/// A row of the view: room, device, event time, metric text.
+type RoomRow = (String, String, i64, String);
+
+/// What a batch does to one row: the newest inserted `(ts, value)`, the newest retracted ts.
+type RowChange = (Option<(i64, String)>, Option<i64>);
+
+/// How often the registry file is checked for changes.
+const REGISTRY_POLL: Duration = Duration::from_millis(250);
+
+fn hash_device(device: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    device.hash(&mut h);
+    h.finish()
+}
+
+/// The row key of a device in the room view: `<room>_<device>`.
+pub fn room_key(room: &str, device: &str) -> Vec<u8> {
+    format!("{room}_{device}").into_bytes()
+}
+
+/// Builds the room view from `readings` and the registry at `registry` (reloaded when it
+/// changes; `None`: rooms come from the readings only). `readings_probe` must observe the
+/// `readings` stream: the registry follows its frontier and closes with it.
+pub fn room_view<'scope>(
+    readings: StreamVec<'scope, u64, Reading>,
+    registry: Option<PathBuf>,
+    readings_probe: ProbeHandle<u64>,
+) -> StreamVec<'scope, u64, Mutation> {
+    let scope = readings.scope();
+
+    // Only readings newer than the device's newest so far become upserts.
+    let upserts = readings.unary(
+        Exchange::new(|r: &Reading| hash_device(&r.device)),
+        "NewestPerDevice",
+        |_cap, _info| {
+            // Per device: newest event time passed on, and the timely time of that upsert.
+            let mut newest: HashMap<String, (i64, u64)> = HashMap::new();
+            move |input, output| {
+                input.for_each(|cap, data| {
+                    let Some(&arrived) = cap.least() else { return };
+                    let mut session = output.session(&cap);
+                    for r in data.drain(..) {
+                        let previous = newest.get(&r.device).copied();
+                        if previous.is_some_and(|(ts, _)| ts >= r.ts) {
+                            continue;
+                        }
+                        // Upserts apply in timely-time order, and readings from different
+                        // workers arrive with unrelated watermarks: never stamp a newer reading
+                        // before the device's previous upsert.
+                        let time = previous.map_or(arrived, |(_, t)| t.max(arrived));
+                        newest.insert(r.device.clone(), (r.ts, time));
+                        let latest: Latest = (r.ts, format_value(r.value), r.room());
+                        session.give((r.device, Some(latest), time));
+                    }
+                });
+            }
+        },
+    );
+    let latest = arrange_from_upsert::<
+        ValBuilder<String, Latest, u64, isize>,
+        ValSpine<String, Latest, u64, isize>,
+        String,
+        Latest,
+    >(upserts, "LatestPerDevice")
+    .as_collection(|device: &String, latest: &Latest| (device.clone(), latest.clone()));
+
+    let registry = registry_source(scope, registry, readings_probe).as_collection();
+    let registered = latest
+        .clone()
+        .join_map(registry.clone(), |device, (ts, value, _), room| {
+            (room.clone(), device.clone(), *ts, value.clone())
+        });
+    let unregistered = latest
+        .antijoin(registry.map(|(device, _room)| device))
+        .flat_map(|(device, (ts, value, room))| room.map(|room| (room, device, ts, value)));
+
+    // Consolidated, so the antijoin's retraction of a registered device nets out instead of
+    // reaching the table as a delete; then routed by row, so a row's put and delete are written
+    // by one worker in order (the embedded store's row delete is not a timestamped tombstone).
+    let by_row = Exchange::new(|((room, device, _, _), _, _): &(RoomRow, u64, isize)| {
+        hash_device(room) ^ hash_device(device).rotate_left(1)
+    });
+    registered
+        .concat(unregistered)
+        .consolidate()
+        .inner
+        .unary(by_row, "RoomRows", |_cap, _info| {
+            move |input, output| {
+                input.for_each(|cap, data| {
+                    let mutations = to_mutations(std::mem::take(data));
+                    output.session(&cap).give_iterator(mutations.into_iter());
+                });
+            }
+        })
+}
+
+/// Turns one batch of changes of the view into puts and deletes.
+fn to_mutations(mut updates: Vec<(RoomRow, u64, isize)>) -> Vec<Mutation> {
+    // Consolidate identical rows; what nets to zero did not change.
+    updates.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let mut net: Vec<(RoomRow, isize)> = Vec::with_capacity(updates.len());
+    for (row, _time, diff) in updates {
+        match net.last_mut() {
+            Some((last, d)) if *last == row => *d += diff,
+            _ => net.push((row, diff)),
+        }
+    }
+    net.retain(|(_, d)| *d != 0);
+    // Per (room, device): an insertion is a put; only a retraction is a delete. A delete is
+    // bounded by the retracted reading's time, so it can never remove a newer put.
+    let mut by_row: HashMap<(String, String), RowChange> = HashMap::new();
+    for ((room, device, ts, value), diff) in net {
+        let entry = by_row.entry((room, device)).or_default();
+        if diff > 0 {
+            if entry.0.as_ref().is_none_or(|(t, _)| ts > *t) {
+                entry.0 = Some((ts, value));
+            }
+        } else {
+            entry.1 = Some(entry.1.map_or(ts, |t| t.max(ts)));
+        }
+    }
+    let mut out: Vec<Mutation> = by_row
+        .into_iter()
+        .map(|((room, device), change)| {
+            let row = room_key(&room, &device);
+            match change {
+                (Some((ts, value)), _) => Mutation::Put {
+                    table: ROOM_TABLE,
+                    row,
+                    cells: vec![Cell {
+                        family: FAMILY.into(),
+                        qualifier: b"v".to_vec(),
+                        ts_ms: ts * 1000,
+                        value: value.into_bytes(),
+                    }],
+                },
+                (None, deleted) => Mutation::DeleteRow {
+                    table: ROOM_TABLE,
+                    row,
+                    ts_ms: deleted.unwrap_or(0) * 1000,
+                },
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.row().cmp(b.row()));
+    out
+}
+
+/// Emits the registry's changes on worker 0 at the readings' frontier, polling the file for
+/// changes, and closes when the readings close.
+fn registry_source<'scope>(
+    scope: timely::dataflow::Scope<'scope, u64>,
+    path: Option<PathBuf>,
+    readings_probe: ProbeHandle<u64>,
+) -> StreamVec<'scope, u64, ((String, String), u64, isize)> {
+    source::<_, timely::container::CapacityContainerBuilder<Vec<_>>, _, _>(
+        scope,
+        "DeviceRegistry",
+        move |cap, info| {
+            let activator = scope.activator_for(info.address);
+            let mut cap = (scope.index() == 0)
+                .then_some(cap)
+                .filter(|_| path.is_some());
+            let mut current = Registry::new();
+            let mut seen_mtime = None;
+            move |output| {
+                let (Some(c), Some(path)) = (cap.as_mut(), path.as_ref()) else {
+                    return;
+                };
+                let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                if mtime.is_some() && mtime != seen_mtime {
+                    seen_mtime = mtime;
+                    match registry::load(path) {
+                        Ok(new) => {
+                            let time = *c.time();
+                            let changes = registry::diff(&current, &new);
+                            tracing::info!(
+                                changes = changes.len(),
+                                devices = new.len(),
+                                "device registry loaded"
+                            );
+                            output
+                                .session(c)
+                                .give_iterator(changes.into_iter().map(|(d, r)| (d, time, r)));
+                            current = new;
+                        }
+                        Err(e) => tracing::warn!(
+                            "device registry not reloaded, keeping the previous one: {e}"
+                        ),
+                    }
+                }
+                let frontier = readings_probe.with_frontier(|f| f.first().copied());
+                match frontier {
+                    None => {
+                        cap = None;
+                        return;
+                    }
+                    Some(f) if f > *c.time() => c.downgrade(&f),
+                    Some(_) => {}
+                }
+                activator.activate_after(REGISTRY_POLL);
+            }
+        },
+    )
+}
+
+/// One device's current value in a room.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoomEntry {
+    /// Device id.
+    pub device: String,
+    /// Event time of its latest reading, epoch seconds.
+    pub ts: i64,
+    /// Its latest value.
+    pub value: f64,
+}
+
+/// Every device's current value in `room`, from one prefix scan of the room view.
+///
+/// # Errors
+/// A store error or a malformed row.
+pub fn room(store: &dyn TableReader, room: &str) -> Result<Vec<RoomEntry>> {
+    registry::validate_room(room)?;
+    let prefix = format!("{room}_");
+    let rows = store.scan(ROOM_TABLE, &ScanSpec::prefix(prefix.as_bytes()))?;
+    rows.iter()
+        .filter_map(|row| {
+            let device = std::str::from_utf8(&row.key)
+                .ok()?
+                .strip_prefix(&prefix)?
+                .to_string();
+            let cell = row.cell(FAMILY, b"v")?;
+            let value = std::str::from_utf8(&cell.value).ok()?.parse().ok()?;
+            Some(Ok(RoomEntry {
+                device,
+                ts: cell.ts_ms.div_euclid(1000),
+                value,
+            }))
+        })
+        .collect()
+}
+
+/// The same answer the seed's way: the latest narrow row of each of the room's devices (from
+/// the registry), with one thread per salt bucket scanning its devices' prefixes in parallel.
+///
+/// # Errors
+/// A store error or a malformed row.
+pub fn room_fanout(
+    store: &(dyn TableReader + Sync),
+    scheme: KeyScheme,
+    devices: &[String],
+) -> Result<Vec<RoomEntry>> {
+    let mut buckets: Vec<Vec<&String>> = vec![Vec::new(); 16];
+    for d in devices {
+        buckets[rowkey::salt_bucket(d) as usize].push(d);
+    }
+    let results: Vec<Result<Vec<RoomEntry>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = buckets
+            .iter()
+            .filter(|b| !b.is_empty())
+            .map(|bucket| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for device in bucket {
+                        if let Some(r) = query::latest(store, scheme, device)? {
+                            out.push(RoomEntry {
+                                device: r.device,
+                                ts: r.ts,
+                                value: r.value,
+                            });
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(crate::Error::Invalid("fan-out scan panicked".into())))
+            })
+            .collect()
+    });
+    let mut all = Vec::new();
+    for r in results {
+        all.extend(r?);
+    }
+    all.sort_by(|a, b| a.device.cmp(&b.device));
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(room: &str, dev: &str, ts: i64, v: &str) -> RoomRow {
+        (room.into(), dev.into(), ts, v.into())
+    }
+
+    #[test]
+    fn a_move_deletes_the_old_row_and_an_update_only_puts() {
+        let muts = to_mutations(vec![
+            (row("a", "d1", 10, "1"), 5, -1),
+            (row("b", "d1", 10, "1"), 5, 1),
+            (row("a", "d2", 10, "1"), 5, -1),
+            (row("a", "d2", 20, "2"), 5, 1),
+            (row("a", "d3", 7, "3"), 5, 1),
+            (row("a", "d3", 7, "3"), 5, -1),
+        ]);
+        assert_eq!(muts.len(), 3);
+        assert!(
+            matches!(&muts[0], Mutation::DeleteRow { row, ts_ms: 10_000, .. } if row == b"a_d1")
+        );
+        assert!(
+            matches!(&muts[1], Mutation::Put { row, cells, .. } if row == b"a_d2" && cells[0].ts_ms == 20_000)
+        );
+        assert!(matches!(&muts[2], Mutation::Put { row, .. } if row == b"b_d1"));
+    }
+}
