@@ -1,15 +1,24 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test lint fmt services-up services-down bench
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase
 
 ## Build, generate two hours of traffic for 1,000 sensors, replay it into ./hourglass-data, query it.
 demo:
 	scripts/demo.sh
 
-## Every test: unit, property, doc and end-to-end.
+# Services `make test` starts before the tests (`scripts/services.sh up` is idempotent and
+# waits until they answer). The HBase tests fail, not skip, when HBase is down.
+TEST_SERVICES ?= hbase
+
+## Every test: unit, property, doc, end-to-end and against the live services (started here).
 test:
+	scripts/services.sh up $(TEST_SERVICES)
 	$(CARGO) test --workspace --locked
+
+## The tests that need no service (the live HBase tests are skipped; not allowed in CI).
+test-unit:
+	HOURGLASS_SKIP_HBASE=1 $(CARGO) test --workspace --locked
 
 ## Formatting and clippy, as CI would.
 lint:
@@ -29,3 +38,8 @@ services-down:
 ## Replay throughput into the embedded store; the JSON result names the command that made it.
 bench:
 	$(CARGO) run --release --locked -p hourglass-jobs -- bench replay --devices 10000 --duration 1h --json target/bench-replay.json
+
+## Replay throughput into the live HBase: 10,000 devices x 10 min, with the write batch sizes used.
+bench-hbase:
+	scripts/services.sh up hbase
+	$(CARGO) run --release --locked -p hourglass-jobs -- bench replay --devices 10000 --duration 10m --hbase 127.0.0.1:9090 --json target/bench-replay-hbase.json
