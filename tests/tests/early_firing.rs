@@ -21,6 +21,8 @@ use sinks::dead_letter::DeadLetters;
 use sinks::embedded::EmbeddedStore;
 
 const H: i64 = 1_724_101_200;
+
+type Points = Vec<(i64, f64)>;
 const BOUND: i64 = 30;
 
 /// A feed driven by the test: readings from a channel, watermark = newest ts − bound.
@@ -116,7 +118,7 @@ fn open_hour_follows_the_narrow_table_after_each_early_firing() {
     });
 
     // Wide points of the open hour that the watermark has passed vs the narrow table's.
-    let hour_points = |upto: i64| -> (Vec<(i64, f64)>, Vec<(i64, f64)>) {
+    let hour_points = |upto: i64| -> (Points, Points) {
         let wide = query::hour(&store, "dev1", H).expect("hour").points;
         let narrow = query::curve_points(
             &store,
