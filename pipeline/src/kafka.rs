@@ -13,7 +13,12 @@
 //! Per partition: the newest event time read − `watermark_bound_secs`. Per worker: the minimum
 //! over its partitions that had a record within `idle_partition_timeout_secs` (a partition that
 //! has had no record yet holds the watermark until it turns idle). Over the job: the minimum over
-//! workers, which timely computes. A worker whose partitions are all idle follows the most
+//! workers, which timely computes. A partition counts as idle only if it also has nothing left to
+//! read (its position has reached the high watermark last read from the brokers, see
+//! [`KafkaShared::refresh_offsets`]): a partition that is only behind, while the consumer
+//! delivers others during a catch-up, keeps holding the watermark, so catching up does not make
+//! its records late. (On a topic written with transactions, the trailing commit marker keeps a
+//! partition from ever counting as caught up.) A worker whose partitions are all idle follows the most
 //! advanced worker, so it holds nobody back. Each commit stores its partition's newest event
 //! time in the offset's metadata, so a restarted job resumes with the same per-partition
 //! watermarks and classifies late readings as an uninterrupted run would.
@@ -214,6 +219,10 @@ pub struct KafkaShared {
     positions: Vec<AtomicI64>,
     /// Per partition, the committed offset (`-1`: none).
     committed: Vec<AtomicI64>,
+    /// Per partition, the oldest and the next offset on the brokers (`-1`: unknown), as of the
+    /// last [`KafkaShared::refresh_offsets`].
+    low: Vec<AtomicI64>,
+    high: Vec<AtomicI64>,
     /// Delays from produce (the record's timestamp) to durable in the narrow table.
     pub delays: DelayHistogram,
 }
@@ -229,6 +238,8 @@ impl KafkaShared {
             worker_watermarks: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             positions: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             committed: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
+            low: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
+            high: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             delays: DelayHistogram::default(),
         }
     }
@@ -254,6 +265,62 @@ impl KafkaShared {
     /// Per partition, the offset committed by this job, if any.
     pub fn committed(&self) -> Vec<Option<i64>> {
         load_offsets(&self.committed)
+    }
+
+    /// Asks the brokers for each partition's oldest and next offset. Call it every second or
+    /// so from a thread of its own: a partition is idle (see the module docs) only when it has
+    /// nothing left to read as of the last refresh.
+    ///
+    /// # Errors
+    /// A broker did not answer within `timeout` (the previous values stay).
+    pub fn refresh_offsets(
+        &self,
+        consumer: &BaseConsumer,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        for p in 0..self.high.len() {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p as i32, timeout)
+                .map_err(|e| Error::Io {
+                    path: format!("kafka topic {topic}"),
+                    source: std::io::Error::other(format!(
+                        "reading the offsets of partition {p}: {e}"
+                    )),
+                })?;
+            self.low[p].store(low, Ordering::Relaxed);
+            self.high[p].store(high, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Where partition `p` will be read next: its position, else its committed offset, else
+    /// (`auto.offset.reset` = earliest) its oldest offset.
+    fn position(&self, p: usize) -> Option<i64> {
+        Some(self.positions[p].load(Ordering::Relaxed))
+            .filter(|&o| o >= 0)
+            .or_else(|| Some(self.low[p].load(Ordering::Relaxed)).filter(|&o| o >= 0))
+    }
+
+    /// Whether partition `p` has nothing left to read as far as the last refresh knows (`true`
+    /// when nothing is known).
+    fn caught_up(&self, p: usize) -> bool {
+        let high = self.high[p].load(Ordering::Relaxed);
+        high < 0 || self.position(p).is_none_or(|pos| pos >= high)
+    }
+
+    /// Records not read yet, summed over partitions (high watermark − position), as of the last
+    /// refresh; `None` before the first.
+    pub fn lag(&self) -> Option<i64> {
+        let mut lag = 0;
+        for p in 0..self.high.len() {
+            let high = self.high[p].load(Ordering::Relaxed);
+            if high < 0 {
+                return None;
+            }
+            lag += (high - self.position(p).unwrap_or(high)).max(0);
+        }
+        Some(lag)
     }
 
     /// Time between the first and the latest record read, `None` before the first.
@@ -671,7 +738,12 @@ impl KafkaFeed {
         let mut blocked = false;
         let mut least: Option<u64> = None;
         for p in &self.parts {
-            if now.duration_since(p.last_seen) >= self.idle_timeout {
+            // Idle: no record for the timeout and nothing left on the brokers. A partition
+            // that is merely behind (its records wait in the consumer's queue while others are
+            // delivered) keeps holding the watermark, or catching up would make its records late.
+            if now.duration_since(p.last_seen) >= self.idle_timeout
+                && self.shared.caught_up(p.partition as usize)
+            {
                 continue;
             }
             active = true;
@@ -999,6 +1071,24 @@ mod tests {
         assert_eq!(f.watermark(), 970);
         // Never backwards, even when an idle partition comes back with older data.
         f.parts[1].last_seen = Instant::now();
+        f.update_watermark(Instant::now());
+        assert_eq!(f.watermark(), 970);
+    }
+
+    #[test]
+    fn a_partition_that_is_only_behind_is_not_idle() {
+        let shared = Arc::new(KafkaShared::new(2, 1));
+        let mut f = feed_with(&[(0, Some(1000), 0), (1, Some(700), 61)], shared.clone());
+        // Partition 1 has had no record for a while, but 500 records wait on the brokers.
+        shared.positions[1].store(100, Ordering::Relaxed);
+        shared.high[1].store(600, Ordering::Relaxed);
+        f.update_watermark(Instant::now());
+        assert_eq!(f.watermark(), 670);
+        assert_eq!(shared.lag(), None, "partition 0's offsets are unknown");
+        shared.high[0].store(0, Ordering::Relaxed);
+        assert_eq!(shared.lag(), Some(500));
+        // Caught up: now it is idle.
+        shared.positions[1].store(600, Ordering::Relaxed);
         f.update_watermark(Instant::now());
         assert_eq!(f.watermark(), 970);
     }
