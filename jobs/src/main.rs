@@ -3,9 +3,11 @@
 
 mod bench;
 mod generate;
+mod produce;
 mod progress;
 mod query;
 mod replay;
+mod run;
 mod serve;
 mod store;
 mod tables;
@@ -31,6 +33,10 @@ struct Cli {
 enum Command {
     /// Replay a recorded traffic file into the tables (narrow rows and hourly wide rows).
     Replay(replay::ReplayArgs),
+    /// The long-running job: consume readings from Kafka into the tables.
+    Run(run::RunArgs),
+    /// Publish a recorded traffic file to a Kafka topic, keyed by device id.
+    Produce(produce::ProduceArgs),
     /// Write realistic recorded sensor traffic (JSON Lines).
     Generate(generate::GenerateArgs),
     /// Answer a dashboard query.
@@ -57,6 +63,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Produce(args) => produce::run(&args).map(|_| ExitCode::SUCCESS),
         Command::Generate(args) => generate::run(&args).map(|_| ExitCode::SUCCESS),
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),

@@ -1,0 +1,375 @@
+//! `hourglass produce`: publishes a recording to Kafka, one record per line, keyed by device id.
+//!
+//! The key keeps each device's readings in one partition, in order. Lines whose device cannot
+//! be read are published without a key (any partition), so that the job's dead-letter output
+//! sees them as a replay would.
+
+use std::future::Future;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+
+/// Longest record published: longer lines are cut (the job rejects them as too long anyway;
+/// brokers refuse records over 1 MB by default).
+const MAX_RECORD_BYTES: usize = 900 * 1024;
+
+/// Arguments of `hourglass produce`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProduceArgs {
+    /// Recorded traffic: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin.
+    pub file: PathBuf,
+    /// Bootstrap brokers, `host:port[,host:port…]`.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// Topic to publish to.
+    #[arg(long)]
+    pub topic: String,
+    /// `max` (as fast as possible) or a factor of recorded time: `1` real time, `60` one
+    /// recorded minute per second.
+    #[arg(long, default_value = "max")]
+    pub speed: String,
+    /// Publish at this many records per second instead (overrides --speed).
+    #[arg(long, conflicts_with = "speed")]
+    pub rate: Option<f64>,
+    /// Create the topic with this many partitions if it does not exist (replication factor 1);
+    /// otherwise the broker's auto-creation decides.
+    #[arg(long)]
+    pub partitions: Option<i32>,
+    /// A librdkafka producer setting, `KEY=VALUE` (repeatable), e.g. security settings.
+    #[arg(short = 'X', long = "set", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub settings: Vec<(String, String)>,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))
+}
+
+/// Counts delivery failures reported by librdkafka.
+#[derive(Default)]
+struct Deliveries {
+    failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut first) = self.first_error.lock() {
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+/// The device id of a JSON line, found without parsing the whole line; `None` if the line has
+/// no string `device` field (it is then published without a key).
+pub fn device_key(line: &[u8]) -> Option<&[u8]> {
+    let value = field_value(line, b"\"device\"")?;
+    let rest = value.strip_prefix(b"\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    if rest[end] == b'\\' {
+        // An escaped id: rare, so parse properly. The key must equal the decoded id.
+        return None;
+    }
+    Some(&rest[..end])
+}
+
+/// The event time (epoch seconds) of a JSON line, for pacing: integer `ts` or RFC 3339.
+fn event_time(line: &[u8]) -> Option<i64> {
+    let value = field_value(line, b"\"ts\"")?;
+    if let Some(rest) = value.strip_prefix(b"\"") {
+        let end = rest.iter().position(|&b| b == b'"')?;
+        let text = std::str::from_utf8(&rest[..end]).ok()?;
+        return chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp());
+    }
+    let end = value
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(value.len());
+    std::str::from_utf8(&value[..end]).ok()?.parse().ok()
+}
+
+/// What follows `"name"` and its colon, when `"name"` is an object key (after `{` or `,`).
+fn field_value<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let mut from = 0;
+    while let Some(at) = find(&line[from..], name).map(|i| i + from) {
+        from = at + name.len();
+        let before = line[..at].iter().rev().find(|b| !b.is_ascii_whitespace());
+        if !matches!(before, Some(b'{' | b',')) {
+            continue;
+        }
+        let rest = trim_start(&line[from..]);
+        if let Some(rest) = rest.strip_prefix(b":") {
+            return Some(trim_start(rest));
+        }
+    }
+    None
+}
+
+fn trim_start(b: &[u8]) -> &[u8] {
+    let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    &b[n..]
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The key of a line: its device id, from a cheap scan or, for escaped ids, a full parse.
+fn key_of(line: &[u8]) -> Option<Vec<u8>> {
+    if let Some(k) = device_key(line) {
+        return Some(k.to_vec());
+    }
+    find(line, b"\"device\"")?;
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    v.get("device")?.as_str().map(|s| s.as_bytes().to_vec())
+}
+
+/// Runs a future to completion on this thread (the admin client resolves it from its own
+/// thread).
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        cfg.create().context("creating the Kafka admin client")?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = block_on(admin.create_topics([&new], &opts))
+        .with_context(|| format!("creating topic {topic}"))?;
+    for r in results {
+        match r {
+            Ok(_) => eprintln!("created topic {topic} with {partitions} partitions"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => bail!("creating topic {t}: {code}"),
+        }
+    }
+    Ok(())
+}
+
+/// When the next record is due.
+enum Pace {
+    Max,
+    /// Factor of recorded time: (factor, wall-clock start and first event time).
+    Speed(f64, Option<(Instant, i64)>),
+    /// Records per second since the start.
+    Rate(f64, Instant),
+}
+
+impl Pace {
+    fn due(&mut self, n: u64, newest: Option<i64>) -> Option<Instant> {
+        match self {
+            Pace::Max => None,
+            Pace::Speed(factor, start) => {
+                let ts = newest?;
+                let (at, first) = *start.get_or_insert((Instant::now(), ts));
+                Some(at + Duration::from_secs_f64((ts - first).max(0) as f64 / *factor))
+            }
+            Pace::Rate(rate, at) => Some(*at + Duration::from_secs_f64(n as f64 / *rate)),
+        }
+    }
+}
+
+fn parse_speed(s: &str) -> Result<Option<f64>> {
+    if s == "max" {
+        return Ok(None);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(Some(f)),
+        _ => bail!("--speed {s:?}: use `max` or a positive factor such as 1 or 60"),
+    }
+}
+
+/// Runs `hourglass produce`.
+pub fn run(args: &ProduceArgs) -> Result<()> {
+    let mut pace = match (args.rate, parse_speed(&args.speed)?) {
+        (Some(r), _) if r.is_finite() && r > 0.0 => Pace::Rate(r, Instant::now()),
+        (Some(r), _) => bail!("--rate {r}: use a positive number of records per second"),
+        (None, Some(f)) => Pace::Speed(f, None),
+        (None, None) => Pace::Max,
+    };
+    let mut cfg = ClientConfig::new();
+    cfg.set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .set("message.max.bytes", "1000000");
+    for (k, v) in &args.settings {
+        cfg.set(k, v);
+    }
+    cfg.set("bootstrap.servers", &args.brokers);
+    if let Some(n) = args.partitions {
+        anyhow::ensure!(n > 0, "--partitions {n}: use at least 1");
+        create_topic(&cfg, &args.topic, n)?;
+    }
+    let producer: BaseProducer<Deliveries> = cfg
+        .create_with_context(Deliveries::default())
+        .context("creating the Kafka producer (check -X settings)")?;
+
+    let mut input = pipeline::input::open(&args.file, None)?;
+    let started = Instant::now();
+    if let Pace::Rate(_, at) = &mut pace {
+        *at = started;
+    }
+    let (mut sent, mut keyless) = (0u64, 0u64);
+    let mut newest: Option<i64> = None;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading {}", args.file.display()))?;
+        if n == 0 {
+            break;
+        }
+        while let [rest @ .., b'\n' | b'\r'] = buf.as_slice() {
+            buf.truncate(rest.len());
+        }
+        buf.truncate(MAX_RECORD_BYTES);
+        // Implausible times (milliseconds, year 2286+) would stall the pacing; the job rejects
+        // those lines anyway.
+        if let Some(ts) = event_time(&buf).filter(|&ts| ts <= pipeline::decode::MAX_TS) {
+            newest = Some(newest.map_or(ts, |m| m.max(ts)));
+        }
+        if let Some(due) = pace.due(sent, newest) {
+            while Instant::now() < due {
+                producer.poll(
+                    due.saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(50)),
+                );
+            }
+        }
+        let key = key_of(&buf);
+        if key.is_none() {
+            keyless += 1;
+        }
+        let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).payload(buf.as_slice());
+        if let Some(k) = &key {
+            record = record.key(k.as_slice());
+        }
+        let mut record = Some(record);
+        while let Some(r) = record.take() {
+            match producer.send(r) {
+                Ok(()) => {}
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = Some(r);
+                }
+                Err((e, _)) => bail!("publishing to {}: {e}", args.topic),
+            }
+        }
+        sent += 1;
+        if sent % 1024 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .context("waiting for the brokers to acknowledge every record")?;
+    let ctx = producer.context();
+    let failed = ctx.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = ctx
+            .first_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            .unwrap_or_default();
+        bail!(
+            "{failed} of {sent} records were not delivered to {} (first error: {first})",
+            args.topic
+        );
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "produced {sent} records ({keyless} without a device key) to {} in {secs:.1}s ({:.0}/s)",
+        args.topic,
+        sent as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_device_ids() {
+        assert_eq!(
+            key_of(br#"{"device":"dev00786","ts":1724102400,"temp":25.5}"#).as_deref(),
+            Some(&b"dev00786"[..])
+        );
+        assert_eq!(
+            key_of(br#"{ "ts":1, "device" : "gateway-7:temp.sensor-000123" }"#).as_deref(),
+            Some(&b"gateway-7:temp.sensor-000123"[..])
+        );
+        // A "device" inside a value is not the field.
+        assert_eq!(
+            key_of(br#"{"note":"\"device\":\"x\"","device":"d1"}"#).as_deref(),
+            Some(&b"d1"[..])
+        );
+        assert_eq!(
+            key_of(br#"{"device":"caf\u00e9","ts":1}"#).as_deref(),
+            Some("café".as_bytes())
+        );
+        assert_eq!(key_of(br#"{"device":null,"ts":1}"#), None);
+        assert_eq!(key_of(br#"{"device":"dev0"#), None);
+        assert_eq!(key_of(b"not json at all"), None);
+        assert_eq!(key_of(b""), None);
+    }
+
+    #[test]
+    fn event_times_for_pacing() {
+        assert_eq!(
+            event_time(br#"{"device":"d","ts":1724102400,"temp":1}"#),
+            Some(1724102400)
+        );
+        assert_eq!(
+            event_time(br#"{"device":"d","ts":"2024-08-19T21:20:00.900Z"}"#),
+            Some(1724102400)
+        );
+        assert_eq!(event_time(br#"{"device":"d","temp":1}"#), None);
+    }
+
+    #[test]
+    fn settings_are_key_value() {
+        assert_eq!(
+            key_value("security.protocol=SSL").unwrap(),
+            ("security.protocol".to_string(), "SSL".to_string())
+        );
+        assert!(key_value("oops").is_err());
+    }
+}
