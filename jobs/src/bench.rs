@@ -39,11 +39,115 @@ pub enum BenchCommand {
         #[arg(long, value_name = "HOST:PORT")]
         thrift2: Option<String>,
     },
+    /// Latencies (p50/p99) of the dashboard queries on existing tables: `query hour`, a 24 h
+    /// `query curve` (auto vs narrow) and `query room` (view vs fanout over the same devices).
+    Queries {
+        /// Where the tables are.
+        #[command(flatten)]
+        backend: BackendArgs,
+        /// Devices to sample from: `dev00000`… as `hourglass generate` names them.
+        #[arg(long, default_value_t = 1000)]
+        devices: u32,
+        /// Queries of each kind.
+        #[arg(long, default_value_t = 200)]
+        iterations: u32,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// p50 and p99 of some latencies, in milliseconds.
+fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    serde_json::json!({ "n": samples.len(), "p50_ms": at(0.5), "p99_ms": at(0.99) })
+}
+
+fn time_ms<T>(f: impl FnOnce() -> pipeline::Result<T>) -> Result<(f64, T)> {
+    let start = std::time::Instant::now();
+    let out = f()?;
+    Ok((start.elapsed().as_secs_f64() * 1000.0, out))
+}
+
+fn bench_queries(
+    backend: &BackendArgs,
+    devices: u32,
+    iterations: u32,
+) -> Result<serde_json::Value> {
+    use pipeline::query::{self, CurveSource};
+    use rand::{Rng, SeedableRng};
+    let mut cfg = pipeline::config::JobConfig::default();
+    backend.apply(&mut cfg);
+    let db = crate::store::open(&cfg, backend, false, false)?.reader();
+    let scheme = cfg.key_scheme;
+    let width = devices.saturating_sub(1).max(1).to_string().len().max(5);
+    let name = |i: u32| format!("dev{i:0width$}");
+    let Some(newest) = query::latest(&db, scheme, &name(0))? else {
+        anyhow::bail!(
+            "{} has no readings: replay `hourglass generate --devices {devices}` output first",
+            name(0)
+        );
+    };
+    let at = newest.ts;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let (mut hour, mut auto, mut narrow, mut view, mut fanout) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..iterations {
+        let device = name(rng.random_range(0..devices));
+        hour.push(time_ms(|| query::hour(&db, &device, at - 3600))?.0);
+        auto.push(
+            time_ms(|| {
+                query::curve_points(&db, scheme, &device, at - 86_400, at, CurveSource::Auto)
+            })?
+            .0,
+        );
+        narrow.push(
+            time_ms(|| {
+                query::curve_points(&db, scheme, &device, at - 86_400, at, CurveSource::Narrow)
+            })?
+            .0,
+        );
+        let room = query::latest(&db, scheme, &device)?.and_then(|r| r.room());
+        if let Some(room) = room {
+            let (ms, entries) = time_ms(|| pipeline::room::room(&db, &room))?;
+            view.push(ms);
+            let members: Vec<String> = entries.into_iter().map(|e| e.device).collect();
+            fanout.push(time_ms(|| pipeline::room::room_fanout(&db, scheme, &members))?.0);
+        }
+    }
+    Ok(serde_json::json!({
+        "bench": "queries",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "backend": cfg.store.hbase.clone().unwrap_or_else(|| cfg.store.dir.display().to_string()),
+        "at": at,
+        "query_hour": percentiles(hour),
+        "query_curve_24h_auto": percentiles(auto),
+        "query_curve_24h_narrow": percentiles(narrow),
+        "query_room_view": percentiles(view),
+        "query_room_fanout": percentiles(fanout),
+    }))
 }
 
 /// Runs a benchmark and prints its JSON result on stdout.
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
+        BenchCommand::Queries {
+            backend,
+            devices,
+            iterations,
+            json,
+        } => {
+            let result = bench_queries(&backend, devices, iterations)?;
+            println!("{}", serde_json::to_string_pretty(&result)?);
+            if let Some(path) = json {
+                std::fs::write(path, serde_json::to_vec_pretty(&result)?)?;
+            }
+        }
         BenchCommand::Replay {
             devices,
             duration,
