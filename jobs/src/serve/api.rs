@@ -12,13 +12,13 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use pipeline::query::{self, CurveSource};
 use pipeline::rowkey::{self, KeyScheme};
-use pipeline::schema::{FAMILY, NARROW_TABLE, SALT_BUCKETS};
+use pipeline::schema::{NARROW_TABLE, ROOM_TABLE, SALT_BUCKETS};
 use pipeline::table::{prefix_successor, ScanSpec, TableReader};
 use pipeline::time::parse_time;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{blocking, ApiError, AppState, Shared, StoreResult, LIST_TTL, ROOM_TABLE};
+use super::{blocking, ApiError, AppState, Shared, StoreResult, LIST_TTL};
 
 /// Longest range a curve may cover: 31 days.
 pub(crate) const MAX_RANGE_SECS: i64 = 31 * 86_400;
@@ -28,8 +28,6 @@ pub(crate) const MAX_POINTS: usize = 100_000;
 const MAX_DEVICES: usize = 10_000;
 /// Most devices listed internally (Prometheus label values, regex matchers).
 pub(crate) const MAX_DEVICES_LISTED: usize = 100_000;
-/// Most devices a room may hold in an answer.
-const MAX_ROOM_DEVICES: usize = 10_000;
 
 /// A required query parameter, or 400 naming it.
 fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, ApiError> {
@@ -339,15 +337,6 @@ pub(crate) fn all_devices(st: &AppState) -> pipeline::Result<Arc<Vec<String>>> {
     Ok(list)
 }
 
-/// One device's current value in a room.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct RoomDevice {
-    pub(crate) device: String,
-    /// Event time of the value, epoch seconds.
-    pub(crate) ts: i64,
-    pub(crate) value: Option<f64>,
-}
-
 /// The message of every answer that needs the room table before it exists.
 pub(crate) fn no_room_table() -> String {
     format!(
@@ -356,40 +345,16 @@ pub(crate) fn no_room_table() -> String {
     )
 }
 
-/// Reads room view rows with keys in `spec`: `(room, device, value)`.
-fn room_rows(
-    store: &dyn TableReader,
-    spec: &ScanSpec,
-) -> pipeline::Result<Vec<(String, RoomDevice)>> {
+/// Room view rows in `spec` as `(room, device)`.
+fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> pipeline::Result<Vec<(String, String)>> {
     let rows = store.scan(ROOM_TABLE, spec)?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {
-            let key = String::from_utf8(row.key.clone()).ok()?;
+            let key = String::from_utf8(row.key).ok()?;
             let (room, device) = key.split_once('_')?;
-            let cell = row.cell(FAMILY, b"v")?;
-            let value = std::str::from_utf8(&cell.value)
-                .ok()
-                .and_then(|v| v.parse().ok());
-            Some((
-                room.to_string(),
-                RoomDevice {
-                    device: device.to_string(),
-                    ts: cell.ts_ms.div_euclid(1000),
-                    value,
-                },
-            ))
+            Some((room.to_string(), device.to_string()))
         })
-        .collect())
-}
-
-/// The current values of `room`'s devices, ascending by device.
-fn room_devices(store: &dyn TableReader, room: &str) -> pipeline::Result<Vec<RoomDevice>> {
-    let mut spec = ScanSpec::prefix(format!("{room}_").as_bytes());
-    spec.limit = Some(MAX_ROOM_DEVICES);
-    Ok(room_rows(store, &spec)?
-        .into_iter()
-        .map(|(_, d)| d)
         .collect())
 }
 
@@ -411,7 +376,7 @@ pub(crate) fn room_map(st: &AppState) -> pipeline::Result<Option<Arc<HashMap<Str
     };
     let map: HashMap<String, String> = room_rows(st.reader(), &spec)?
         .into_iter()
-        .map(|(room, d)| (d.device, room))
+        .map(|(room, device)| (device, room))
         .collect();
     let map = Arc::new(map);
     *cached = Some((Instant::now(), map.clone()));
@@ -424,17 +389,12 @@ pub(crate) async fn room(
     State(st): State<Shared>,
     Path(room): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    // Rooms follow the device id rules, so a room id can never reach past its own prefix.
-    if rowkey::validate_device(&room).is_err() {
-        return Err(ApiError::bad_request(format!(
-            "room id {room:?} must be 1-64 bytes of A-Z a-z 0-9 . : -"
-        )));
-    }
+    pipeline::registry::validate_room(&room).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !st.room_table {
         return Err(ApiError::not_implemented(no_room_table()));
     }
     let r = room.clone();
-    let devices = blocking(&st, move |st| room_devices(st.reader(), &r).store()).await?;
+    let devices = blocking(&st, move |st| pipeline::room::room(st.reader(), &r).store()).await?;
     Ok(Json(json!({ "room": room, "devices": devices })))
 }
 

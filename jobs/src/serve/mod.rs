@@ -29,10 +29,6 @@ use subtle::ConstantTimeEq;
 
 use crate::store::{self, Backend, BackendArgs, Reader};
 
-/// The room view table (`<room>_<device>` → `t:v`, cell timestamp = event time). Another part
-/// of hourglass creates it; until `schema::all_tables()` lists it, room queries answer 501.
-const ROOM_TABLE: &str = "ts_room_latest";
-
 /// How long the device list and the device → room map are reused before a rescan. Both feed
 /// Grafana's pickers and regex matchers, which ask for them on every dashboard refresh.
 const LIST_TTL: Duration = Duration::from_secs(30);
@@ -286,7 +282,9 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
         next_reader: AtomicUsize::new(0),
         scheme: cfg.key_scheme,
         metric: cfg.metric.clone(),
-        room_table: schema::all_tables().iter().any(|t| t.name == ROOM_TABLE),
+        room_table: schema::all_tables()
+            .iter()
+            .any(|t| t.name == schema::ROOM_TABLE),
         token,
         metrics: metrics::Metrics::new(),
         devices: Mutex::new(None),
