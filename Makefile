@@ -3,7 +3,7 @@ CARGO ?= cargo
 
 .PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase
 
-## Build, generate two hours of traffic for 1,000 sensors, replay it into ./hourglass-data, query it.
+## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
 	scripts/demo.sh
 
