@@ -68,7 +68,9 @@ impl Backend {
     pub fn writer(&self) -> Box<dyn TableWriter> {
         match self {
             Backend::Embedded { store, .. } => Box::new(store.writer()),
-            Backend::Hbase { cfg, stats } => Box::new(HbaseWriter::with_stats(cfg, stats.clone())),
+            Backend::Hbase { cfg, stats } => Box::new(
+                HbaseWriter::with_stats(cfg, stats.clone()).for_tables(&schema::all_tables()),
+            ),
         }
     }
 

@@ -62,10 +62,15 @@ fn config() -> HbaseConfig {
     cfg
 }
 
+/// The names of every hourglass table.
+fn table_names() -> Vec<&'static str> {
+    schema::all_tables().iter().map(|t| t.name).collect()
+}
+
 /// Drops and recreates the hourglass tables: every test starts from empty tables.
 fn reset_tables() {
     let cfg = config();
-    admin::drop_tables(&cfg, &[NARROW_TABLE, HOURLY_TABLE]).expect("dropping the tables");
+    admin::drop_tables(&cfg, &table_names()).expect("dropping the tables");
     let created = admin::create_tables(&cfg, &schema::all_tables()).expect("creating the tables");
     assert!(
         created.iter().all(|(_, c)| *c == Created::Created),
@@ -192,7 +197,7 @@ fn replay_into_hbase_stores_and_answers_exactly_what_the_embedded_store_does() {
     let scenario = scenario.to_str().expect("utf-8 path");
 
     // Without tables, the replay stops at once and says what to do.
-    admin::drop_tables(&config(), &[NARROW_TABLE, HOURLY_TABLE]).expect("dropping the tables");
+    admin::drop_tables(&config(), &table_names()).expect("dropping the tables");
     let args = ["replay", scenario, "--hbase", THRIFT1, "--quiet"];
     let out = command(dir, &now, &args)
         .output()
@@ -579,4 +584,89 @@ fn an_hbase_restart_in_the_middle_of_a_replay_loses_nothing() {
         point_cells as u64,
         stats["wide_cells"].as_u64().expect("count")
     );
+}
+
+#[test]
+fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
+    use pipeline::table::{Cell, Mutation, TableReader, TableWriter};
+    use sinks::hbase::HbaseWriter;
+
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let cfg = config();
+    let t0 = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_millis(),
+    )
+    .expect("ms fit i64")
+        - 60_000;
+    let put = |row: &str, q: &str, ts: i64, v: &str| Mutation::Put {
+        table: HOURLY_TABLE,
+        row: row.as_bytes().to_vec(),
+        cells: vec![Cell {
+            family: "t".into(),
+            qualifier: q.as_bytes().to_vec(),
+            ts_ms: t0 + ts,
+            value: v.as_bytes().to_vec(),
+        }],
+    };
+    let delete = |row: &str, ts: i64| Mutation::DeleteRow {
+        table: HOURLY_TABLE,
+        row: row.as_bytes().to_vec(),
+        ts_ms: t0 + ts,
+    };
+    let batches = [
+        vec![
+            put("r1", "1", 1000, "a"),
+            put("r1", "3", 3000, "c"),
+            put("r2", "1", 1000, "x"),
+            delete("r1", 2000),
+            put("r3", "1", 1000, "y"),
+        ],
+        vec![delete("r3", 1000), put("r2", "2", 2000, "z")],
+    ];
+
+    let dir = scratch();
+    let embedded = sinks::embedded::EmbeddedStore::open(dir.path(), &schema::all_tables())
+        .expect("embedded store");
+    let mut embedded_writer = embedded.writer();
+    // With the tables' families, deletes travel in the batches; without, each is one
+    // deleteAllRowTs call.
+    let mut batched = HbaseWriter::new(&cfg).for_tables(&schema::all_tables());
+    let mut single = HbaseWriter::new(&cfg);
+    for (i, batch) in batches.into_iter().enumerate() {
+        embedded_writer
+            .write(batch.clone())
+            .expect("embedded write");
+        embedded_writer.flush().expect("embedded flush");
+        let writer = if i == 0 { &mut batched } else { &mut single };
+        writer.write(batch).expect("HBase write");
+        writer.flush().expect("HBase flush");
+    }
+    let store = HbaseStore::new(&cfg);
+    let all = ScanSpec::default();
+    let from_hbase = store.scan(HOURLY_TABLE, &all).expect("scan HBase");
+    let from_embedded = embedded.scan(HOURLY_TABLE, &all).expect("scan embedded");
+    let cells = |rows: &[pipeline::table::Row]| -> Vec<(String, String, String)> {
+        rows.iter()
+            .flat_map(|r| {
+                r.cells.iter().map(|c| {
+                    (
+                        String::from_utf8_lossy(&r.key).into_owned(),
+                        String::from_utf8_lossy(&c.qualifier).into_owned(),
+                        String::from_utf8_lossy(&c.value).into_owned(),
+                    )
+                })
+            })
+            .collect()
+    };
+    let expected: Vec<(String, String, String)> =
+        [("r1", "3", "c"), ("r2", "1", "x"), ("r2", "2", "z")]
+            .iter()
+            .map(|(r, q, v)| ((*r).into(), (*q).into(), (*v).into()))
+            .collect();
+    assert_eq!(cells(&from_hbase), expected);
+    assert_eq!(from_hbase, from_embedded);
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hbase_thrift::hbase::{BatchMutation, Mutation as TMutation, THbaseSyncClient};
+use pipeline::schema::TableSpec;
 use pipeline::table::{Cell, Mutation, TableWriter};
 
 use super::client::{Connection, Thrift1};
@@ -47,10 +48,12 @@ impl WriterStats {
     }
 }
 
-/// One row's puts at one timestamp: `family:qualifier` columns and their values.
+/// One row's changes at one timestamp: families whose cells up to the timestamp are deleted,
+/// and `family:qualifier` columns put with their values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RowPut {
     pub(crate) row: Vec<u8>,
+    pub(crate) delete_families: Vec<Vec<u8>>,
     pub(crate) columns: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -61,6 +64,26 @@ struct Group {
     index: HashMap<Vec<u8>, usize>,
     cells: usize,
     bytes: usize,
+}
+
+impl Group {
+    /// The entry of `row`, added (and its key counted in `bytes`) if it is new.
+    fn row(&mut self, row: &[u8]) -> &mut RowPut {
+        let i = match self.index.get(row) {
+            Some(&i) => i,
+            None => {
+                self.index.insert(row.to_vec(), self.rows.len());
+                self.rows.push(RowPut {
+                    row: row.to_vec(),
+                    delete_families: Vec::new(),
+                    columns: Vec::new(),
+                });
+                self.bytes += row.len() + ROW_OVERHEAD;
+                self.rows.len() - 1
+            }
+        };
+        &mut self.rows[i]
+    }
 }
 
 /// A `mutateRowsTs` call ready to be sent.
@@ -78,13 +101,16 @@ impl PlannedCall {
         self.batches
             .iter()
             .map(|r| {
-                let mutations: Vec<TMutation> = r
-                    .columns
+                // A family without qualifier deletes the family's cells up to the call's
+                // timestamp (Thrift1 turns it into `Delete.addFamily(family, ts)`).
+                let deletes = r
+                    .delete_families
                     .iter()
-                    .map(|(column, value)| {
-                        TMutation::new(false, column.clone(), value.clone(), true)
-                    })
-                    .collect();
+                    .map(|family| TMutation::new(true, family.clone(), None, true));
+                let puts = r.columns.iter().map(|(column, value)| {
+                    TMutation::new(false, column.clone(), value.clone(), true)
+                });
+                let mutations: Vec<TMutation> = deletes.chain(puts).collect();
                 BatchMutation::new(r.row.clone(), mutations)
             })
             .collect()
@@ -146,25 +172,21 @@ impl Buffer {
             column.extend_from_slice(&cell.qualifier);
             let added = column.len() + cell.value.len() + CELL_OVERHEAD;
             let before = group.bytes;
-            match group.index.get(row) {
-                Some(&i) => {
-                    let put = &mut group.rows[i];
-                    if let Some(slot) = put.columns.iter_mut().find(|(c, _)| *c == column) {
-                        group.bytes -= slot.0.len() + slot.1.len() + CELL_OVERHEAD;
-                        group.cells -= 1;
-                        slot.1 = cell.value;
-                    } else {
-                        put.columns.push((column, cell.value));
-                    }
+            let put = group.row(row);
+            let replaced = match put.columns.iter_mut().find(|(c, _)| *c == column) {
+                Some(slot) => {
+                    let old = slot.0.len() + slot.1.len() + CELL_OVERHEAD;
+                    slot.1 = cell.value;
+                    Some(old)
                 }
                 None => {
-                    group.index.insert(row.to_vec(), group.rows.len());
-                    group.rows.push(RowPut {
-                        row: row.to_vec(),
-                        columns: vec![(column, cell.value)],
-                    });
-                    group.bytes += row.len() + ROW_OVERHEAD;
+                    put.columns.push((column, cell.value));
+                    None
                 }
+            };
+            if let Some(old) = replaced {
+                group.bytes -= old;
+                group.cells -= 1;
             }
             group.cells += 1;
             group.bytes += added;
@@ -174,6 +196,35 @@ impl Buffer {
             }
         }
         full
+    }
+
+    /// Queues the deletion of `families` of `row` up to `ts_ms`. Returns the call that became
+    /// full, if any, to be sent now.
+    pub(crate) fn push_delete(
+        &mut self,
+        table: &'static str,
+        row: &[u8],
+        ts_ms: i64,
+        families: &[&str],
+    ) -> Option<PlannedCall> {
+        let key = (table, ts_ms);
+        let group = self.groups.entry(key).or_default();
+        let before = group.bytes;
+        let delete = group.row(row);
+        let mut added = 0;
+        for family in families {
+            if !delete
+                .delete_families
+                .iter()
+                .any(|f| f == family.as_bytes())
+            {
+                delete.delete_families.push(family.as_bytes().to_vec());
+                added += family.len() + CELL_OVERHEAD;
+            }
+        }
+        group.bytes += added;
+        self.total_bytes = self.total_bytes + group.bytes - before;
+        (group.rows.len() >= self.max_rows || group.bytes >= self.max_bytes).then(|| self.take(key))
     }
 
     /// Whether the buffer holds `max_total_bytes` or more and should be drained.
@@ -206,8 +257,9 @@ impl Buffer {
 /// `mutateRowsTs` call when it reaches [`HbaseConfig::batch_rows`] rows (default 1000) or
 /// [`HbaseConfig::batch_bytes`] bytes (default 4 MiB), and every group is sent when the buffer
 /// holds four times `batch_bytes` or on [`TableWriter::flush`]. The dataflow flushes when its
-/// frontier advances and at least every second. A `DeleteRow` sends the buffered puts, then
-/// `deleteAllRowTs`.
+/// frontier advances and at least every second. A `DeleteRow` on a table given to
+/// [`HbaseWriter::for_tables`] is buffered as family deletes at its timestamp; on another table
+/// it sends the buffer, then `deleteAllRowTs`.
 ///
 /// The connection is opened on first use and replaced after failures. Retriable failures
 /// (see [`super::is_retriable`]) are retried with capped exponential backoff per
@@ -219,6 +271,8 @@ pub struct HbaseWriter {
     conn: Connection<Thrift1>,
     buffer: Buffer,
     stats: Arc<WriterStats>,
+    /// Column families of the tables named in [`HbaseWriter::for_tables`].
+    families: HashMap<&'static str, Vec<&'static str>>,
 }
 
 impl fmt::Debug for HbaseWriter {
@@ -243,7 +297,20 @@ impl HbaseWriter {
             buffer: Buffer::new(cfg.batch_rows, cfg.batch_bytes, cfg.batch_bytes * 4),
             cfg: cfg.clone(),
             stats,
+            families: HashMap::new(),
         }
+    }
+
+    /// Tells the writer the column families of `tables`, so that a `DeleteRow` on one of them
+    /// is batched with the puts (as family deletes in `mutateRowsTs`) instead of costing a
+    /// `deleteAllRowTs` call and a flush of the buffer.
+    #[must_use]
+    pub fn for_tables(mut self, tables: &[TableSpec]) -> Self {
+        for t in tables {
+            self.families
+                .insert(t.name, t.families.iter().map(|f| f.name).collect());
+        }
+        self
     }
 
     fn send(&mut self, call: &PlannedCall) -> super::Result<()> {
@@ -266,6 +333,13 @@ impl HbaseWriter {
             })
         })?;
         self.stats.record_call(call);
+        tracing::trace!(
+            table = call.table,
+            ts_ms = call.ts_ms,
+            rows = call.batches.len(),
+            cells = call.cells,
+            "mutateRowsTs"
+        );
         Ok(())
     }
 
@@ -298,6 +372,7 @@ impl HbaseWriter {
             },
         )?;
         self.stats.deletes.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(table, ts_ms, "deleteAllRowTs");
         Ok(())
     }
 }
@@ -320,10 +395,16 @@ impl TableWriter for HbaseWriter {
                     }
                 }
                 Mutation::DeleteRow { table, row, ts_ms } => {
-                    // Keep the order of the mutations: what was put before the delete goes first.
-                    let all = self.buffer.drain();
-                    self.send_all(all)?;
-                    self.delete_row(table, &row, ts_ms)?;
+                    // In HBase a delete hides the cells stamped at most `ts_ms` whenever they
+                    // were put, so it may travel in the buffer like a put.
+                    if let Some(families) = self.families.get(table) {
+                        let full = self.buffer.push_delete(table, &row, ts_ms, families);
+                        self.send_all(full.into_iter().collect())?;
+                    } else {
+                        let all = self.buffer.drain();
+                        self.send_all(all)?;
+                        self.delete_row(table, &row, ts_ms)?;
+                    }
                 }
             }
         }
@@ -336,6 +417,7 @@ impl TableWriter for HbaseWriter {
     /// As [`TableWriter::write`].
     fn flush(&mut self) -> pipeline::Result<()> {
         let all = self.buffer.drain();
+        tracing::trace!(calls = all.len(), "flush");
         self.send_all(all)?;
         Ok(())
     }

@@ -26,6 +26,7 @@ fn cell(qualifier: &str, ts_ms: i64, value: &str) -> Cell {
 fn row(key: &str, columns: &[(&str, &str)]) -> RowPut {
     RowPut {
         row: key.as_bytes().to_vec(),
+        delete_families: Vec::new(),
         columns: columns
             .iter()
             .map(|(c, v)| (c.as_bytes().to_vec(), v.as_bytes().to_vec()))
@@ -96,6 +97,39 @@ fn puts_to_one_row_are_merged_never_dropped() {
             row("d_1", &[("t:1", "c")])
         ]
     );
+}
+
+#[test]
+fn deletes_travel_with_the_puts_of_their_timestamp() {
+    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
+    buf.push("room", b"a_d1", vec![cell("v", 5000, "1")]);
+    assert!(buf.push_delete("room", b"a_d1", 2000, &["t"]).is_none());
+    assert!(buf.push_delete("room", b"b_d1", 5000, &["t"]).is_none());
+    let bytes = buf.total_bytes();
+    assert!(buf.push_delete("room", b"b_d1", 5000, &["t"]).is_none());
+    assert_eq!(
+        buf.total_bytes(),
+        bytes,
+        "the same delete twice is one delete"
+    );
+    let mut deleted = row("a_d1", &[]);
+    deleted.delete_families = vec![b"t".to_vec()];
+    let mut moved = row("b_d1", &[]);
+    moved.delete_families = vec![b"t".to_vec()];
+    assert_eq!(
+        summary(&buf.drain()),
+        vec![
+            ("room", 2000, vec![deleted]),
+            ("room", 5000, vec![row("a_d1", &[("t:v", "1")]), moved]),
+        ]
+    );
+    // A delete counts as a row towards max_rows.
+    let mut buf = Buffer::new(2, 1 << 20, 4 << 20);
+    assert!(buf.push_delete("room", b"x", 1, &["t"]).is_none());
+    let full = buf
+        .push_delete("room", b"y", 1, &["t"])
+        .expect("2 rows fill the call");
+    assert_eq!(full.batches.len(), 2);
 }
 
 #[test]
