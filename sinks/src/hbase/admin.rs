@@ -211,11 +211,13 @@ impl Admin {
         }
     }
 
+    /// Through Thrift1, so that jobs that only read and write need no Thrift2 gateway.
     fn exists(&mut self, table: &str) -> Result<bool> {
-        let t2 = &mut self.t2;
-        retrying(&self.cfg.retry, &format!("tableExists {table}"), || {
-            t2.call("tableExists", table, |c| c.table_exists(table_name(table)))
-        })
+        let t1 = &mut self.t1;
+        let names = retrying(&self.cfg.retry, "getTableNames", || {
+            t1.call("getTableNames", table, |c| c.get_table_names())
+        })?;
+        Ok(names.iter().any(|n| n.as_slice() == table.as_bytes()))
     }
 
     fn families(&mut self, table: &str) -> Result<Vec<FamilyDescription>> {
@@ -367,7 +369,7 @@ pub fn describe_tables(cfg: &HbaseConfig, specs: &[TableSpec]) -> Result<Vec<Tab
     Ok(out)
 }
 
-/// The tables of `specs` that do not exist in HBase.
+/// The tables of `specs` that do not exist in HBase (asked through the Thrift1 gateway only).
 ///
 /// # Errors
 /// An unreachable gateway once `cfg.retry` gives up.

@@ -68,7 +68,8 @@ pub struct HbaseConfig {
     /// A write batch is sent once it holds this many rows (default 1000).
     pub batch_rows: usize,
     /// … or this many bytes of row keys, columns and values (default 4 MiB, well under the
-    /// Thrift message limits of the gateway).
+    /// Thrift message limits of the gateway). A writer buffers at most four times this across
+    /// all its calls before sending everything.
     pub batch_bytes: usize,
     /// Rows fetched per scanner call (default 1000).
     pub scan_caching: usize,

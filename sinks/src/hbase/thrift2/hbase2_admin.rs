@@ -503,11 +503,8 @@ impl Display for TIOError {
 
 pub trait TTHBaseServiceSyncClient {
   fn get_table_descriptor(&mut self, table: TTableName) -> thrift::Result<TTableDescriptor>;
-  fn table_exists(&mut self, table_name: TTableName) -> thrift::Result<bool>;
   fn create_table(&mut self, desc: TTableDescriptor, split_keys: Vec<Vec<u8>>) -> thrift::Result<()>;
   fn delete_table(&mut self, table_name: TTableName) -> thrift::Result<()>;
-  fn truncate_table(&mut self, table_name: TTableName, preserve_splits: bool) -> thrift::Result<()>;
-  fn enable_table(&mut self, table_name: TTableName) -> thrift::Result<()>;
   fn disable_table(&mut self, table_name: TTableName) -> thrift::Result<()>;
   fn is_table_enabled(&mut self, table_name: TTableName) -> thrift::Result<bool>;
 }
@@ -563,33 +560,6 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
       result.ok_or()
     }
   }
-  fn table_exists(&mut self, table_name: TTableName) -> thrift::Result<bool> {
-    (
-      {
-        self.increment_sequence_number();
-        let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Call, self.sequence_number());
-        let call_args = THBaseServiceTableExistsArgs { table_name };
-        self.o_prot_mut().write_message_begin(&message_ident)?;
-        call_args.write_to_out_protocol(self.o_prot_mut())?;
-        self.o_prot_mut().write_message_end()?;
-        self.o_prot_mut().flush()
-      }
-    )?;
-    {
-      let message_ident = self.i_prot_mut().read_message_begin()?;
-      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
-      verify_expected_service_call("tableExists", &message_ident.name)?;
-      if message_ident.message_type == TMessageType::Exception {
-        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
-        self.i_prot_mut().read_message_end()?;
-        return Err(thrift::Error::Application(remote_error))
-      }
-      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
-      let result = THBaseServiceTableExistsResult::read_from_in_protocol(self.i_prot_mut())?;
-      self.i_prot_mut().read_message_end()?;
-      result.ok_or()
-    }
-  }
   fn create_table(&mut self, desc: TTableDescriptor, split_keys: Vec<Vec<u8>>) -> thrift::Result<()> {
     (
       {
@@ -640,60 +610,6 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
       }
       verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
       let result = THBaseServiceDeleteTableResult::read_from_in_protocol(self.i_prot_mut())?;
-      self.i_prot_mut().read_message_end()?;
-      result.ok_or()
-    }
-  }
-  fn truncate_table(&mut self, table_name: TTableName, preserve_splits: bool) -> thrift::Result<()> {
-    (
-      {
-        self.increment_sequence_number();
-        let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Call, self.sequence_number());
-        let call_args = THBaseServiceTruncateTableArgs { table_name, preserve_splits };
-        self.o_prot_mut().write_message_begin(&message_ident)?;
-        call_args.write_to_out_protocol(self.o_prot_mut())?;
-        self.o_prot_mut().write_message_end()?;
-        self.o_prot_mut().flush()
-      }
-    )?;
-    {
-      let message_ident = self.i_prot_mut().read_message_begin()?;
-      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
-      verify_expected_service_call("truncateTable", &message_ident.name)?;
-      if message_ident.message_type == TMessageType::Exception {
-        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
-        self.i_prot_mut().read_message_end()?;
-        return Err(thrift::Error::Application(remote_error))
-      }
-      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
-      let result = THBaseServiceTruncateTableResult::read_from_in_protocol(self.i_prot_mut())?;
-      self.i_prot_mut().read_message_end()?;
-      result.ok_or()
-    }
-  }
-  fn enable_table(&mut self, table_name: TTableName) -> thrift::Result<()> {
-    (
-      {
-        self.increment_sequence_number();
-        let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Call, self.sequence_number());
-        let call_args = THBaseServiceEnableTableArgs { table_name };
-        self.o_prot_mut().write_message_begin(&message_ident)?;
-        call_args.write_to_out_protocol(self.o_prot_mut())?;
-        self.o_prot_mut().write_message_end()?;
-        self.o_prot_mut().flush()
-      }
-    )?;
-    {
-      let message_ident = self.i_prot_mut().read_message_begin()?;
-      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
-      verify_expected_service_call("enableTable", &message_ident.name)?;
-      if message_ident.message_type == TMessageType::Exception {
-        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
-        self.i_prot_mut().read_message_end()?;
-        return Err(thrift::Error::Application(remote_error))
-      }
-      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
-      let result = THBaseServiceEnableTableResult::read_from_in_protocol(self.i_prot_mut())?;
       self.i_prot_mut().read_message_end()?;
       result.ok_or()
     }
@@ -760,11 +676,8 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
 
 pub trait THBaseServiceSyncHandler {
   fn handle_get_table_descriptor(&self, table: TTableName) -> thrift::Result<TTableDescriptor>;
-  fn handle_table_exists(&self, table_name: TTableName) -> thrift::Result<bool>;
   fn handle_create_table(&self, desc: TTableDescriptor, split_keys: Vec<Vec<u8>>) -> thrift::Result<()>;
   fn handle_delete_table(&self, table_name: TTableName) -> thrift::Result<()>;
-  fn handle_truncate_table(&self, table_name: TTableName, preserve_splits: bool) -> thrift::Result<()>;
-  fn handle_enable_table(&self, table_name: TTableName) -> thrift::Result<()>;
   fn handle_disable_table(&self, table_name: TTableName) -> thrift::Result<()>;
   fn handle_is_table_enabled(&self, table_name: TTableName) -> thrift::Result<bool>;
 }
@@ -782,20 +695,11 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
   fn process_get_table_descriptor(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_get_table_descriptor(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
-  fn process_table_exists(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    TTHBaseServiceProcessFunctions::process_table_exists(&self.handler, incoming_sequence_number, i_prot, o_prot)
-  }
   fn process_create_table(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_create_table(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
   fn process_delete_table(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_delete_table(&self.handler, incoming_sequence_number, i_prot, o_prot)
-  }
-  fn process_truncate_table(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    TTHBaseServiceProcessFunctions::process_truncate_table(&self.handler, incoming_sequence_number, i_prot, o_prot)
-  }
-  fn process_enable_table(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    TTHBaseServiceProcessFunctions::process_enable_table(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
   fn process_disable_table(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_disable_table(&self.handler, incoming_sequence_number, i_prot, o_prot)
@@ -859,66 +763,6 @@ impl TTHBaseServiceProcessFunctions {
               )
             };
             let message_ident = TMessageIdentifier::new("getTableDescriptor", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-        }
-      },
-    }
-  }
-  pub fn process_table_exists<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let args = THBaseServiceTableExistsArgs::read_from_in_protocol(i_prot)?;
-    match handler.handle_table_exists(args.table_name) {
-      Ok(handler_return) => {
-        let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Reply, incoming_sequence_number);
-        o_prot.write_message_begin(&message_ident)?;
-        let ret = THBaseServiceTableExistsResult { result_value: Some(handler_return), io: None };
-        ret.write_to_out_protocol(o_prot)?;
-        o_prot.write_message_end()?;
-        o_prot.flush()
-      },
-      Err(e) => {
-        match e {
-          thrift::Error::User(usr_err) => {
-            if usr_err.downcast_ref::<TIOError>().is_some() {
-              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
-              let ret_err = THBaseServiceTableExistsResult{ result_value: None, io: Some(*err) };
-              let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Reply, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              ret_err.write_to_out_protocol(o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            } else {
-              let ret_err = {
-                ApplicationError::new(
-                  ApplicationErrorKind::Unknown,
-                  usr_err.to_string()
-                )
-              };
-              let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Exception, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            }
-          },
-          thrift::Error::Application(app_err) => {
-            let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-          _ => {
-            let ret_err = {
-              ApplicationError::new(
-                ApplicationErrorKind::Unknown,
-                e.to_string()
-              )
-            };
-            let message_ident = TMessageIdentifier::new("tableExists", TMessageType::Exception, incoming_sequence_number);
             o_prot.write_message_begin(&message_ident)?;
             thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
             o_prot.write_message_end()?;
@@ -1039,126 +883,6 @@ impl TTHBaseServiceProcessFunctions {
               )
             };
             let message_ident = TMessageIdentifier::new("deleteTable", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-        }
-      },
-    }
-  }
-  pub fn process_truncate_table<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let args = THBaseServiceTruncateTableArgs::read_from_in_protocol(i_prot)?;
-    match handler.handle_truncate_table(args.table_name, args.preserve_splits) {
-      Ok(_) => {
-        let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Reply, incoming_sequence_number);
-        o_prot.write_message_begin(&message_ident)?;
-        let ret = THBaseServiceTruncateTableResult { io: None };
-        ret.write_to_out_protocol(o_prot)?;
-        o_prot.write_message_end()?;
-        o_prot.flush()
-      },
-      Err(e) => {
-        match e {
-          thrift::Error::User(usr_err) => {
-            if usr_err.downcast_ref::<TIOError>().is_some() {
-              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
-              let ret_err = THBaseServiceTruncateTableResult{ io: Some(*err) };
-              let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Reply, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              ret_err.write_to_out_protocol(o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            } else {
-              let ret_err = {
-                ApplicationError::new(
-                  ApplicationErrorKind::Unknown,
-                  usr_err.to_string()
-                )
-              };
-              let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Exception, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            }
-          },
-          thrift::Error::Application(app_err) => {
-            let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-          _ => {
-            let ret_err = {
-              ApplicationError::new(
-                ApplicationErrorKind::Unknown,
-                e.to_string()
-              )
-            };
-            let message_ident = TMessageIdentifier::new("truncateTable", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-        }
-      },
-    }
-  }
-  pub fn process_enable_table<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let args = THBaseServiceEnableTableArgs::read_from_in_protocol(i_prot)?;
-    match handler.handle_enable_table(args.table_name) {
-      Ok(_) => {
-        let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Reply, incoming_sequence_number);
-        o_prot.write_message_begin(&message_ident)?;
-        let ret = THBaseServiceEnableTableResult { io: None };
-        ret.write_to_out_protocol(o_prot)?;
-        o_prot.write_message_end()?;
-        o_prot.flush()
-      },
-      Err(e) => {
-        match e {
-          thrift::Error::User(usr_err) => {
-            if usr_err.downcast_ref::<TIOError>().is_some() {
-              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
-              let ret_err = THBaseServiceEnableTableResult{ io: Some(*err) };
-              let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Reply, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              ret_err.write_to_out_protocol(o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            } else {
-              let ret_err = {
-                ApplicationError::new(
-                  ApplicationErrorKind::Unknown,
-                  usr_err.to_string()
-                )
-              };
-              let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Exception, incoming_sequence_number);
-              o_prot.write_message_begin(&message_ident)?;
-              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
-              o_prot.write_message_end()?;
-              o_prot.flush()
-            }
-          },
-          thrift::Error::Application(app_err) => {
-            let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Exception, incoming_sequence_number);
-            o_prot.write_message_begin(&message_ident)?;
-            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
-            o_prot.write_message_end()?;
-            o_prot.flush()
-          },
-          _ => {
-            let ret_err = {
-              ApplicationError::new(
-                ApplicationErrorKind::Unknown,
-                e.to_string()
-              )
-            };
-            let message_ident = TMessageIdentifier::new("enableTable", TMessageType::Exception, incoming_sequence_number);
             o_prot.write_message_begin(&message_ident)?;
             thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
             o_prot.write_message_end()?;
@@ -1297,20 +1021,11 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
       "getTableDescriptor" => {
         self.process_get_table_descriptor(message_ident.sequence_number, i_prot, o_prot)
       },
-      "tableExists" => {
-        self.process_table_exists(message_ident.sequence_number, i_prot, o_prot)
-      },
       "createTable" => {
         self.process_create_table(message_ident.sequence_number, i_prot, o_prot)
       },
       "deleteTable" => {
         self.process_delete_table(message_ident.sequence_number, i_prot, o_prot)
-      },
-      "truncateTable" => {
-        self.process_truncate_table(message_ident.sequence_number, i_prot, o_prot)
-      },
-      "enableTable" => {
-        self.process_enable_table(message_ident.sequence_number, i_prot, o_prot)
       },
       "disableTable" => {
         self.process_disable_table(message_ident.sequence_number, i_prot, o_prot)
@@ -1446,131 +1161,6 @@ impl THBaseServiceGetTableDescriptorResult {
     if let Some(ref fld_var) = self.result_value {
       o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::Struct, 0))?;
       fld_var.write_to_out_protocol(o_prot)?;
-      o_prot.write_field_end()?
-    }
-    if let Some(ref fld_var) = self.io {
-      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
-      fld_var.write_to_out_protocol(o_prot)?;
-      o_prot.write_field_end()?
-    }
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceTableExistsArgs
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceTableExistsArgs {
-  table_name: TTableName,
-}
-
-impl THBaseServiceTableExistsArgs {
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceTableExistsArgs> {
-    i_prot.read_struct_begin()?;
-    let mut f_1: Option<TTableName> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        1 => {
-          let val = TTableName::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    verify_required_field_exists("THBaseServiceTableExistsArgs.table_name", &f_1)?;
-    let ret = THBaseServiceTableExistsArgs {
-      table_name: f_1.expect("auto-generated code should have checked for presence of required fields"),
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("tableExists_args");
-    o_prot.write_struct_begin(&struct_ident)?;
-    o_prot.write_field_begin(&TFieldIdentifier::new("tableName", TType::Struct, 1))?;
-    self.table_name.write_to_out_protocol(o_prot)?;
-    o_prot.write_field_end()?;
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceTableExistsResult
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceTableExistsResult {
-  result_value: Option<bool>,
-  io: Option<TIOError>,
-}
-
-impl THBaseServiceTableExistsResult {
-  fn ok_or(self) -> thrift::Result<bool> {
-    if self.io.is_some() {
-      Err(thrift::Error::User(Box::new(self.io.unwrap())))
-    } else if self.result_value.is_some() {
-      Ok(self.result_value.unwrap())
-    } else {
-      Err(
-        thrift::Error::Application(
-          ApplicationError::new(
-            ApplicationErrorKind::MissingResult,
-            "no result received for THBaseServiceTableExists"
-          )
-        )
-      )
-    }
-  }
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceTableExistsResult> {
-    i_prot.read_struct_begin()?;
-    let mut f_0: Option<bool> = None;
-    let mut f_1: Option<TIOError> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        0 => {
-          let val = i_prot.read_bool()?;
-          f_0 = Some(val);
-        },
-        1 => {
-          let val = TIOError::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    let ret = THBaseServiceTableExistsResult {
-      result_value: f_0,
-      io: f_1,
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("THBaseServiceTableExistsResult");
-    o_prot.write_struct_begin(&struct_ident)?;
-    if let Some(fld_var) = self.result_value {
-      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::Bool, 0))?;
-      o_prot.write_bool(fld_var)?;
       o_prot.write_field_end()?
     }
     if let Some(ref fld_var) = self.io {
@@ -1801,225 +1391,6 @@ impl THBaseServiceDeleteTableResult {
   }
   fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let struct_ident = TStructIdentifier::new("THBaseServiceDeleteTableResult");
-    o_prot.write_struct_begin(&struct_ident)?;
-    if let Some(ref fld_var) = self.io {
-      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
-      fld_var.write_to_out_protocol(o_prot)?;
-      o_prot.write_field_end()?
-    }
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceTruncateTableArgs
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceTruncateTableArgs {
-  table_name: TTableName,
-  preserve_splits: bool,
-}
-
-impl THBaseServiceTruncateTableArgs {
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceTruncateTableArgs> {
-    i_prot.read_struct_begin()?;
-    let mut f_1: Option<TTableName> = None;
-    let mut f_2: Option<bool> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        1 => {
-          let val = TTableName::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        2 => {
-          let val = i_prot.read_bool()?;
-          f_2 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    verify_required_field_exists("THBaseServiceTruncateTableArgs.table_name", &f_1)?;
-    verify_required_field_exists("THBaseServiceTruncateTableArgs.preserve_splits", &f_2)?;
-    let ret = THBaseServiceTruncateTableArgs {
-      table_name: f_1.expect("auto-generated code should have checked for presence of required fields"),
-      preserve_splits: f_2.expect("auto-generated code should have checked for presence of required fields"),
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("truncateTable_args");
-    o_prot.write_struct_begin(&struct_ident)?;
-    o_prot.write_field_begin(&TFieldIdentifier::new("tableName", TType::Struct, 1))?;
-    self.table_name.write_to_out_protocol(o_prot)?;
-    o_prot.write_field_end()?;
-    o_prot.write_field_begin(&TFieldIdentifier::new("preserveSplits", TType::Bool, 2))?;
-    o_prot.write_bool(self.preserve_splits)?;
-    o_prot.write_field_end()?;
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceTruncateTableResult
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceTruncateTableResult {
-  io: Option<TIOError>,
-}
-
-impl THBaseServiceTruncateTableResult {
-  fn ok_or(self) -> thrift::Result<()> {
-    if self.io.is_some() {
-      Err(thrift::Error::User(Box::new(self.io.unwrap())))
-    } else {
-      Ok(())
-    }
-  }
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceTruncateTableResult> {
-    i_prot.read_struct_begin()?;
-    let mut f_1: Option<TIOError> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        1 => {
-          let val = TIOError::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    let ret = THBaseServiceTruncateTableResult {
-      io: f_1,
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("THBaseServiceTruncateTableResult");
-    o_prot.write_struct_begin(&struct_ident)?;
-    if let Some(ref fld_var) = self.io {
-      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
-      fld_var.write_to_out_protocol(o_prot)?;
-      o_prot.write_field_end()?
-    }
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceEnableTableArgs
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceEnableTableArgs {
-  table_name: TTableName,
-}
-
-impl THBaseServiceEnableTableArgs {
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceEnableTableArgs> {
-    i_prot.read_struct_begin()?;
-    let mut f_1: Option<TTableName> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        1 => {
-          let val = TTableName::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    verify_required_field_exists("THBaseServiceEnableTableArgs.table_name", &f_1)?;
-    let ret = THBaseServiceEnableTableArgs {
-      table_name: f_1.expect("auto-generated code should have checked for presence of required fields"),
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("enableTable_args");
-    o_prot.write_struct_begin(&struct_ident)?;
-    o_prot.write_field_begin(&TFieldIdentifier::new("tableName", TType::Struct, 1))?;
-    self.table_name.write_to_out_protocol(o_prot)?;
-    o_prot.write_field_end()?;
-    o_prot.write_field_stop()?;
-    o_prot.write_struct_end()
-  }
-}
-
-//
-// THBaseServiceEnableTableResult
-//
-
-#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-struct THBaseServiceEnableTableResult {
-  io: Option<TIOError>,
-}
-
-impl THBaseServiceEnableTableResult {
-  fn ok_or(self) -> thrift::Result<()> {
-    if self.io.is_some() {
-      Err(thrift::Error::User(Box::new(self.io.unwrap())))
-    } else {
-      Ok(())
-    }
-  }
-  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceEnableTableResult> {
-    i_prot.read_struct_begin()?;
-    let mut f_1: Option<TIOError> = None;
-    loop {
-      let field_ident = i_prot.read_field_begin()?;
-      if field_ident.field_type == TType::Stop {
-        break;
-      }
-      let field_id = field_id(&field_ident)?;
-      match field_id {
-        1 => {
-          let val = TIOError::read_from_in_protocol(i_prot)?;
-          f_1 = Some(val);
-        },
-        _ => {
-          i_prot.skip(field_ident.field_type)?;
-        },
-      };
-      i_prot.read_field_end()?;
-    }
-    i_prot.read_struct_end()?;
-    let ret = THBaseServiceEnableTableResult {
-      io: f_1,
-    };
-    Ok(ret)
-  }
-  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
-    let struct_ident = TStructIdentifier::new("THBaseServiceEnableTableResult");
     o_prot.write_struct_begin(&struct_ident)?;
     if let Some(ref fld_var) = self.io {
       o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;

@@ -52,13 +52,9 @@ exception TIOError {
 
 service THBaseService {
   TTableDescriptor getTableDescriptor(1: required TTableName table) throws (1: TIOError io)
-  bool tableExists(1: TTableName tableName) throws (1: TIOError io)
   void createTable(1: required TTableDescriptor desc, 2: list<binary> splitKeys)
     throws (1: TIOError io)
   void deleteTable(1: required TTableName tableName) throws (1: TIOError io)
-  void truncateTable(1: required TTableName tableName, 2: required bool preserveSplits)
-    throws (1: TIOError io)
-  void enableTable(1: required TTableName tableName) throws (1: TIOError io)
   void disableTable(1: required TTableName tableName) throws (1: TIOError io)
   bool isTableEnabled(1: required TTableName tableName) throws (1: TIOError io)
 }
