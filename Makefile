@@ -9,7 +9,7 @@ demo:
 
 # Services `make test` starts before the tests (`scripts/services.sh up` is idempotent and
 # waits until they answer). The HBase tests fail, not skip, when HBase is down.
-TEST_SERVICES ?= hbase
+TEST_SERVICES ?= all
 
 ## Every test: unit, property, doc, end-to-end and against the live services (started here).
 test:

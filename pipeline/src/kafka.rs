@@ -507,6 +507,7 @@ impl OffsetCommitter {
         // lets its frontier advance.
         let frontier = inner.probe.with_frontier(|f| f.first().copied());
         inner.ledger.borrow_mut().advance(frontier);
+        tracing::trace!(?frontier, "durable frontier");
         if inner.control.error().is_some() {
             return Ok(0);
         }

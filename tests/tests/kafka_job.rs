@@ -1,0 +1,565 @@
+//! `hourglass run` against a real Kafka broker (`scripts/services.sh up kafka`; `make test`
+//! starts it): parity with `hourglass replay`, crash safety under SIGKILL, graceful SIGTERM, and
+//! the benchmark of sustained consumption (ignored; see `bench_sustained_consumption`).
+//!
+//! Without a broker on 127.0.0.1:9092 these tests skip, except in CI (`CI` set), where they fail.
+//! Each test uses its own topic and consumer group, so they run in parallel.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use e2e::{data, hourglass, hourglass_bin, hourglass_ok, NOW};
+
+const BROKER: &str = "127.0.0.1:9092";
+/// First hour of the generated recordings (before `NOW`, within the 90-day TTL).
+const START: &str = "2024-08-19T21:00:00Z";
+
+/// Whether Kafka is up; in CI a missing broker fails the test instead.
+fn kafka_up() -> bool {
+    let addr: SocketAddr = BROKER.parse().expect("broker address");
+    if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !ci,
+        "Kafka is not running on {BROKER}: start it with `scripts/services.sh up kafka` (make test does)"
+    );
+    eprintln!("skipping: Kafka is not running on {BROKER} (scripts/services.sh up kafka)");
+    false
+}
+
+/// A topic or group name no other test or run uses.
+fn unique(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    format!("hg-{name}-{}-{nanos}", std::process::id())
+}
+
+fn scratch() -> PathBuf {
+    tempfile::tempdir().expect("tempdir").keep()
+}
+
+/// Writes the job configuration `job.toml` into `dir` and returns its path.
+fn job_config(dir: &Path, topic: &str, extra_window: &str, idle_secs: u64) -> PathBuf {
+    let path = dir.join("job.toml");
+    let text = format!(
+        "workers = 2\nstatus_interval_secs = 2\n\n[window]\n{extra_window}\n\n[store]\nkind = \"embedded\"\n\
+         dir = \"store\"\n\n[source]\nbrokers = \"{BROKER}\"\ntopic = \"{topic}\"\ngroup_id = \"{topic}\"\n\
+         idle_partition_timeout_secs = {idle_secs}\n"
+    );
+    std::fs::write(&path, text).expect("write job.toml");
+    path
+}
+
+fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let out_s = out.to_str().expect("utf-8 path");
+    let mut all = vec!["generate", "--start", START, "--out", out_s];
+    all.extend_from_slice(args);
+    hourglass_ok(dir, &all);
+    out
+}
+
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    Command::new(hourglass_bin())
+        .args(args)
+        .current_dir(dir)
+        .env("HOURGLASS_NOW", NOW)
+        .env_remove("HOURGLASS_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting hourglass")
+}
+
+/// Publishes `file` to a new 4-partition topic, paced by `pace` (`["--speed", "600"]`, …).
+fn produce(dir: &Path, file: &Path, topic: &str, pace: &[&str]) -> Child {
+    let mut args = vec![
+        "produce",
+        file.to_str().expect("utf-8 path"),
+        "--brokers",
+        BROKER,
+        "--topic",
+        topic,
+        "--partitions",
+        "4",
+    ];
+    args.extend_from_slice(pace);
+    spawn(dir, &args)
+}
+
+fn wait_ok(child: Child, what: &str) -> String {
+    let out = child.wait_with_output().expect("waiting for hourglass");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stderr}",
+        out.status
+    );
+    stderr
+}
+
+fn run_job(dir: &Path, config: &Path, extra: &[&str]) -> Child {
+    let mut args = vec![
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--stats-json",
+        "run-stats.json",
+    ];
+    args.extend_from_slice(extra);
+    spawn(dir, &args)
+}
+
+fn stats(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("run-stats.json")).expect("run-stats.json");
+    serde_json::from_str(&text).expect("run-stats.json is JSON")
+}
+
+fn dump(dir: &Path, store: &str, table: &str) -> String {
+    hourglass_ok(dir, &["tables", "dump", table, "--store", store])
+}
+
+/// Replays `file` with the job's configuration into `rstore` and checks both tables of `store`
+/// are identical to it.
+fn assert_same_as_replay(dir: &Path, config: &Path, file: &Path) {
+    hourglass_ok(
+        dir,
+        &[
+            "replay",
+            file.to_str().expect("utf-8 path"),
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--store",
+            "rstore",
+            "--workers",
+            "2",
+            "--dead-letter",
+            "replay-dead.jsonl",
+            "--late-output",
+            "replay-late.jsonl",
+            "--quiet",
+        ],
+    );
+    for table in ["ts_metric", "ts_metric_hourly"] {
+        let (kafka, replay) = (dump(dir, "store", table), dump(dir, "rstore", table));
+        assert!(!replay.is_empty(), "{table}: the replay stored nothing");
+        if kafka != replay {
+            let first = kafka
+                .lines()
+                .zip(replay.lines())
+                .position(|(k, r)| k != r)
+                .unwrap_or_else(|| kafka.lines().count().min(replay.lines().count()));
+            panic!(
+                "{table} differs from the replay at line {} (of {} vs {}):\n  run:    {:?}\n  replay: {:?}\n(dir {})",
+                first + 1,
+                kafka.lines().count(),
+                replay.lines().count(),
+                kafka.lines().nth(first),
+                replay.lines().nth(first),
+                dir.display()
+            );
+        }
+    }
+}
+
+fn reasons(path: &Path) -> Vec<String> {
+    let mut r: Vec<String> = e2e::read_jsonl(path)
+        .iter()
+        .map(|v| v["reason"].as_str().unwrap_or_default().to_string())
+        .collect();
+    r.sort();
+    r
+}
+
+/// A generated recording without late lines (reordering stays within the watermark bound), so
+/// no reading can be late beyond the allowed lateness whatever the partitions' interleaving:
+/// both tables must be exactly the replay's, though produced at full speed before the job starts.
+#[test]
+fn generated_recording_gives_the_same_tables_as_replay() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("parity-gen");
+    let file = generate(
+        &dir,
+        "gen.jsonl",
+        &[
+            "--devices",
+            "200",
+            "--duration",
+            "30m",
+            "--malformed-rate",
+            "0.01",
+            "--duplicate-rate",
+            "0.01",
+        ],
+    );
+    wait_ok(produce(&dir, &file, &topic, &[]), "produce");
+    let config = job_config(&dir, &topic, "", 1);
+    wait_ok(run_job(&dir, &config, &["--exit-on-idle", "5s"]), "run");
+    let s = stats(&dir);
+    assert_eq!(s["late_dropped"], 0, "{s}");
+    assert_same_as_replay(&dir, &config, &file);
+    assert_eq!(
+        reasons(&dir.join("hourglass-dead-letters.jsonl")),
+        reasons(&dir.join("replay-dead.jsonl"))
+    );
+}
+
+/// `tests/data/scenario.jsonl` has two readings hours beyond the allowed lateness. Whether a
+/// reading is late depends on the watermark when it arrives, i.e. on how partitions interleave:
+/// published all at once, a whole partition may be read before another has started, and its
+/// very late readings then arrive while the watermark is still held back. Published in event
+/// time order (600× real time, 24 s), as a live feed would be, lateness is unambiguous: the
+/// very late readings come ≥ 5 s of publishing (≥ 55 min of event time) past their limit.
+#[test]
+fn scenario_published_in_event_time_gives_the_same_tables_as_replay() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("parity-scenario");
+    let file = data("scenario.jsonl");
+    let producer = produce(&dir, &file, &topic, &["--speed", "600"]);
+    // Some partitions get only a few malformed, keyless lines: they must turn idle quickly.
+    let config = job_config(&dir, &topic, "", 1);
+    let job = run_job(&dir, &config, &["--exit-on-idle", "8s"]);
+    wait_ok(producer, "produce");
+    wait_ok(job, "run");
+    let s = stats(&dir);
+    assert_eq!(s["read"], 162, "{s}");
+    assert_eq!(s["rejected"], 12, "{s}");
+    assert_eq!(s["late_dropped"], 2, "{s}");
+    assert_same_as_replay(&dir, &config, &file);
+    assert_eq!(
+        reasons(&dir.join("hourglass-dead-letters.jsonl")),
+        reasons(&dir.join("replay-dead.jsonl"))
+    );
+    let late: Vec<(String, i64)> = e2e::read_jsonl(&dir.join("hourglass-late.jsonl"))
+        .iter()
+        .map(|v| {
+            (
+                v["device"].as_str().unwrap_or_default().to_string(),
+                v["ts"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        late,
+        [
+            ("dev00786".to_string(), 1724101300),
+            ("sensor-1".to_string(), 1724104900)
+        ]
+    );
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -TERM failed");
+}
+
+/// Waits until the job says it is consuming (its `run: topic …` line on stderr), then keeps
+/// draining its stderr in the background.
+fn wait_until_consuming(job: &mut Child) {
+    use std::io::BufRead;
+    let stderr = job.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("run: topic") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(180))
+        .expect("the job did not start consuming within 3 minutes");
+}
+
+/// A small xorshift generator: random kill points, reproducible from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn from_clock() -> Self {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64
+            | 1;
+        eprintln!("kill points seed: {seed}");
+        Rng(seed)
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        Duration::from_millis(from + self.0 % (to - from))
+    }
+}
+
+/// Offsets move only past hours that are final (watermark past their end plus the allowed
+/// lateness) and once their cells are written (early firings): frequent early firings and
+/// recordings whose event time runs thousands of times faster than real time let them move within
+/// the seconds a test runs.
+const FAST_COMMITS: &str = "early_fire_secs = 2";
+/// At thousands of seconds of event time per second, a partition wrongly taken for idle for
+/// one second would be hours behind the others; 5 s keeps that from happening on a busy machine.
+const IDLE_SECS: u64 = 5;
+
+/// The job is killed with SIGKILL at random points while the recording is being published
+/// (≥ 3 times), restarted each time, and finally run to idle: every valid reading is in both
+/// tables exactly as in the replay (nothing lost, nothing extra), and the last run resumed from
+/// committed offsets rather than from the start.
+#[test]
+fn sigkill_at_random_points_loses_nothing() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("crash");
+    // 20 devices × 12 h every 10 s: 86k readings, published at 5000/s (~17 s), so an hour of
+    // event time passes every ~1.5 s and each run between two kills commits some.
+    let file = generate(
+        &dir,
+        "rec.jsonl",
+        &[
+            "--devices",
+            "20",
+            "--duration",
+            "12h",
+            "--seed",
+            "7",
+            "--malformed-rate",
+            "0.005",
+            "--duplicate-rate",
+            "0.005",
+        ],
+    );
+    let lines = std::fs::read(&file)
+        .expect("read recording")
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let mut producer = produce(&dir, &file, &topic, &["--rate", "5000"]);
+    let mut rng = Rng::from_clock();
+    let mut kills = 0;
+    let mut producing = true;
+    while kills < 3 || producing {
+        assert!(
+            kills < 20,
+            "the producer is still running after {kills} kills"
+        );
+        let mut job = run_job(&dir, &config, &[]);
+        // Kill points count from the start of consumption (the store's recovery after a kill
+        // takes seconds in a debug build). A job takes up to ~10 s (fetch, watermark, hours
+        // becoming final, early firings) before its first commit; the third run lives longer.
+        wait_until_consuming(&mut job);
+        let live = if kills == 2 {
+            rng.millis(15_000, 20_000)
+        } else {
+            rng.millis(500, 8000)
+        };
+        std::thread::sleep(live);
+        if let Some(status) = job.try_wait().expect("polling the job") {
+            panic!("the job exited by itself ({status})");
+        }
+        job.kill().expect("SIGKILL");
+        job.wait().expect("reaping the job");
+        kills += 1;
+        if producing {
+            if let Some(status) = producer.try_wait().expect("polling the producer") {
+                assert!(status.success(), "produce failed: {status}");
+                producing = false;
+            }
+        }
+    }
+    wait_ok(producer, "produce");
+    eprintln!("killed the job {kills} times");
+    let stderr = wait_ok(
+        run_job(&dir, &config, &["--exit-on-idle", "5s"]),
+        "final run",
+    );
+    let s = stats(&dir);
+    let read = s["read"].as_u64().expect("read");
+    assert!(
+        read < lines as u64,
+        "the final run read {read} of {lines} records: it did not resume from committed offsets\n{stderr}"
+    );
+    assert_same_as_replay(&dir, &config, &file);
+}
+
+/// SIGTERM mid-stream: the job stops reading, writes what it holds, commits and exits 0 within
+/// seconds; everything it read is stored; a restart continues from the committed offsets and
+/// ends with exactly the replay's tables.
+#[test]
+fn sigterm_mid_stream_exits_0_and_loses_nothing() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("sigterm");
+    // 10 devices × 24 h every 10 s: 86k readings, published at 4000/s (~22 s): hours become
+    // final (so offsets move) every second or so.
+    let file = generate(
+        &dir,
+        "rec.jsonl",
+        &["--devices", "10", "--duration", "24h", "--seed", "11"],
+    );
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let producer = produce(&dir, &file, &topic, &["--rate", "4000"]);
+    let job = run_job(&dir, &config, &[]);
+    std::thread::sleep(Duration::from_secs(10));
+    let stopped_at = Instant::now();
+    sigterm(&job);
+    let out = job.wait_with_output().expect("waiting for the job");
+    let took = stopped_at.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("SIGTERM → exit took {took:?}");
+    assert!(
+        out.status.success(),
+        "run after SIGTERM: {}\n{stderr}",
+        out.status
+    );
+    // A liveness bound, not a speed claim: the stop must not wait for the stream to end.
+    assert!(
+        took < Duration::from_secs(30),
+        "exit took {took:?}\n{stderr}"
+    );
+    let first = stats(&dir);
+    let read = first["read"].as_u64().expect("read");
+    assert!(read > 0, "nothing read before SIGTERM: {first}");
+    assert_eq!(
+        first["narrow_rows"], first["ok"],
+        "every reading read was stored: {first}"
+    );
+    let narrow = dump(&dir, "store", "ts_metric");
+    let mut rows: Vec<&str> = narrow
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    rows.dedup();
+    assert_eq!(
+        rows.len() as u64,
+        first["ok"].as_u64().expect("ok"),
+        "every reading read before SIGTERM is in the narrow table (the recording has no duplicates)"
+    );
+    wait_ok(producer, "produce");
+    wait_ok(run_job(&dir, &config, &["--exit-on-idle", "5s"]), "restart");
+    let second = stats(&dir);
+    let total = std::fs::read_to_string(&file)
+        .expect("read recording")
+        .lines()
+        .count() as u64;
+    assert!(
+        second["read"].as_u64().expect("read") < total,
+        "the restart re-read everything ({second}): nothing was committed at SIGTERM"
+    );
+    assert_same_as_replay(&dir, &config, &file);
+}
+
+#[test]
+fn invalid_config_fails_at_start_naming_the_key() {
+    let dir = scratch();
+    std::fs::write(
+        dir.join("bad.toml"),
+        "[source]\ntopic = \"t\"\n[source.rdkafka]\n\"enable.auto.commit\" = \"true\"\n",
+    )
+    .expect("write");
+    let out = hourglass(&dir, &["run", "--config", "bad.toml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("enable.auto.commit"), "{stderr}");
+    std::fs::write(dir.join("bad.toml"), "[source]\ngroup = \"g\"\n").expect("write");
+    let out = hourglass(&dir, &["run", "--config", "bad.toml"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("group"));
+}
+
+#[test]
+fn example_config_is_printed_and_runs_as_is() {
+    let dir = scratch();
+    let text = hourglass_ok(&dir, &["run", "--example-config"]);
+    assert!(
+        text.contains("[source]") && text.contains("group_id"),
+        "{text}"
+    );
+    std::fs::write(dir.join("job.toml"), &text).expect("write");
+    // Parsed and validated like any config: a bad flag is the only error left.
+    let out = hourglass(
+        &dir,
+        &["run", "--config", "job.toml", "--exit-on-idle", "soon"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("duration \"soon\""), "{stderr}");
+}
+
+/// The benchmark of sustained consumption (ignored: run it on purpose, on a release build):
+///
+/// ```text
+/// scripts/services.sh up kafka
+/// cargo test --release -p hourglass-tests --test kafka_job -- --ignored --nocapture bench
+/// ```
+///
+/// 10k devices reporting every second for 1 min (600k readings), published (a) in real time,
+/// 10k readings/s, with the job running, and (b) as fast as the producer can. Reports records/s
+/// while consuming and the delay from produce (record timestamp) to durable in the narrow table,
+/// p50/p99, into `target/bench-kafka.json`.
+#[test]
+#[ignore]
+fn bench_sustained_consumption() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let file = generate(
+        &dir,
+        "bench.jsonl",
+        &["--devices", "10000", "--interval", "1", "--duration", "1m"],
+    );
+    let mut results = Vec::new();
+    for (name, pace) in [("10k_per_s", &["--rate", "10000"][..]), ("max", &[][..])] {
+        let topic = unique(&format!("bench-{name}"));
+        let config = job_config(&dir, &topic, "", 5);
+        let _ = std::fs::remove_dir_all(dir.join("store"));
+        let producer = produce(&dir, &file, &topic, pace);
+        std::thread::sleep(Duration::from_millis(500));
+        let job = run_job(&dir, &config, &["--exit-on-idle", "5s"]);
+        let produced = wait_ok(producer, "produce");
+        wait_ok(job, "run");
+        let s = stats(&dir);
+        eprintln!("{name}: {}\n{s}", produced.trim());
+        results.push(serde_json::json!({
+            "case": name,
+            "producer": produced.trim(),
+            "consume_per_s": s["consume_per_s"],
+            "delay_p50_ms": s["delay_p50_ms"],
+            "delay_p99_ms": s["delay_p99_ms"],
+            "delay_max_ms": s["delay_max_ms"],
+            "read": s["read"],
+        }));
+    }
+    let out = e2e::repo_root().join("target/bench-kafka.json");
+    let json = serde_json::json!({
+        "command": "cargo test --release -p hourglass-tests --test kafka_job -- --ignored --nocapture bench",
+        "recording": "generate --devices 10000 --interval 1 --duration 1m (600k readings)",
+        "workers": 2,
+        "results": results,
+    });
+    std::fs::write(&out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
+    eprintln!("wrote {}", out.display());
+}
