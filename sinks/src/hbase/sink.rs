@@ -411,7 +411,7 @@ impl TableWriter for HbaseWriter {
         Ok(())
     }
 
-    /// Sends every buffered put; they are durable in HBase (WAL) when this returns.
+    /// Sends every buffered put and delete; they are durable in HBase (WAL) when this returns.
     ///
     /// # Errors
     /// As [`TableWriter::write`].
