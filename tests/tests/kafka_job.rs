@@ -560,6 +560,7 @@ fn bench_sustained_consumption() {
         "workers": 2,
         "results": results,
     });
+    std::fs::create_dir_all(out.parent().expect("target dir")).expect("create target dir");
     std::fs::write(&out, serde_json::to_vec_pretty(&json).expect("json")).expect("write");
     eprintln!("wrote {}", out.display());
 }
