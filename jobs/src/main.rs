@@ -60,6 +60,14 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // A panicking timely worker would leave the others waiting for it forever: report and exit
+    // instead. Kafka offsets are committed only for what is durable, so a restart loses nothing.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!("error: hourglass stopped after an internal error (above); please report it");
+        std::process::exit(101);
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),

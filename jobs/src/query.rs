@@ -160,7 +160,11 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
                     query::curve_points(&db, cfg.key_scheme, &device, from, to, source.into())?;
                 if points.is_empty() {
                     ensure_known(&db, &cfg, &device)?;
-                    eprintln!("no readings of {device} in [{}, {})", format_time(from), format_time(to));
+                    eprintln!(
+                        "no readings of {device} in [{}, {})",
+                        format_time(from),
+                        format_time(to)
+                    );
                 }
                 match store.format {
                     Format::Json => writeln!(
@@ -241,13 +245,20 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
                 f => write_points(&mut out, f, &[(r.ts, r.value)])?,
             }
         }
-        QueryCommand::Room { room, strategy, registry, store } => {
+        QueryCommand::Room {
+            room,
+            strategy,
+            registry,
+            store,
+        } => {
             let (cfg, db) = open(&store)?;
             let entries = match strategy {
                 Strategy::View => pipeline::room::room(&db, &room)?,
                 Strategy::Fanout => {
                     let path = registry.or(cfg.registry.clone()).ok_or_else(|| {
-                        anyhow::anyhow!("--strategy fanout needs the device list: pass --registry FILE")
+                        anyhow::anyhow!(
+                            "--strategy fanout needs the device list: pass --registry FILE"
+                        )
                     })?;
                     let devices: Vec<String> = pipeline::registry::load(&path)?
                         .into_iter()
@@ -261,7 +272,11 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
                 eprintln!("no devices in room {room}");
             }
             match store.format {
-                Format::Json => writeln!(out, "{}", serde_json::json!({ "room": room, "devices": entries }))?,
+                Format::Json => writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({ "room": room, "devices": entries })
+                )?,
                 Format::Csv => {
                     writeln!(out, "device,ts,value")?;
                     for e in &entries {
@@ -271,7 +286,13 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
                 Format::Table => {
                     writeln!(out, "{:<30} {:<20} {:>12}", "device", "time (UTC)", "value")?;
                     for e in &entries {
-                        writeln!(out, "{:<30} {:<20} {:>12}", e.device, format_time(e.ts), format_value(e.value))?;
+                        writeln!(
+                            out,
+                            "{:<30} {:<20} {:>12}",
+                            e.device,
+                            format_time(e.ts),
+                            format_value(e.value)
+                        )?;
                     }
                 }
             }

@@ -39,7 +39,7 @@ pub struct ReplayArgs {
     /// Shift all timestamps by whole hours so the newest reading falls in the current hour.
     #[arg(long)]
     pub rebase_time: bool,
-    /// Where rejected lines go (JSON Lines, created only if a line is rejected).
+    /// Where rejected lines go (JSON Lines, appended to; created only if a line is rejected).
     #[arg(long, default_value = "hourglass-dead-letters.jsonl")]
     pub dead_letter: PathBuf,
     /// Where readings beyond the allowed lateness go (JSON Lines, created only if needed).

@@ -18,9 +18,16 @@ pub struct Reading {
 impl Reading {
     /// The `room` field, if the reading carries one as a string.
     pub fn room(&self) -> Option<String> {
-        let fields: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&self.extra).ok()?;
-        fields.get("room")?.as_str().map(str::to_string)
+        // Borrowing and skipping every other field: this runs for every reading of the view.
+        #[derive(Deserialize)]
+        struct RoomOnly<'a> {
+            #[serde(borrow)]
+            room: Option<std::borrow::Cow<'a, str>>,
+        }
+        serde_json::from_str::<RoomOnly<'_>>(&self.extra)
+            .ok()?
+            .room
+            .map(std::borrow::Cow::into_owned)
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
 use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
@@ -18,6 +18,7 @@ use serde::Serialize;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::operator::source;
 use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::operators::CapabilitySet;
 use timely::dataflow::{ProbeHandle, StreamVec};
 
 use crate::reading::{format_value, Reading};
@@ -34,6 +35,9 @@ type RoomRow = (String, String, i64, String);
 
 /// What a batch does to one row: the newest inserted `(ts, value)`, the newest retracted ts.
 type RowChange = (Option<(i64, String)>, Option<i64>);
+
+/// How long the newest reading of a device may wait before it updates the view.
+const COALESCE: Duration = Duration::from_millis(500);
 
 /// How often the registry file is checked for changes.
 const REGISTRY_POLL: Duration = Duration::from_millis(250);
@@ -60,17 +64,22 @@ pub fn room_view<'scope>(
 ) -> StreamVec<'scope, u64, Mutation> {
     let scope = readings.scope();
 
-    // Only readings newer than the device's newest so far become upserts.
-    let upserts = readings.unary(
+    // Only readings newer than the device's newest so far become upserts, and only the newest
+    // per device within each coalescing period: a replay at full speed sends many readings of a
+    // device per second, and the arrangement needs only the last.
+    let upserts = readings.unary_frontier(
         Exchange::new(|r: &Reading| hash_device(&r.device)),
         "NewestPerDevice",
-        |_cap, _info| {
+        move |_cap, info| {
+            let activator = scope.activator_for(info.address);
             // Per device: newest event time passed on, and the timely time of that upsert.
             let mut newest: HashMap<String, (i64, u64)> = HashMap::new();
-            move |input, output| {
+            let mut pending: HashMap<String, (Latest, u64)> = HashMap::new();
+            let mut held = CapabilitySet::new();
+            let mut last_emit = Instant::now();
+            move |(input, frontier), output| {
                 input.for_each(|cap, data| {
                     let Some(&arrived) = cap.least() else { return };
-                    let mut session = output.session(&cap);
                     for r in data.drain(..) {
                         let previous = newest.get(&r.device).copied();
                         if previous.is_some_and(|(ts, _)| ts >= r.ts) {
@@ -81,10 +90,35 @@ pub fn room_view<'scope>(
                         // before the device's previous upsert.
                         let time = previous.map_or(arrived, |(_, t)| t.max(arrived));
                         newest.insert(r.device.clone(), (r.ts, time));
-                        let latest: Latest = (r.ts, format_value(r.value), r.room());
-                        session.give((r.device, Some(latest), time));
+                        let room = r.room();
+                        pending.insert(r.device, ((r.ts, format_value(r.value), room), time));
+                    }
+                    if let Some(c) = cap.retain_least(0) {
+                        held.insert(c);
                     }
                 });
+                let frontier = frontier.frontier();
+                if !pending.is_empty() && (frontier.is_empty() || last_emit.elapsed() >= COALESCE) {
+                    if let Some(cap) = held.iter().min_by_key(|c| *c.time()) {
+                        let mut session = output.session(cap);
+                        for (device, (latest, time)) in pending.drain() {
+                            session.give((device, Some(latest), time));
+                        }
+                    }
+                    last_emit = Instant::now();
+                }
+                if pending.is_empty() {
+                    // Never below what is held: data from a worker that is ahead arrives at
+                    // times beyond the frontier.
+                    let least = held.iter().map(|c| *c.time()).min();
+                    match (frontier.first(), least) {
+                        (None, _) => held.downgrade(&[] as &[u64]),
+                        (Some(&f), Some(l)) if f > l => held.downgrade([f]),
+                        _ => {}
+                    }
+                } else {
+                    activator.activate_after(COALESCE);
+                }
             }
         },
     );

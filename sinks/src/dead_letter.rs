@@ -43,7 +43,12 @@ impl LazyFile {
             .lock()
             .map_err(|_| Error::Invalid("dead-letter writer poisoned".into()))?;
         if guard.is_none() {
-            let file = File::create(&self.path).map_err(|e| self.io_error(e))?;
+            // Append: a restarted job must not wipe what earlier runs rejected.
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| self.io_error(e))?;
             *guard = Some(BufWriter::new(file));
         }
         if let Some(out) = guard.as_mut() {

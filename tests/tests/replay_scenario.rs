@@ -36,6 +36,16 @@ fn replay_into(dir: &Path, workers: &str, input: &str) -> serde_json::Value {
     serde_json::from_str(&text).expect("stats.json is JSON")
 }
 
+/// The shared replay's store, held for a whole test: the embedded store admits one process at
+/// a time, and the tests of this file run in parallel.
+fn shared() -> (std::sync::MutexGuard<'static, ()>, &'static Path) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    (guard, &scenario().dir)
+}
+
 /// One replay with a single worker, shared by the tests that only read its results.
 fn scenario() -> &'static Replayed {
     static ONCE: OnceLock<Replayed> = OnceLock::new();
@@ -90,7 +100,7 @@ fn stats_count_every_line() {
 
 #[test]
 fn tables_match_golden_files() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let narrow = dump(dir, "ts_metric");
     let hourly = dump(dir, "ts_metric_hourly");
     // The duplicate collapses into one row: 150 readings, 149 distinct (device, ts).
@@ -105,7 +115,7 @@ fn tables_match_golden_files() {
 
 #[test]
 fn two_workers_store_the_same_tables_as_one() {
-    let one = &scenario().dir;
+    let (_store, one) = shared();
     let two = tempfile::tempdir().expect("tempdir");
     let stats = replay_into(
         two.path(),
@@ -123,7 +133,7 @@ fn two_workers_store_the_same_tables_as_one() {
 #[test]
 fn gzip_and_stdin_inputs_store_the_same_tables() {
     use std::io::Write;
-    let one = &scenario().dir;
+    let (_store, one) = shared();
     let raw = std::fs::read(data("scenario.jsonl")).expect("scenario");
 
     let gz = tempfile::tempdir().expect("tempdir");
@@ -165,7 +175,8 @@ fn gzip_and_stdin_inputs_store_the_same_tables() {
 
 #[test]
 fn dead_letters_hold_every_rejected_line_with_its_reason() {
-    let mut dead = read_jsonl(&scenario().dir.join("dead.jsonl"));
+    let (_store, dir) = shared();
+    let mut dead = read_jsonl(&dir.join("dead.jsonl"));
     dead.sort_by_key(|v| v["line"].as_u64());
     let summary: Vec<String> = dead
         .iter()
@@ -217,7 +228,7 @@ fn dead_letters_hold_every_rejected_line_with_its_reason() {
 
 #[test]
 fn late_readings_land_in_their_wide_row_until_the_lateness_runs_out() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let hour0 = hourglass_ok(
         dir,
         &[
@@ -278,7 +289,7 @@ fn late_readings_land_in_their_wide_row_until_the_lateness_runs_out() {
 
 #[test]
 fn queries_match_golden_answers() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let q = |args: &[&str]| {
         let mut all = vec!["query"];
         all.extend_from_slice(args);
@@ -334,7 +345,7 @@ fn queries_match_golden_answers() {
 
 #[test]
 fn curve_ranges_are_half_open() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let csv = |from: i64, to: i64| {
         hourglass_ok(
             dir,
@@ -364,7 +375,7 @@ fn curve_ranges_are_half_open() {
 
 #[test]
 fn bad_queries_fail_with_a_clear_message() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let run = |args: &[&str]| hourglass(dir, args);
     let unknown = run(&[
         "query", "curve", "--device", "nosuch", "--from", "0", "--to", "10", "--store", "store",
@@ -455,7 +466,7 @@ fn old_recordings_without_rebase_warn_about_the_ttl() {
 
 #[test]
 fn curve_from_wide_rows_equals_the_narrow_scan() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     let csv = |device: &str, from: i64, to: i64, source: &str| {
         hourglass_ok(
             dir,
@@ -511,7 +522,7 @@ fn curve_from_wide_rows_equals_the_narrow_scan() {
 
 #[test]
 fn hour_summaries_equal_a_recomputation_from_the_cells() {
-    let dir = &scenario().dir;
+    let (_store, dir) = shared();
     for device in ["dev00786", "sensor-1", "gateway-7:temp.sensor-000123"] {
         for hour in 0..4 {
             let at = (H + hour * 3600).to_string();
