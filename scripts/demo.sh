@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 cargo build --release --locked -p hourglass-jobs
 hg=target/release/hourglass
 echo "== generate: 500 sensors, 2 hours, with late, duplicate and malformed lines"
-$hg generate --devices 500 --duration 2h --late-rate 0.01 --duplicate-rate 0.005 \
-  --malformed-rate 0.002 --out demo-traffic.jsonl.gz
+$hg generate --devices 500 --duration 2h --start $(( $(date +%s) - 7200 )) --late-rate 0.01 \
+  --duplicate-rate 0.005 --malformed-rate 0.002 --out demo-traffic.jsonl.gz
 echo "== replay into the embedded store (./hourglass-data), newest reading moved to this hour"
 $hg replay demo-traffic.jsonl.gz --rebase-time
 echo "== query latest --device dev00042"
