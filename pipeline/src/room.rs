@@ -7,7 +7,7 @@
 //! their own reading. Every change of the joined collection becomes a put of `<room>_<device>`
 //! in `ts_room_latest`, and a device that leaves a room has its row there deleted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use serde::Serialize;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::operator::source;
 use timely::dataflow::operators::generic::Operator;
-use timely::dataflow::operators::CapabilitySet;
+use timely::dataflow::operators::{Capability, CapabilitySet};
 use timely::dataflow::{ProbeHandle, StreamVec};
 
 use crate::reading::{format_value, Reading};
@@ -32,6 +32,9 @@ use crate::{query, Result};
 type Latest = (i64, String, Option<String>);
 /// A row of the view: room, device, event time, metric text.
 type RoomRow = (String, String, i64, String);
+
+/// A change of the view: row, timely time, +1 or -1.
+type Update = (RoomRow, u64, isize);
 
 /// What a batch does to one row: the newest inserted `(ts, value)`, the newest retracted ts.
 type RowChange = (Option<(i64, String)>, Option<i64>);
@@ -150,12 +153,33 @@ pub fn room_view<'scope>(
         .concat(unregistered)
         .consolidate()
         .inner
-        .unary(by_row, "RoomRows", |_cap, _info| {
-            move |input, output| {
+        .unary_frontier(by_row, "RoomRows", |_cap, _info| {
+            // A time's changes can come in several containers: convert a time only once the
+            // frontier has passed it, so its retraction and insertion of a row meet.
+            let mut stash: BTreeMap<u64, (Capability<u64>, Vec<Update>)> = BTreeMap::new();
+            move |(input, frontier), output| {
                 input.for_each(|cap, data| {
-                    let mutations = to_mutations(std::mem::take(data));
-                    output.session(&cap).give_iterator(mutations.into_iter());
+                    let Some(least) = cap.retain_least(0) else {
+                        return;
+                    };
+                    for update in data.drain(..) {
+                        stash
+                            .entry(update.1)
+                            .or_insert_with(|| (least.delayed(&update.1), Vec::new()))
+                            .1
+                            .push(update);
+                    }
                 });
+                let frontier = frontier.frontier();
+                while let Some(entry) = stash.first_entry() {
+                    if frontier.less_equal(entry.key()) {
+                        break;
+                    }
+                    let (cap, updates) = entry.remove();
+                    output
+                        .session(&cap)
+                        .give_iterator(to_mutations(updates).into_iter());
+                }
             }
         })
 }
