@@ -11,14 +11,16 @@ demo:
 # waits until they answer). The HBase tests fail, not skip, when HBase is down.
 TEST_SERVICES ?= all
 
-## Every test: unit, property, doc, end-to-end and against the live services (started here).
+## Every test: unit, property, doc, end-to-end, against the live services (started here) and
+## with real clients (Chromium, the Prometheus API client; installed here when missing).
 test:
 	scripts/services.sh up $(TEST_SERVICES)
+	scripts/test-tools.sh
 	$(CARGO) test --workspace --locked
 
-## The tests that need no service (the live HBase tests are skipped; not allowed in CI).
+## The tests that need no service and no client tool (the others are skipped; not in CI).
 test-unit:
-	HOURGLASS_SKIP_HBASE=1 $(CARGO) test --workspace --locked
+	HOURGLASS_SKIP_HBASE=1 HOURGLASS_SKIP_CLIENTS=1 $(CARGO) test --workspace --locked
 
 ## Formatting and clippy, as CI would.
 lint:

@@ -1,21 +1,57 @@
 //! Real clients against `hourglass serve`: the Prometheus API client from PyPI, and the
-//! built-in page in headless Chromium. They need tools outside Cargo, so they are `#[ignore]`d;
-//! run them with
-//!
-//! ```sh
-//! python3 -m venv /tmp/promvenv && /tmp/promvenv/bin/pip install prometheus-api-client
-//! apt-get install -y chromium
-//! HOURGLASS_PYTHON=/tmp/promvenv/bin/python cargo test -p hourglass-tests --test serve_clients -- --ignored
-//! ```
+//! built-in page in headless Chromium. They need tools outside Cargo, which
+//! `scripts/test-tools.sh` installs (`make test` runs it): Debian's `chromium` and a venv
+//! `.services/clients` with `prometheus-api-client`. `HOURGLASS_PYTHON` and
+//! `HOURGLASS_CHROMIUM` point the tests at other installs. A missing tool fails the tests;
+//! outside CI, `HOURGLASS_SKIP_CLIENTS=1` skips them instead.
 //!
 //! The page test keeps its screenshots in `target/serve-artifacts/`.
 
 mod serve_common;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 use serve_common::{cli, start, H};
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Whether these tests are skipped: only outside CI, and only when asked to.
+fn skipped() -> bool {
+    let skip = !in_ci() && std::env::var("HOURGLASS_SKIP_CLIENTS").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!("HOURGLASS_SKIP_CLIENTS=1: skipping a test with a real client");
+    }
+    skip
+}
+
+/// The tool named by the environment variable `env`, else `default` (a path, or a command on
+/// `PATH`); a panic saying how to install it when it is missing.
+fn tool(env: &str, default: PathBuf, what: &str) -> PathBuf {
+    let path = std::env::var_os(env).map_or(default, PathBuf::from);
+    let found = if path.components().count() == 1 {
+        // A bare command name: look it up on PATH.
+        std::env::var_os("PATH").is_some_and(|dirs| {
+            std::env::split_paths(&dirs).any(|d| d.join(&path).is_file())
+        })
+    } else {
+        path.is_file()
+    };
+    assert!(
+        found,
+        "{what} not found at {} ({env}): run `scripts/test-tools.sh` (`make test` does){}",
+        path.display(),
+        if in_ci() {
+            ""
+        } else {
+            ", or set HOURGLASS_SKIP_CLIENTS=1 to skip these tests"
+        }
+    );
+    path
+}
 
 /// The CLI's points of `device` in `[from, to)`.
 fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
@@ -36,9 +72,15 @@ fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
 }
 
 #[test]
-#[ignore = "needs Python with prometheus-api-client (HOURGLASS_PYTHON); see the module docs"]
 fn prometheus_api_client_gets_the_cli_points() {
-    let python = std::env::var("HOURGLASS_PYTHON").unwrap_or_else(|_| "python3".into());
+    if skipped() {
+        return;
+    }
+    let python = tool(
+        "HOURGLASS_PYTHON",
+        e2e::repo_root().join(".services/clients/bin/python"),
+        "Python with prometheus-api-client",
+    );
     let script = e2e::repo_root().join("tests/tests/serve_prom_client.py");
     let server = start();
     for (device, step) in [("dev00786", 300), ("sensor-1", 600), ("dev00786", 900)] {
@@ -53,7 +95,7 @@ fn prometheus_api_client_gets_the_cli_points() {
                 &step.to_string(),
             ])
             .output()
-            .unwrap_or_else(|e| panic!("running {python}: {e}"));
+            .unwrap_or_else(|e| panic!("running {}: {e}", python.display()));
         assert!(
             out.status.success(),
             "{}",
@@ -90,7 +132,7 @@ fn prometheus_api_client_gets_the_cli_points() {
 /// Runs headless Chromium on `url` with `args`, after the page's scripts had 10 s of virtual
 /// time (they wait for the API's answers).
 fn chromium(args: &[&str], url: &str) -> std::process::Output {
-    let bin = std::env::var("HOURGLASS_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let bin = tool("HOURGLASS_CHROMIUM", "chromium".into(), "Chromium");
     let profile = tempfile::tempdir().expect("profile dir");
     Command::new(&bin)
         .args([
@@ -107,12 +149,14 @@ fn chromium(args: &[&str], url: &str) -> std::process::Output {
         .args(args)
         .arg(url)
         .output()
-        .unwrap_or_else(|e| panic!("running {bin}: {e}"))
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
 }
 
 #[test]
-#[ignore = "needs Chromium (Debian package chromium); see the module docs"]
 fn page_draws_curves_and_the_room_table_in_chromium() {
+    if skipped() {
+        return;
+    }
     let server = start();
     let artifacts = e2e::repo_root().join("target/serve-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
