@@ -14,6 +14,9 @@ const fn default_batch_bytes() -> usize {
 const fn default_scan_caching() -> usize {
     1000
 }
+const fn default_read_connections() -> usize {
+    16
+}
 const fn default_connect_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -73,6 +76,9 @@ pub struct HbaseConfig {
     pub batch_bytes: usize,
     /// Rows fetched per scanner call (default 1000).
     pub scan_caching: usize,
+    /// Gateway connections a reader opens at most, one per concurrent call (default 16);
+    /// callers beyond that wait for a free one.
+    pub read_connections: usize,
     /// TCP connect timeout (default 5 s).
     pub connect_timeout: Duration,
     /// Socket read/write timeout of one call (default 60 s); a call that times out is retried
@@ -97,6 +103,7 @@ impl HbaseConfig {
             batch_rows: default_batch_rows(),
             batch_bytes: default_batch_bytes(),
             scan_caching: default_scan_caching(),
+            read_connections: default_read_connections(),
             connect_timeout: default_connect_timeout(),
             rpc_timeout: default_rpc_timeout(),
             idle_reconnect: default_idle_reconnect(),

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult, TScan};
 use pipeline::table::{Cell, Row, ScanSpec, TableReader};
@@ -17,10 +18,54 @@ use super::Result;
 /// Rows come in key order with their cells ordered by family then qualifier, one version each
 /// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. Scans fetch
 /// [`HbaseConfig::scan_caching`] rows per call (default 1000) and, after a retriable failure,
-/// resume after the last row received. One connection, behind a mutex, serves every caller.
+/// resume after the last row received. Concurrent callers (the HTTP server's requests, the
+/// room fan-out's 16 scans) each get a connection of their own from a pool of at most
+/// [`HbaseConfig::read_connections`], opened on first use and kept for the next caller.
 pub struct HbaseStore {
     cfg: HbaseConfig,
-    conn: Mutex<Connection<Thrift1>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a connection goes back to the pool.
+    returned: Condvar,
+}
+
+/// The connections not in use, and how many exist in all.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Connection<Thrift1>>,
+    open: usize,
+}
+
+/// A connection taken from the pool; it goes back when dropped.
+struct Lease<'a> {
+    store: &'a HbaseStore,
+    conn: Option<Connection<Thrift1>>,
+}
+
+impl Deref for Lease<'_> {
+    type Target = Connection<Thrift1>;
+    fn deref(&self) -> &Self::Target {
+        self.conn
+            .as_ref()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.conn
+            .as_mut()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // A connection broken by a failed call reconnects on its next call.
+            self.store.pool().idle.push(conn);
+            self.store.returned.notify_one();
+        }
+    }
 }
 
 impl fmt::Debug for HbaseStore {
@@ -59,16 +104,41 @@ impl HbaseStore {
     /// A reader for the gateway of `cfg`; it connects on its first call.
     pub fn new(cfg: &HbaseConfig) -> Self {
         HbaseStore {
-            conn: Mutex::new(Connection::new(&cfg.thrift1, cfg)),
+            pool: Mutex::new(Pool::default()),
+            returned: Condvar::new(),
             cfg: cfg.clone(),
         }
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection<Thrift1>> {
-        // A panic while holding the lock leaves at worst a connection that is replaced on error.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn pool(&self) -> MutexGuard<'_, Pool> {
+        // The pool's state is consistent between statements: a panic cannot leave it torn.
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A free connection, a new one if fewer than `read_connections` exist, or else the next
+    /// one returned.
+    fn conn(&self) -> Lease<'_> {
+        let mut pool = self.pool();
+        loop {
+            if let Some(conn) = pool.idle.pop() {
+                return Lease {
+                    store: self,
+                    conn: Some(conn),
+                };
+            }
+            if pool.open < self.cfg.read_connections.max(1) {
+                pool.open += 1;
+                let conn = Connection::new(&self.cfg.thrift1, &self.cfg);
+                return Lease {
+                    store: self,
+                    conn: Some(conn),
+                };
+            }
+            pool = self
+                .returned
+                .wait(pool)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// The row with this key, or `None` if it has no visible cell.
@@ -194,5 +264,40 @@ impl TableReader for HbaseStore {
 
     fn scan(&self, table: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
         Ok(self.scan_rows(table, spec)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_pool_opens_at_most_read_connections_and_reuses_them() {
+        let mut cfg = HbaseConfig::new("127.0.0.1:1");
+        cfg.read_connections = 2;
+        let store = HbaseStore::new(&cfg);
+        let (a, b) = (store.conn(), store.conn());
+        assert_eq!(store.pool().open, 2);
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            let store = &store;
+            s.spawn(move || {
+                let third = store.conn();
+                tx.send(()).expect("main thread listens");
+                drop(third);
+            });
+            // The third caller waits while both connections are leased …
+            assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+            drop(a);
+            // … and gets the one returned.
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("a returned connection");
+        });
+        drop(b);
+        let pool = store.pool();
+        assert_eq!((pool.open, pool.idle.len()), (2, 2));
     }
 }
