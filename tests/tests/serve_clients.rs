@@ -34,9 +34,8 @@ fn tool(env: &str, default: PathBuf, what: &str) -> PathBuf {
     let path = std::env::var_os(env).map_or(default, PathBuf::from);
     let found = if path.components().count() == 1 {
         // A bare command name: look it up on PATH.
-        std::env::var_os("PATH").is_some_and(|dirs| {
-            std::env::split_paths(&dirs).any(|d| d.join(&path).is_file())
-        })
+        std::env::var_os("PATH")
+            .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| d.join(&path).is_file()))
     } else {
         path.is_file()
     };
