@@ -7,7 +7,7 @@ use crate::rowkey::{self, KeyScheme};
 use crate::rows;
 use crate::schema::{HOURLY_TABLE, NARROW_TABLE};
 use crate::summary::HourSummary;
-use crate::table::{ScanSpec, TableReader};
+use crate::table::{Row, ScanSpec, TableReader};
 use crate::Result;
 
 /// The readings of `device` with `from <= ts < to`, oldest first: one scan of the narrow table.
@@ -63,10 +63,16 @@ pub struct HourAnswer {
 pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer> {
     rowkey::validate_device(device)?;
     let hour_start = rowkey::hour_start(at);
-    let (points, summary) = match store.get(HOURLY_TABLE, &rowkey::wide_key(device, hour_start))? {
+    let row = store.get(HOURLY_TABLE, &rowkey::wide_key(device, hour_start))?;
+    hour_answer(device, hour_start, row.as_ref())
+}
+
+/// Decodes the wide row of `device`'s hour at `hour_start` (`None`: no row).
+fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourAnswer> {
+    let (points, summary) = match row {
         Some(row) => (
-            rows::points_from_wide(hour_start, &row)?,
-            HourSummary::from_row(&row),
+            rows::points_from_wide(hour_start, row)?,
+            HourSummary::from_row(row),
         ),
         None => (Vec::new(), None),
     };
@@ -133,18 +139,19 @@ pub fn curve_points(
             .map(|r| (r.ts, r.value))
             .collect())
     };
+    // Every hour's wide row in one multi-get.
     let wide = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
+        let hours: Vec<i64> = (rowkey::hour_start(from)..to).step_by(3600).collect();
+        let keys: Vec<Vec<u8>> = hours.iter().map(|&h| rowkey::wide_key(device, h)).collect();
         let mut points = Vec::new();
-        let mut h = rowkey::hour_start(from);
-        while h < to {
-            let answer = hour(store, device, h)?;
+        for (h, row) in hours.into_iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
+            let answer = hour_answer(device, h, row.as_ref())?;
             points.extend(
                 answer
                     .points
                     .into_iter()
                     .filter(|(ts, _)| (from..to).contains(ts)),
             );
-            h += 3600;
         }
         Ok(points)
     };

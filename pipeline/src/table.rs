@@ -148,6 +148,16 @@ pub trait TableReader {
     /// A backend error (unreachable store, unknown table).
     fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>>;
 
+    /// The rows with these keys, in the order asked, `None` where a row has no visible cell.
+    /// Backends with a multi-get (HBase's `getRows`) answer in one call; the default asks for
+    /// each row in turn.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+        rows.iter().map(|row| self.get(table, row)).collect()
+    }
+
     /// The rows in `[spec.start, spec.stop)` in ascending key order.
     ///
     /// # Errors

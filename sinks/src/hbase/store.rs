@@ -13,6 +13,9 @@ use super::config::HbaseConfig;
 use super::retry::retrying;
 use super::Result;
 
+/// Rows per `getRows` call: a day of wide rows (up to 3,600 cells each, ~100 KiB).
+pub const GET_ROWS_CHUNK: usize = 24;
+
 /// Reads hourglass tables from HBase through the Thrift1 gateway.
 ///
 /// Rows come in key order with their cells ordered by family then qualifier, one version each
@@ -155,6 +158,31 @@ impl HbaseStore {
         Ok(rows.into_iter().find_map(row_from_thrift))
     }
 
+    /// The rows with these keys in the order asked (`None` where a row has no visible cell),
+    /// fetched with `getRows`, [`GET_ROWS_CHUNK`] rows per call.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    pub fn get_rows(&self, table: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+        let mut found: BTreeMap<Vec<u8>, Row> = BTreeMap::new();
+        let mut conn = self.conn();
+        for chunk in keys.chunks(GET_ROWS_CHUNK) {
+            let results = retrying(&self.cfg.retry, &format!("getRows on {table}"), || {
+                conn.call("getRows", table, |c| {
+                    c.get_rows(table.as_bytes().to_vec(), chunk.to_vec(), BTreeMap::new())
+                })
+            })?;
+            // The gateway leaves out the rows it did not find.
+            found.extend(
+                results
+                    .into_iter()
+                    .filter_map(row_from_thrift)
+                    .map(|row| (row.key.clone(), row)),
+            );
+        }
+        Ok(keys.iter().map(|key| found.get(key).cloned()).collect())
+    }
+
     /// Calls `each` on every row of `[spec.start, spec.stop)` in key order, at most `spec.limit`
     /// rows. Returns the number of rows passed to `each`.
     ///
@@ -260,6 +288,10 @@ impl HbaseStore {
 impl TableReader for HbaseStore {
     fn get(&self, table: &str, row: &[u8]) -> pipeline::Result<Option<Row>> {
         Ok(self.get_row(table, row)?)
+    }
+
+    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> pipeline::Result<Vec<Option<Row>>> {
+        Ok(self.get_rows(table, rows)?)
     }
 
     fn scan(&self, table: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
