@@ -41,6 +41,9 @@ type RoomRow = (String, String, i64, String);
 /// A change of the view: row, timely time, +1 or -1.
 type Update = (RoomRow, u64, isize);
 
+/// A change of the registry: (device, room), +1 or -1.
+type RegistryChange = ((String, String), isize);
+
 /// What a batch does to one row: the newest inserted `(ts, value)`, the newest retracted ts.
 type RowChange = (Option<(i64, String)>, Option<i64>);
 
@@ -309,7 +312,7 @@ impl Loader {
         &mut self,
         current: &mut Registry,
         input: &RegistryInput,
-    ) -> (Vec<((String, String), isize)>, bool, Duration) {
+    ) -> (Vec<RegistryChange>, bool, Duration) {
         match self {
             Loader::File { path, seen_mtime } => {
                 let mtime = std::fs::metadata(&*path).and_then(|m| m.modified()).ok();
