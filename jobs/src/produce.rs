@@ -3,16 +3,19 @@
 //! The key keeps each device's readings in one partition, in order. Lines whose device cannot
 //! be read are published without a key (any partition), so that the job's dead-letter output
 //! sees them as a replay would.
+//!
+//! `--registry FILE` publishes a device registry CSV to a compacted topic instead (key = device
+//! id, value = the columns after `device`), and `--delete DEVICE` a tombstone; `hourglass run`
+//! follows such a topic with `registry_topic`.
 
-use std::future::Future;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use pipeline::registry_topic::block_on;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
@@ -27,7 +30,18 @@ const MAX_RECORD_BYTES: usize = 900 * 1024;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProduceArgs {
     /// Recorded traffic: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin.
-    pub file: PathBuf,
+    #[arg(required_unless_present_any = ["registry", "delete"])]
+    pub file: Option<PathBuf>,
+    /// Publish this device registry CSV (`device,room[,gateway,…]`) instead: one record per
+    /// device, key = device id, value = the columns after `device`. The topic is created with
+    /// `cleanup.policy=compact` (and `--partitions`, default 1) if missing; an existing topic
+    /// must be compacted.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["file", "speed", "rate"])]
+    pub registry: Option<PathBuf>,
+    /// Remove this device from the registry topic: publish a tombstone (null value) for it
+    /// (repeatable; with or without --registry).
+    #[arg(long, value_name = "DEVICE", conflicts_with_all = ["file", "speed", "rate"])]
+    pub delete: Vec<String>,
     /// Bootstrap brokers, `host:port[,host:port…]`.
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub brokers: String,
@@ -145,41 +159,35 @@ fn key_of(line: &[u8]) -> Option<Vec<u8>> {
     v.get("device")?.as_str().map(|s| s.as_bytes().to_vec())
 }
 
-/// Runs a future to completion on this thread (the admin client resolves it from its own
-/// thread).
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
-
-fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32) -> Result<()> {
+/// Creates `topic` unless it exists (`compact`: with `cleanup.policy=compact`); returns whether
+/// it was created.
+fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32, compact: bool) -> Result<bool> {
     let admin: AdminClient<DefaultClientContext> =
         cfg.create().context("creating the Kafka admin client")?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    if compact {
+        new = new.set("cleanup.policy", "compact");
+    }
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = block_on(admin.create_topics([&new], &opts))
         .with_context(|| format!("creating topic {topic}"))?;
+    let mut created = false;
     for r in results {
         match r {
-            Ok(_) => eprintln!("created topic {topic} with {partitions} partitions"),
+            Ok(_) => {
+                created = true;
+                let policy = if compact {
+                    ", cleanup.policy=compact"
+                } else {
+                    ""
+                };
+                eprintln!("created topic {topic} with {partitions} partitions{policy}");
+            }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((t, code)) => bail!("creating topic {t}: {code}"),
         }
     }
-    Ok(())
+    Ok(created)
 }
 
 /// When the next record is due.
@@ -217,6 +225,9 @@ fn parse_speed(s: &str) -> Result<Option<f64>> {
 
 /// Runs `hourglass produce`.
 pub fn run(args: &ProduceArgs) -> Result<()> {
+    if args.registry.is_some() || !args.delete.is_empty() {
+        return produce_registry(args);
+    }
     let mut pace = match (args.rate, parse_speed(&args.speed)?) {
         (Some(r), _) if r.is_finite() && r > 0.0 => Pace::Rate(r, Instant::now()),
         (Some(r), _) => bail!("--rate {r}: use a positive number of records per second"),
@@ -233,13 +244,17 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     cfg.set("bootstrap.servers", &args.brokers);
     if let Some(n) = args.partitions {
         anyhow::ensure!(n > 0, "--partitions {n}: use at least 1");
-        create_topic(&cfg, &args.topic, n)?;
+        create_topic(&cfg, &args.topic, n, false)?;
     }
     let producer: BaseProducer<Deliveries> = cfg
         .create_with_context(Deliveries::default())
         .context("creating the Kafka producer (check -X settings)")?;
 
-    let mut input = pipeline::input::open(&args.file, None)?;
+    let file = args
+        .file
+        .as_ref()
+        .context("a recording to publish is required (or --registry FILE / --delete DEVICE)")?;
+    let mut input = pipeline::input::open(file, None)?;
     let started = Instant::now();
     if let Pace::Rate(_, at) = &mut pace {
         *at = started;
@@ -251,7 +266,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         buf.clear();
         let n = input
             .read_until(b'\n', &mut buf)
-            .with_context(|| format!("reading {}", args.file.display()))?;
+            .with_context(|| format!("reading {}", file.display()))?;
         if n == 0 {
             break;
         }
@@ -318,6 +333,96 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         "produced {sent} records ({keyless} without a device key) to {} in {secs:.1}s ({:.0}/s)",
         args.topic,
         sent as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+/// `hourglass produce --registry FILE [--delete DEVICE…]`: publishes a registry to a compacted
+/// topic.
+fn produce_registry(args: &ProduceArgs) -> Result<()> {
+    let entries = match &args.registry {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            pipeline::registry::parse_entries(&text)
+                .with_context(|| format!("registry {}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    for device in &args.delete {
+        pipeline::rowkey::validate_device(device).with_context(|| format!("--delete {device}"))?;
+    }
+    let mut cfg = ClientConfig::new();
+    cfg.set("enable.idempotence", "true");
+    for (k, v) in &args.settings {
+        cfg.set(k, v);
+    }
+    cfg.set("bootstrap.servers", &args.brokers);
+    let partitions = args.partitions.unwrap_or(1);
+    anyhow::ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
+    if !create_topic(&cfg, &args.topic, partitions, true)? {
+        let policy = pipeline::registry_topic::cleanup_policy(&cfg, &args.topic)?;
+        if !policy
+            .as_deref()
+            .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))
+        {
+            bail!(
+                "topic {} exists with cleanup.policy={}: a registry topic must be compacted, or \
+                 its entries expire; alter it (kafka-configs.sh --alter --add-config \
+                 cleanup.policy=compact) or pick a new topic",
+                args.topic,
+                policy.as_deref().unwrap_or("unknown")
+            );
+        }
+    }
+    let producer: BaseProducer<Deliveries> = cfg
+        .create_with_context(Deliveries::default())
+        .context("creating the Kafka producer (check -X settings)")?;
+    let records = entries
+        .iter()
+        .map(|(device, value)| (device.as_str(), Some(value.as_bytes())))
+        .chain(args.delete.iter().map(|device| (device.as_str(), None)));
+    let mut sent = 0u64;
+    for (device, value) in records {
+        let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).key(device.as_bytes());
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        let mut record = Some(record);
+        while let Some(r) = record.take() {
+            match producer.send(r) {
+                Ok(()) => {}
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    producer.poll(Duration::from_millis(10));
+                    record = Some(r);
+                }
+                Err((e, _)) => bail!("publishing to {}: {e}", args.topic),
+            }
+        }
+        sent += 1;
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .context("waiting for the brokers to acknowledge every record")?;
+    let ctx = producer.context();
+    let failed = ctx.failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        let first = ctx
+            .first_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            .unwrap_or_default();
+        bail!(
+            "{failed} of {sent} registry records were not delivered to {} (first error: {first})",
+            args.topic
+        );
+    }
+    eprintln!(
+        "published {} registry entries and {} tombstones to {}",
+        entries.len(),
+        args.delete.len(),
+        args.topic
     );
     Ok(())
 }

@@ -154,7 +154,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         scheme: cfg.key_scheme,
         window: cfg.window,
         flush_every: Duration::from_secs(1),
-        registry: cfg.registry.clone(),
+        registry: cfg.registry_source(),
     };
     let base = ReplayOptions {
         path: args.file.clone(),
@@ -245,6 +245,12 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
             summary.rejected,
             path.display()
         );
+    }
+    let registry_rejected = stats
+        .registry_rejected
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if registry_rejected > 0 {
+        eprintln!("{registry_rejected} refused registry topic records in the dead-letter file");
     }
     if let Some(path) = side.late_path() {
         eprintln!(

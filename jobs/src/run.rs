@@ -74,6 +74,8 @@ pub struct RunSummary {
     pub delay_p99_ms: Option<u64>,
     /// Largest measured delay, ms (capped at 10 min).
     pub delay_max_ms: Option<u64>,
+    /// Registry topic records refused (bad key or value), in the dead-letter file.
+    pub registry_rejected: u64,
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h`.
@@ -331,7 +333,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         scheme: cfg.key_scheme,
         window: cfg.window,
         flush_every: FLUSH_EVERY,
-        registry: cfg.registry.clone(),
+        registry: cfg.registry_source(),
     };
     let base = KafkaOptions {
         source: source.clone(),
@@ -443,6 +445,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         delay_p50_ms: q[0],
         delay_p99_ms: q[1],
         delay_max_ms: q[2],
+        registry_rejected: stats.registry_rejected.load(Ordering::Relaxed),
     };
     tracing::info!(summary = ?summary, committed = ?shared.committed(), "stopped");
     let expired = stats.expired.load(Ordering::Relaxed);
@@ -454,8 +457,9 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
     }
     if let Some(path) = side.rejected_path() {
         eprintln!(
-            "{} rejected records written to {}",
+            "{} rejected records and {} refused registry records written to {}",
             summary.counters.rejected,
+            summary.registry_rejected,
             path.display()
         );
     }

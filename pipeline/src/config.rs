@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::registry::RegistrySource;
 use crate::rowkey::KeyScheme;
 use crate::{Error, Result};
 
@@ -74,6 +75,11 @@ pub struct JobConfig {
     /// (default: none; rooms come from the readings' own `room` field).
     #[serde(default)]
     pub registry: Option<PathBuf>,
+    /// Device registry as a compacted Kafka topic on `source.brokers` (key = device id, value =
+    /// `room[,gateway,…]`, null value = the device leaves), read whole then followed (default:
+    /// none). Exclusive with `registry`.
+    #[serde(default)]
+    pub registry_topic: Option<String>,
 }
 
 impl Default for JobConfig {
@@ -87,6 +93,7 @@ impl Default for JobConfig {
             workers: None,
             status_interval_secs: default_status_interval(),
             registry: None,
+            registry_topic: None,
         }
     }
 }
@@ -307,7 +314,44 @@ impl JobConfig {
                 "status_interval_secs must be at least 1".into(),
             ));
         }
+        self.validate_registry()?;
         self.source.validate()
+    }
+
+    fn validate_registry(&self) -> Result<()> {
+        let Some(topic) = &self.registry_topic else {
+            return Ok(());
+        };
+        if let Some(path) = &self.registry {
+            return Err(Error::Config(format!(
+                "registry = {:?} and registry_topic = {topic:?}: the room view reads one \
+                 registry; keep one of them",
+                path.display().to_string()
+            )));
+        }
+        if topic.trim().is_empty() {
+            return Err(Error::Config("registry_topic must not be empty".into()));
+        }
+        if *topic == self.source.topic {
+            return Err(Error::Config(format!(
+                "registry_topic = {topic:?} is the readings' topic (source.topic): use a \
+                 compacted topic of its own"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where the room view's registry comes from: the `registry` file, the `registry_topic`
+    /// (on the brokers of `source`), or none.
+    pub fn registry_source(&self) -> Option<RegistrySource> {
+        match (&self.registry, &self.registry_topic) {
+            (Some(path), _) => Some(RegistrySource::File(path.clone())),
+            (None, Some(topic)) => Some(RegistrySource::Topic {
+                source: self.source.clone(),
+                topic: topic.clone(),
+            }),
+            (None, None) => None,
+        }
     }
 }
 
@@ -345,6 +389,12 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.source.topic, "t");
         assert_eq!(cfg.source.rdkafka["security.protocol"], "SASL_SSL");
+        assert_eq!(cfg.registry_source(), None);
+        let cfg = JobConfig::parse("registry_topic = \"devices\"\n").unwrap();
+        assert!(matches!(
+            cfg.registry_source(),
+            Some(RegistrySource::Topic { topic, source }) if topic == "devices" && source.brokers == "127.0.0.1:9092"
+        ));
         for (text, key) in [
             ("[source]\nbrokers = \"\"\n", "source.brokers"),
             (
@@ -366,6 +416,12 @@ mod tests {
                 "expected a string",
             ),
             ("workers = 0\n", "workers"),
+            (
+                "registry = \"d.csv\"\nregistry_topic = \"devices\"\n",
+                "keep one of them",
+            ),
+            ("registry_topic = \" \"\n", "registry_topic"),
+            ("registry_topic = \"sensor-readings\"\n", "readings' topic"),
         ] {
             let err = JobConfig::parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text:?}: {err}");

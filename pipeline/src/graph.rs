@@ -7,7 +7,6 @@
 //!                               └─ rejected ─ dead-letter output
 //! ```
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use crate::config::WindowConfig;
 use crate::control::JobControl;
 use crate::decode::Rejected;
 use crate::feed::Decoded;
+use crate::registry::RegistrySource;
 use crate::room;
 use crate::rowkey::KeyScheme;
 use crate::rows;
@@ -47,6 +47,12 @@ pub trait SideOutput: Send + Sync + 'static {
     /// As [`SideOutput::rejected`].
     fn late(&self, device: &str, ts: i64, value: f64, watermark: u64) -> crate::Result<()>;
 
+    /// Records a registry topic record that was refused (it changed nothing).
+    ///
+    /// # Errors
+    /// As [`SideOutput::rejected`].
+    fn registry_rejected(&self, rejected: &crate::registry::RejectedRecord) -> crate::Result<()>;
+
     /// Flushes buffered records.
     ///
     /// # Errors
@@ -63,8 +69,9 @@ pub struct GraphConfig {
     pub window: WindowConfig,
     /// Longest time written data may wait in a writer's buffer.
     pub flush_every: Duration,
-    /// Device registry CSV for the room view (reloaded when it changes).
-    pub registry: Option<PathBuf>,
+    /// Device registry of the room view: a CSV file (reloaded when it changes) or a compacted
+    /// Kafka topic (followed).
+    pub registry: Option<RegistrySource>,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -164,7 +171,16 @@ pub fn build_with_probe<'scope, F>(
 
     let readings_probe = ProbeHandle::new();
     let readings = readings.probe_with(&readings_probe);
-    let rooms = room::room_view(readings.clone(), cfg.registry.clone(), readings_probe);
+    let rooms = room::room_view(
+        readings.clone(),
+        room::RegistryInput {
+            source: cfg.registry.clone(),
+            side: side.clone(),
+            stats: stats.clone(),
+            control: control.clone(),
+        },
+        readings_probe,
+    );
     let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))

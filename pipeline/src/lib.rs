@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod query;
 pub mod reading;
 pub mod registry;
+pub mod registry_topic;
 pub mod room;
 pub mod rowkey;
 pub mod rows;

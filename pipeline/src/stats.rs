@@ -23,6 +23,8 @@ pub struct Stats {
     pub expired: AtomicU64,
     /// Input bytes consumed (compressed bytes for compressed input), for progress.
     pub bytes: AtomicU64,
+    /// Registry topic records refused (bad key or value) and sent to the dead-letter output.
+    pub registry_rejected: AtomicU64,
 }
 
 /// Adds `n` to a counter.

@@ -1,7 +1,10 @@
 //! Dead-letter and late-data files: JSON Lines, created on first use, shared by the workers.
 //!
 //! Dead letters: `{"line":N,"kind":"invalid_json","reason":"…","raw":"…"}`; a line that is not
-//! UTF-8 has `raw` decoded lossily and `raw_hex` with its exact bytes. Late readings:
+//! UTF-8 has `raw` decoded lossily and `raw_hex` with its exact bytes. Refused device registry
+//! topic records, in the same file: `{"registry_topic":"…","partition":P,"offset":O,
+//! "kind":"bad_room","reason":"…","key":"…","value":"…"}` (`key`/`value` null when absent, lossy
+//! with `key_hex`/`value_hex` when not UTF-8). Late readings:
 //! `{"device":"…","ts":N,"value":V,"watermark":W,"reason":"…"}`.
 
 use std::fmt::Write as _;
@@ -12,6 +15,7 @@ use std::sync::Mutex;
 
 use pipeline::decode::Rejected;
 use pipeline::graph::SideOutput;
+use pipeline::registry::RejectedRecord;
 use pipeline::{Error, Result};
 use serde_json::json;
 
@@ -118,11 +122,34 @@ pub fn rejected_record(r: &Rejected) -> serde_json::Value {
         "raw": String::from_utf8_lossy(&r.raw),
     });
     if std::str::from_utf8(&r.raw).is_err() {
-        let mut hex = String::with_capacity(r.raw.len() * 2);
-        for b in &r.raw {
-            let _ = write!(hex, "{b:02x}");
+        record["raw_hex"] = json!(hex(&r.raw));
+    }
+    record
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
+}
+
+/// The dead-letter record of a refused registry topic record.
+pub fn registry_record(r: &RejectedRecord) -> serde_json::Value {
+    let mut record = json!({
+        "registry_topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "kind": r.error.kind(),
+        "reason": r.error.to_string(),
+        "key": r.key.as_deref().map(String::from_utf8_lossy),
+        "value": r.value.as_deref().map(String::from_utf8_lossy),
+    });
+    for (name, bytes) in [("key_hex", &r.key), ("value_hex", &r.value)] {
+        if let Some(b) = bytes.as_deref().filter(|b| std::str::from_utf8(b).is_err()) {
+            record[name] = json!(hex(b));
         }
-        record["raw_hex"] = json!(hex);
     }
     record
 }
@@ -130,6 +157,10 @@ pub fn rejected_record(r: &Rejected) -> serde_json::Value {
 impl SideOutput for DeadLetters {
     fn rejected(&self, rejected: &Rejected) -> Result<()> {
         self.rejected.append(&rejected_record(rejected))
+    }
+
+    fn registry_rejected(&self, rejected: &RejectedRecord) -> Result<()> {
+        self.rejected.append(&registry_record(rejected))
     }
 
     fn late(&self, device: &str, ts: i64, value: f64, watermark: u64) -> Result<()> {
@@ -167,5 +198,36 @@ mod tests {
         assert_eq!(v["line"], 3);
         assert_eq!(v["kind"], "not_utf8");
         assert_eq!(v["raw_hex"], "7b22646576696365223a2264ff227d");
+    }
+
+    #[test]
+    fn registry_records_say_where_and_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let dl = DeadLetters::new(dir.path().join("dead.jsonl"), dir.path().join("late.jsonl"));
+        for (key, value) in [(&b"dev1"[..], &b"room_1"[..]), (b"d\xff", b"room1")] {
+            let error = pipeline::registry::parse_record(Some(key), Some(value)).unwrap_err();
+            dl.registry_rejected(&RejectedRecord {
+                topic: "devices".into(),
+                partition: 1,
+                offset: 7,
+                error,
+                key: Some(key.to_vec()),
+                value: Some(value.to_vec()),
+            })
+            .unwrap();
+        }
+        dl.flush().unwrap();
+        let text = std::fs::read_to_string(dl.rejected_path().unwrap()).unwrap();
+        let v: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v[0]["registry_topic"], "devices");
+        assert_eq!(v[0]["offset"], 7);
+        assert_eq!(v[0]["kind"], "bad_room");
+        assert_eq!(v[0]["value"], "room_1");
+        assert!(v[0].get("key_hex").is_none());
+        assert_eq!(v[1]["kind"], "key_not_utf8");
+        assert_eq!(v[1]["key_hex"], "64ff");
     }
 }

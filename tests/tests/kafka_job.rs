@@ -1,6 +1,7 @@
 //! `hourglass run` against a real Kafka broker (`scripts/services.sh up kafka`; `make test`
-//! starts it): parity with `hourglass replay`, crash safety under SIGKILL, graceful SIGTERM, and
-//! the benchmark of sustained consumption (ignored; see `bench_sustained_consumption`).
+//! starts it): parity with `hourglass replay`, crash safety under SIGKILL, graceful SIGTERM, the
+//! device registry as a compacted topic, and the benchmark of sustained consumption (ignored;
+//! see `bench_sustained_consumption`).
 //!
 //! Without a broker on 127.0.0.1:9092 these tests skip, except in CI (`CI` set), where they fail.
 //! Each test uses its own topic and consumer group, so they run in parallel.
@@ -471,6 +472,230 @@ fn sigterm_mid_stream_exits_0_and_loses_nothing() {
         "the restart re-read everything ({second}): nothing was committed at SIGTERM"
     );
     assert_same_as_replay(&dir, &config, &file);
+}
+
+/// Publishes raw registry records (key, value), bypassing the checks of
+/// `hourglass produce --registry`.
+fn publish_raw(topic: &str, records: &[(&[u8], &[u8])]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Failures(Mutex<Vec<String>>);
+    impl rdkafka::ClientContext for Failures {}
+    impl ProducerContext for Failures {
+        type DeliveryOpaque = ();
+        fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+            if let Err((e, _)) = result {
+                self.0.lock().expect("lock").push(e.to_string());
+            }
+        }
+    }
+    let producer: BaseProducer<Failures> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", BROKER)
+        .create_with_context(Failures::default())
+        .expect("Kafka producer");
+    for (key, value) in records {
+        let record = BaseRecord::<[u8], [u8]>::to(topic)
+            .key(*key)
+            .payload(*value);
+        producer.send(record).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let failures = producer.context().0.lock().expect("lock").clone();
+    assert!(failures.is_empty(), "not delivered: {failures:?}");
+}
+
+fn room_csv(dir: &Path, room: &str) -> String {
+    hourglass_ok(
+        dir,
+        &[
+            "query", "room", "--room", room, "--store", "store", "--format", "csv",
+        ],
+    )
+}
+
+/// JSON lines of `devices` reporting every 10 s for `steps` (`from..to`), each with its own
+/// `room` field.
+fn readings(devices: &[(&str, &str)], steps: std::ops::Range<i64>) -> String {
+    const H: i64 = 1724101200;
+    let mut out = String::new();
+    for i in steps {
+        for (device, room) in devices {
+            out.push_str(&format!(
+                "{{\"device\":\"{device}\",\"ts\":{},\"temp\":{i},\"room\":\"{room}\"}}\n",
+                H + i * 10
+            ));
+        }
+    }
+    out
+}
+
+/// The registry as a compacted topic: published with `produce --registry` (the topic is created
+/// compacted), read whole before the room view writes anything, then followed while the job
+/// runs: a move deletes the device's old row, a tombstone sends it back to its readings' room,
+/// and malformed records are dead-lettered and counted without stopping the job.
+#[test]
+fn registry_topic_rooms_moves_tombstones_and_bad_records() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("reg-readings");
+    let registry = unique("reg-devices");
+    std::fs::write(
+        dir.join("devices.csv"),
+        "device,room,gateway\ndevA,lab1,gw1\ndevB,lab1,gw1\ndevC,lab2,gw2\n",
+    )
+    .expect("write registry");
+    let args = [
+        "--brokers",
+        BROKER,
+        "--topic",
+        &registry,
+        "--partitions",
+        "2",
+    ];
+    let out = hourglass_ok(
+        &dir,
+        &[&["produce", "--registry", "devices.csv"][..], &args].concat(),
+    );
+    assert!(out.is_empty(), "{out}");
+    let source = pipeline::config::SourceConfig {
+        brokers: BROKER.into(),
+        ..Default::default()
+    };
+    let admin = pipeline::registry_topic::admin_config(&source);
+    assert_eq!(
+        pipeline::registry_topic::cleanup_policy(&admin, &registry).expect("describe topic"),
+        Some("compact".to_string())
+    );
+
+    let own = [
+        ("devA", "own"),
+        ("devB", "own"),
+        ("devC", "own"),
+        ("devD", "ownD"),
+    ];
+    std::fs::write(dir.join("r1.jsonl"), readings(&own, 0..5)).expect("write");
+    wait_ok(produce(&dir, &dir.join("r1.jsonl"), &topic, &[]), "produce");
+    // The readings' topic is not compacted: it cannot take a registry.
+    let out = hourglass(
+        &dir,
+        &[
+            "produce",
+            "--registry",
+            "devices.csv",
+            "--brokers",
+            BROKER,
+            "--topic",
+            &topic,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("must be compacted"),
+        "{stderr}"
+    );
+
+    let config = job_config(&dir, &topic, "", 1);
+    let mut text = std::fs::read_to_string(&config).expect("read job.toml");
+    text.insert_str(0, &format!("registry_topic = \"{registry}\"\n"));
+    std::fs::write(&config, text).expect("write job.toml");
+    let stderr = wait_ok(run_job(&dir, &config, &["--exit-on-idle", "3s"]), "run");
+    assert!(stderr.contains("device registry: read topic"), "{stderr}");
+    let (h4, h9) = (1724101200 + 40, 1724101200 + 90);
+    assert_eq!(
+        room_csv(&dir, "lab1"),
+        format!("device,ts,value\ndevA,{h4},4\ndevB,{h4},4\n")
+    );
+    assert_eq!(
+        room_csv(&dir, "lab2"),
+        format!("device,ts,value\ndevC,{h4},4\n")
+    );
+    assert_eq!(room_csv(&dir, "own"), "device,ts,value\n");
+    assert_eq!(
+        room_csv(&dir, "ownD"),
+        format!("device,ts,value\ndevD,{h4},4\n")
+    );
+
+    // While the job runs (it re-reads the open hour and rebuilds the view): devA moves, devB
+    // leaves the registry, bad records arrive, then newer readings.
+    let mut job = run_job(&dir, &config, &["--exit-on-idle", "15s"]);
+    wait_until_consuming(&mut job);
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::write(dir.join("move.csv"), "device,room,gateway\ndevA,lab2,gw9\n").expect("write");
+    hourglass_ok(
+        &dir,
+        &[&["produce", "--registry", "move.csv"][..], &args].concat(),
+    );
+    hourglass_ok(
+        &dir,
+        &[
+            "produce",
+            "--delete",
+            "devB",
+            "--brokers",
+            BROKER,
+            "--topic",
+            &registry,
+        ],
+    );
+    publish_raw(
+        &registry,
+        &[
+            (b"bad_id", b"lab1"),
+            (b"devC", b"room_x,gw2"),
+            (b"devC", b"lab\xff"),
+            // Brokers refuse keyless records in a compacted topic, but not an empty key.
+            (b"", b"lab1"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(dir.join("r2.jsonl"), readings(&own[..3], 5..10)).expect("write");
+    wait_ok(produce(&dir, &dir.join("r2.jsonl"), &topic, &[]), "produce");
+    let out = job.wait_with_output().expect("waiting for the job");
+    assert!(out.status.success(), "run: {}", out.status);
+
+    let s = stats(&dir);
+    assert_eq!(s["registry_rejected"], 4, "{s}");
+    assert_eq!(s["rejected"], 0, "{s}");
+    let dead = e2e::read_jsonl(&dir.join("hourglass-dead-letters.jsonl"));
+    let mut kinds: Vec<&str> = dead
+        .iter()
+        .filter(|v| v["registry_topic"] == registry.as_str())
+        .map(|v| v["kind"].as_str().unwrap_or_default())
+        .collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        ["bad_device", "bad_room", "no_key", "value_not_utf8"],
+        "{dead:?}"
+    );
+    assert!(dead.iter().all(|v| v["offset"].is_i64()), "{dead:?}");
+
+    assert_eq!(room_csv(&dir, "lab1"), "device,ts,value\n");
+    // The bad records changed nothing: devC stays in lab2.
+    assert_eq!(
+        room_csv(&dir, "lab2"),
+        format!("device,ts,value\ndevA,{h9},9\ndevC,{h9},9\n")
+    );
+    assert_eq!(
+        room_csv(&dir, "own"),
+        format!("device,ts,value\ndevB,{h9},9\n")
+    );
+    assert_eq!(
+        room_csv(&dir, "ownD"),
+        format!("device,ts,value\ndevD,{h4},4\n")
+    );
+    let rows: Vec<String> = dump(&dir, "store", "ts_room_latest")
+        .lines()
+        .filter_map(|l| l.split('\t').next().map(str::to_string))
+        .collect();
+    assert_eq!(
+        rows,
+        ["lab2_devA", "lab2_devC", "ownD_devD", "own_devB"],
+        "old rows deleted"
+    );
 }
 
 #[test]

@@ -1,0 +1,297 @@
+//! The device registry as a compacted Kafka topic: every partition read from the beginning, then
+//! followed, with no group membership and no commits (the whole topic *is* the registry).
+//!
+//! Record key = device id, value = `room[,gateway,…]` (UTF-8), null value (tombstone) = the
+//! device leaves the registry; see [`crate::registry::parse_record`]. The topic is "caught up"
+//! once every partition has been read to the high watermark it had when the reader opened; the
+//! room view holds its output until then, so a job starts with the whole registry. Partitions
+//! added to the topic later are not read until the job restarts.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::SourceConfig;
+use crate::registry::{parse_record, RejectedRecord};
+use crate::{Error, Result};
+
+/// How long start-up calls to the brokers (metadata, watermarks) may take.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs a future to completion on this thread (rdkafka's admin client resolves its futures from
+/// its own thread, so no runtime is needed).
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+fn topic_error(source: &SourceConfig, topic: &str, message: String) -> Error {
+    Error::Io {
+        path: format!("kafka registry topic {topic} at {}", source.brokers),
+        source: std::io::Error::other(message),
+    }
+}
+
+/// The librdkafka settings of an admin client of `source`'s brokers: its passthrough table
+/// (security, …) and its brokers.
+pub fn admin_config(source: &SourceConfig) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    for (key, value) in &source.rdkafka {
+        cfg.set(key, value);
+    }
+    cfg.set("bootstrap.servers", &source.brokers);
+    cfg
+}
+
+/// The librdkafka settings of a registry reader: as [`admin_config`], nothing committed. The
+/// group `<source.group_id>.registry` is only there because librdkafka's `assign` wants one: it
+/// is never joined and nothing is committed to it.
+pub fn client_config(source: &SourceConfig) -> ClientConfig {
+    let mut cfg = admin_config(source);
+    cfg.set("group.id", format!("{}.registry", source.group_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false");
+    cfg
+}
+
+/// The topic's `cleanup.policy` as the brokers report it (`None`: not reported).
+///
+/// # Errors
+/// The admin client cannot be created or the brokers do not answer.
+pub fn cleanup_policy(cfg: &ClientConfig, topic: &str) -> Result<Option<String>> {
+    let admin: AdminClient<DefaultClientContext> = cfg
+        .create()
+        .map_err(|e| Error::Config(format!("Kafka admin client: {e}")))?;
+    let opts = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
+    let results = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))
+        .map_err(|e| Error::Invalid(format!("describing topic {topic}: {e}")))?;
+    for result in results {
+        let resource =
+            result.map_err(|code| Error::Invalid(format!("describing topic {topic}: {code}")))?;
+        if let Some(entry) = resource.get("cleanup.policy") {
+            return Ok(entry.value.clone());
+        }
+    }
+    Ok(None)
+}
+
+/// Logs the registry consumer's errors as warnings, except reaching the end of a partition,
+/// which librdkafka reports for a consumer that starts at the beginning even with
+/// `enable.partition.eof=false`, and which is the normal state of a registry topic.
+struct RegistryContext;
+
+impl ClientContext for RegistryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        );
+        if !eof {
+            tracing::warn!("device registry topic: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for RegistryContext {}
+
+/// What one [`RegistryTopic::poll`] read.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// Valid records in order: `(device, Some(room))` or a tombstone `(device, None)`.
+    pub updates: Vec<(String, Option<String>)>,
+    /// Records refused (bad key or value); they change nothing.
+    pub rejected: Vec<RejectedRecord>,
+    /// The poll stopped at its limit: more records may be ready.
+    pub more: bool,
+}
+
+/// A reader of the whole registry topic (one per job, on worker 0).
+pub struct RegistryTopic {
+    consumer: BaseConsumer<RegistryContext>,
+    topic: String,
+    /// Per partition: the high watermark at open while it has not been reached.
+    behind: Vec<Option<i64>>,
+    last_error_note: Option<Instant>,
+}
+
+impl std::fmt::Debug for RegistryTopic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryTopic")
+            .field("topic", &self.topic)
+            .field("behind", &self.behind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryTopic {
+    /// Connects, reads the topic's partitions and their high watermarks, and assigns every
+    /// partition from its beginning.
+    ///
+    /// # Errors
+    /// An invalid client setting, the topic does not exist, or the brokers did not answer.
+    pub fn open(source: &SourceConfig, topic: &str) -> Result<Self> {
+        let consumer: BaseConsumer<RegistryContext> = client_config(source)
+            .set("client.id", "hourglass-registry")
+            .create_with_context(RegistryContext)
+            .map_err(|e| Error::Config(format!("source.rdkafka: {e}")))?;
+        let md = consumer
+            .fetch_metadata(Some(topic), BROKER_TIMEOUT)
+            .map_err(|e| topic_error(source, topic, format!("metadata request failed: {e}")))?;
+        let partitions = match md.topics().iter().find(|t| t.name() == topic) {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions().len(),
+            _ => {
+                return Err(topic_error(
+                    source,
+                    topic,
+                    format!(
+                        "topic not found: publish the registry first, e.g. `hourglass produce \
+                         --registry devices.csv --topic {topic} --brokers {}`",
+                        source.brokers
+                    ),
+                ))
+            }
+        };
+        match cleanup_policy(&admin_config(source), topic) {
+            Ok(Some(policy)) if !policy.split(',').any(|p| p.trim() == "compact") => {
+                tracing::warn!(
+                    topic,
+                    policy,
+                    "the device registry topic is not compacted: entries older than its retention \
+                     will be deleted and their devices leave the registry at the next restart; \
+                     set cleanup.policy=compact"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(topic, error = %e, "cannot read the registry topic's cleanup.policy")
+            }
+        }
+        let mut behind = Vec::with_capacity(partitions);
+        let mut assign = TopicPartitionList::new();
+        for p in 0..partitions as i32 {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, BROKER_TIMEOUT)
+                .map_err(|e| {
+                    topic_error(source, topic, format!("partition {p} watermarks: {e}"))
+                })?;
+            behind.push((high > low).then_some(high));
+            assign
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .map_err(|e| topic_error(source, topic, e.to_string()))?;
+        }
+        consumer
+            .assign(&assign)
+            .map_err(|e| topic_error(source, topic, format!("assigning partitions: {e}")))?;
+        tracing::info!(topic, partitions, "reading the device registry topic");
+        Ok(RegistryTopic {
+            consumer,
+            topic: topic.to_string(),
+            behind,
+            last_error_note: None,
+        })
+    }
+
+    /// The topic's name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Whether every partition has been read up to where it ended when the reader opened.
+    pub fn caught_up(&self) -> bool {
+        self.behind.iter().all(Option::is_none)
+    }
+
+    /// Partitions not yet read up to where they ended when the reader opened.
+    pub fn partitions_behind(&self) -> usize {
+        self.behind.iter().filter(|b| b.is_some()).count()
+    }
+
+    /// Notes that `partition` was read up to `next_offset` (exclusive).
+    fn reached(&mut self, partition: i32, next_offset: i64) {
+        if let Some(slot) = self.behind.get_mut(partition as usize) {
+            if slot.is_some_and(|high| next_offset >= high) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Marks partitions whose position passed their start high watermark: the last records of
+    /// a partition may be transaction markers, which are never delivered.
+    fn check_positions(&mut self) {
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        for elem in positions.elements_for_topic(&self.topic) {
+            if let Offset::Offset(next) = elem.offset() {
+                self.reached(elem.partition(), next);
+            }
+        }
+    }
+
+    /// Reads up to `max` records without waiting. Consumer errors are logged (at most every
+    /// 10 s) and retried by librdkafka.
+    pub fn poll(&mut self, max: usize) -> Polled {
+        let mut out = Polled::default();
+        for _ in 0..max {
+            match self.consumer.poll(Duration::ZERO) {
+                None => {
+                    if !self.caught_up() {
+                        self.check_positions();
+                    }
+                    return out;
+                }
+                Some(Ok(msg)) => {
+                    let (partition, offset) = (msg.partition(), msg.offset());
+                    match parse_record(msg.key(), msg.payload()) {
+                        Ok(update) => out.updates.push(update),
+                        Err(error) => out.rejected.push(RejectedRecord {
+                            topic: self.topic.clone(),
+                            partition,
+                            offset,
+                            error,
+                            key: msg.key().map(<[u8]>::to_vec),
+                            value: msg.payload().map(<[u8]>::to_vec),
+                        }),
+                    }
+                    self.reached(partition, offset + 1);
+                }
+                Some(Err(e)) => {
+                    if self
+                        .last_error_note
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+                    {
+                        tracing::warn!(topic = %self.topic, error = %e, "device registry topic: consumer error (retrying)");
+                        self.last_error_note = Some(Instant::now());
+                    }
+                    return out;
+                }
+            }
+        }
+        out.more = true;
+        out
+    }
+}
