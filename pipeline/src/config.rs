@@ -74,6 +74,11 @@ pub struct JobConfig {
     /// (default: none; rooms come from the readings' own `room` field).
     #[serde(default)]
     pub registry: Option<PathBuf>,
+    /// `host:port` where `hourglass run` serves its own `/metrics` (Prometheus text) and
+    /// `/healthz`, e.g. `127.0.0.1:9464`; `--metrics-listen` overrides it (default: none, no
+    /// server).
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for JobConfig {
@@ -87,6 +92,7 @@ impl Default for JobConfig {
             workers: None,
             status_interval_secs: default_status_interval(),
             registry: None,
+            metrics_listen: None,
         }
     }
 }
@@ -307,7 +313,28 @@ impl JobConfig {
                 "status_interval_secs must be at least 1".into(),
             ));
         }
+        if let Some(addr) = &self.metrics_listen {
+            check_listen_address("metrics_listen", addr)?;
+        }
         self.source.validate()
+    }
+}
+
+/// Checks that `addr` has the form `host:port` (the host may be a name or a bracketed IPv6
+/// address; port 0 picks a free port).
+///
+/// # Errors
+/// [`Error::Config`] naming `key` and the expected form.
+pub fn check_listen_address(key: &str, addr: &str) -> Result<()> {
+    let ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{key} = {addr:?}: use host:port, such as 127.0.0.1:9464 (port 0 picks a free one)"
+        )))
     }
 }
 
@@ -345,6 +372,8 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.source.topic, "t");
         assert_eq!(cfg.source.rdkafka["security.protocol"], "SASL_SSL");
+        let cfg = JobConfig::parse("metrics_listen = \"[::1]:9464\"\n").unwrap();
+        assert_eq!(cfg.metrics_listen.as_deref(), Some("[::1]:9464"));
         for (text, key) in [
             ("[source]\nbrokers = \"\"\n", "source.brokers"),
             (
@@ -366,6 +395,9 @@ mod tests {
                 "expected a string",
             ),
             ("workers = 0\n", "workers"),
+            ("metrics_listen = \"9464\"\n", "metrics_listen"),
+            ("metrics_listen = \":9464\"\n", "metrics_listen"),
+            ("metrics_listen = \"localhost:http\"\n", "metrics_listen"),
         ] {
             let err = JobConfig::parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text:?}: {err}");
