@@ -26,7 +26,8 @@ pub struct Stats {
     /// Input bytes consumed (compressed bytes for compressed input), for progress.
     pub bytes: AtomicU64,
     /// Rejected lines by [`Reason::kind_index`], counted when they reach the dead-letter
-    /// output (so they may trail `rejected` for a moment).
+    /// output; their sum equals `rejected` once the job has drained (sources publish
+    /// `rejected` in batches, so the two may differ while it runs).
     pub rejected_by_kind: [AtomicU64; Reason::KINDS.len()],
     /// Mutations per flush of a worker's table writer.
     pub sink_batches: BatchSizes,
@@ -63,8 +64,8 @@ impl BatchSizes {
         self.sum.fetch_add(size, Ordering::Relaxed);
     }
 
-    /// The counts so far. `count` is the bucket total; an observation made while the snapshot
-    /// is taken may be in the buckets but not yet in `sum`.
+    /// The counts so far. `count` is the bucket total; an observation racing the snapshot may
+    /// be in `count` but not yet in `sum`, or the reverse.
     pub fn snapshot(&self) -> BatchSizesSnapshot {
         let buckets: Vec<u64> = self
             .buckets
