@@ -194,6 +194,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 stats_json: None,
                 registry: None,
                 quiet: true,
+                metrics_listen: None,
             };
             let cfg = replay::job_config(&args)?;
             let backend = crate::store::open(&cfg, &args.backend, false, true)?;

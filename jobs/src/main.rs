@@ -3,6 +3,7 @@
 
 mod bench;
 mod generate;
+mod job_metrics;
 mod produce;
 mod progress;
 mod query;

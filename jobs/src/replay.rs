@@ -15,6 +15,7 @@ use pipeline::schema::RETENTION_SECS;
 use pipeline::stats::{Stats, Summary};
 use sinks::dead_letter::DeadLetters;
 
+use crate::job_metrics::{JobMetrics, MetricsServer};
 use crate::progress::Progress;
 use crate::store::{Backend, BackendArgs};
 
@@ -55,6 +56,11 @@ pub struct ReplayArgs {
     /// Do not print the summary on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Serve the replay's metrics (Prometheus text, as `hourglass run --metrics-listen`
+    /// without the Kafka ones) at http://HOST:PORT/metrics while it runs. Off unless set;
+    /// port 0 picks a free port (printed on stderr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 fn parse_speed(s: &str) -> Result<Option<f64>> {
@@ -146,6 +152,19 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
 
     let stats = Arc::new(Stats::default());
     let control = Arc::new(JobControl::default());
+    let metrics_server = match &args.metrics_listen {
+        Some(addr) => {
+            pipeline::config::check_listen_address("--metrics-listen", addr)?;
+            let metrics = Arc::new(JobMetrics::new(stats.clone(), control.clone()));
+            if let Some(writers) = backend.writer_stats() {
+                metrics.attach_writers(writers);
+            }
+            let server = MetricsServer::start(addr, metrics)?;
+            eprintln!("metrics: http://{}/metrics", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
     let side = Arc::new(DeadLetters::new(
         args.dead_letter.clone(),
         args.late_output.clone(),
@@ -224,6 +243,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
     }
     drop(progress);
+    drop(metrics_server);
     let elapsed = started.elapsed().as_secs_f64();
     side.flush()?;
     backend.persist()?;

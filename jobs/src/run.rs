@@ -4,7 +4,8 @@
 //! once the readings before them are durable in both tables (see `pipeline::kafka`). SIGINT or
 //! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
 //! are committed and the job exits 0. A second signal exits at once (130): nothing is committed
-//! past what is stored, so a restart loses nothing.
+//! past what is stored, so a restart loses nothing. With `--metrics-listen` (or
+//! `metrics_listen`), the job serves its own `/metrics` and `/healthz` (`crate::job_metrics`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -26,6 +27,7 @@ use serde::Serialize;
 use sinks::dead_letter::DeadLetters;
 use timely::dataflow::ProbeHandle;
 
+use crate::job_metrics::{JobMetrics, MetricsServer};
 use crate::store::{self, BackendArgs};
 
 /// How long written data may wait in a worker's writer buffer. Short, so that readings become
@@ -54,6 +56,12 @@ pub struct RunArgs {
     /// Write the end-of-run summary as JSON to this file.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+    /// Serve the job's own metrics (Prometheus text) at http://HOST:PORT/metrics, and
+    /// /healthz; overrides `metrics_listen` in the config. Off unless set: one fixed default
+    /// port would make a second job on the host fail. 127.0.0.1:9464 keeps it local; port 0
+    /// picks a free port (printed on stderr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 /// The end-of-run summary: the replay's counters plus what only a Kafka job measures.
@@ -127,7 +135,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .config
         .as_deref()
         .context("--config FILE is required (see --example-config)")?;
-    let cfg = JobConfig::load(path)?;
+    let mut cfg = JobConfig::load(path)?;
+    if let Some(addr) = &args.metrics_listen {
+        pipeline::config::check_listen_address("--metrics-listen", addr)?;
+        cfg.metrics_listen = Some(addr.clone());
+    }
     let exit_on_idle = args
         .exit_on_idle
         .as_deref()
@@ -298,8 +310,22 @@ fn format_secs(s: i64) -> String {
 
 fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> Result<RunSummary> {
     let control = Arc::new(JobControl::default());
+    let stats = Arc::new(Stats::default());
+    let metrics = Arc::new(JobMetrics::new(stats.clone(), control.clone()));
+    let metrics_server = cfg
+        .metrics_listen
+        .as_deref()
+        .map(|addr| MetricsServer::start(addr, metrics.clone()))
+        .transpose()?;
+    if let Some(server) = &metrics_server {
+        // Tests and scripts read the address (port 0 picks one) from this line.
+        eprintln!("metrics: http://{}/metrics", server.addr());
+    }
     let signals = handle_signals(control.clone())?;
     let backend = store::open(cfg, &BackendArgs::default(), false, true)?;
+    if let Some(writers) = backend.writer_stats() {
+        metrics.attach_writers(writers);
+    }
     backend.ensure_tables()?;
     let source = &cfg.source;
     let partitions = kafka::wait_for_partitions(source, &control)?;
@@ -323,8 +349,8 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         backend.location()
     );
 
-    let stats = Arc::new(Stats::default());
     let shared = Arc::new(KafkaShared::new(partitions, workers));
+    metrics.attach_kafka(shared.clone());
     let side = Arc::new(DeadLetters::new(
         args.dead_letter.clone(),
         args.late_output.clone(),
@@ -423,6 +449,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
     }
     let elapsed = started.elapsed().as_secs_f64();
     drop(status);
+    drop(metrics_server);
     signals.close();
     side.flush()?;
     backend.persist()?;

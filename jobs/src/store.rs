@@ -74,6 +74,14 @@ impl Backend {
         }
     }
 
+    /// The counters the HBase writers share (`None` for the embedded store).
+    pub fn writer_stats(&self) -> Option<Arc<WriterStats>> {
+        match self {
+            Backend::Embedded { .. } => None,
+            Backend::Hbase { stats, .. } => Some(stats.clone()),
+        }
+    }
+
     /// A reader for dashboard queries.
     pub fn reader(&self) -> Reader {
         match self {

@@ -80,6 +80,11 @@ pub struct JobConfig {
     /// none). Exclusive with `registry`.
     #[serde(default)]
     pub registry_topic: Option<String>,
+    /// `host:port` where `hourglass run` serves its own `/metrics` (Prometheus text) and
+    /// `/healthz`, e.g. `127.0.0.1:9464`; `--metrics-listen` overrides it (default: none, no
+    /// server).
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for JobConfig {
@@ -94,6 +99,7 @@ impl Default for JobConfig {
             status_interval_secs: default_status_interval(),
             registry: None,
             registry_topic: None,
+            metrics_listen: None,
         }
     }
 }
@@ -315,6 +321,9 @@ impl JobConfig {
             ));
         }
         self.validate_registry()?;
+        if let Some(addr) = &self.metrics_listen {
+            check_listen_address("metrics_listen", addr)?;
+        }
         self.source.validate()
     }
 
@@ -352,6 +361,24 @@ impl JobConfig {
             }),
             (None, None) => None,
         }
+    }
+}
+
+/// Checks that `addr` has the form `host:port` (the host may be a name or a bracketed IPv6
+/// address; port 0 picks a free port).
+///
+/// # Errors
+/// [`Error::Config`] naming `key` and the expected form.
+pub fn check_listen_address(key: &str, addr: &str) -> Result<()> {
+    let ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "{key} = {addr:?}: use host:port, such as 127.0.0.1:9464 (port 0 picks a free one)"
+        )))
     }
 }
 
@@ -395,6 +422,8 @@ mod tests {
             cfg.registry_source(),
             Some(RegistrySource::Topic { topic, source }) if topic == "devices" && source.brokers == "127.0.0.1:9092"
         ));
+        let cfg = JobConfig::parse("metrics_listen = \"[::1]:9464\"\n").unwrap();
+        assert_eq!(cfg.metrics_listen.as_deref(), Some("[::1]:9464"));
         for (text, key) in [
             ("[source]\nbrokers = \"\"\n", "source.brokers"),
             (
@@ -422,6 +451,9 @@ mod tests {
             ),
             ("registry_topic = \" \"\n", "registry_topic"),
             ("registry_topic = \"sensor-readings\"\n", "readings' topic"),
+            ("metrics_listen = \"9464\"\n", "metrics_listen"),
+            ("metrics_listen = \":9464\"\n", "metrics_listen"),
+            ("metrics_listen = \"localhost:http\"\n", "metrics_listen"),
         ] {
             let err = JobConfig::parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text:?}: {err}");

@@ -42,6 +42,36 @@ pub enum Reason {
     },
 }
 
+impl Reason {
+    /// Every kind of reason, as [`Reason::kind`] names it; [`Reason::kind_index`] indexes it.
+    pub const KINDS: [&'static str; 6] = [
+        "too_long",
+        "not_utf8",
+        "invalid_json",
+        "not_an_object",
+        "missing_field",
+        "bad_field",
+    ];
+
+    /// The position of this reason's kind in [`Reason::KINDS`].
+    pub fn kind_index(&self) -> usize {
+        match self {
+            Reason::TooLong(_) => 0,
+            Reason::NotUtf8 => 1,
+            Reason::InvalidJson(_) => 2,
+            Reason::NotAnObject => 3,
+            Reason::MissingField(_) => 4,
+            Reason::BadField { .. } => 5,
+        }
+    }
+
+    /// The reason's kind without its details (`invalid_json`, `missing_field`, …): the `kind`
+    /// of its dead-letter record, and a label value with few distinct values.
+    pub fn kind(&self) -> &'static str {
+        Self::KINDS[self.kind_index()]
+    }
+}
+
 /// A line that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejected {
@@ -220,6 +250,24 @@ mod tests {
         assert_eq!(r.ts, 1724102400);
         assert_eq!(r.value, 4.0);
         assert_eq!(r.extra, "{}");
+    }
+
+    #[test]
+    fn kinds_are_the_dead_letter_kinds() {
+        let all = [
+            Reason::TooLong(1),
+            Reason::NotUtf8,
+            Reason::InvalidJson(String::new()),
+            Reason::NotAnObject,
+            Reason::MissingField(String::new()),
+            bad("ts", "x"),
+        ];
+        assert_eq!(all.len(), Reason::KINDS.len());
+        for (i, r) in all.iter().enumerate() {
+            assert_eq!(r.kind_index(), i);
+            let tag = serde_json::to_value(r).unwrap()["kind"].clone();
+            assert_eq!(tag, r.kind(), "{r:?}");
+        }
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct GraphConfig {
 struct CountingWriter {
     writer: Box<dyn TableWriter>,
     stats: Arc<Stats>,
+    /// Mutations written since the last flush: the size of the batch the next flush makes
+    /// durable.
+    unflushed: u64,
 }
 
 impl BatchWriter<Mutation> for CountingWriter {
@@ -96,14 +99,22 @@ impl BatchWriter<Mutation> for CountingWriter {
                 }
             }
         }
+        let mutations = batch.len() as u64;
         self.writer.write(batch).map_err(|e| e.to_string())?;
+        self.unflushed += mutations;
         add(&self.stats.narrow_rows, narrow);
         add(&self.stats.wide_cells, wide);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), String> {
-        self.writer.flush().map_err(|e| e.to_string())
+        self.writer.flush().map_err(|e| e.to_string())?;
+        if self.unflushed > 0 {
+            self.stats
+                .sink_batches
+                .observe(std::mem::take(&mut self.unflushed));
+        }
+        Ok(())
     }
 }
 
@@ -154,9 +165,11 @@ pub fn build_with_probe<'scope, F>(
 
     let dead_control = control.clone();
     let dead_side = side.clone();
+    let dead_stats = stats.clone();
     rejected.sink(Pipeline, "DeadLetters", move |(input, frontier)| {
         input.for_each(|_cap, batch| {
             for r in batch.drain(..) {
+                add(&dead_stats.rejected_by_kind[r.reason.kind_index()], 1);
                 if let Err(e) = dead_side.rejected(&r) {
                     dead_control.fail(format!("dead-letter output: {e}"));
                 }
@@ -227,7 +240,11 @@ pub fn build_with_probe<'scope, F>(
         .concat(rooms)
         .write_batches(
             "WriteTables",
-            CountingWriter { writer, stats },
+            CountingWriter {
+                writer,
+                stats,
+                unflushed: 0,
+            },
             cfg.flush_every,
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )

@@ -223,6 +223,8 @@ pub struct KafkaShared {
     /// last [`KafkaShared::refresh_offsets`].
     low: Vec<AtomicI64>,
     high: Vec<AtomicI64>,
+    /// Offset commits that succeeded (each covers one or more partitions of one worker).
+    commits: AtomicU64,
     /// Delays from produce (the record's timestamp) to durable in the narrow table.
     pub delays: DelayHistogram,
 }
@@ -240,6 +242,7 @@ impl KafkaShared {
             committed: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             low: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             high: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
+            commits: AtomicU64::new(0),
             delays: DelayHistogram::default(),
         }
     }
@@ -312,15 +315,24 @@ impl KafkaShared {
     /// Records not read yet, summed over partitions (high watermark − position), as of the last
     /// refresh; `None` before the first.
     pub fn lag(&self) -> Option<i64> {
-        let mut lag = 0;
-        for p in 0..self.high.len() {
-            let high = self.high[p].load(Ordering::Relaxed);
-            if high < 0 {
-                return None;
-            }
-            lag += (high - self.position(p).unwrap_or(high)).max(0);
-        }
-        Some(lag)
+        self.partition_lags().into_iter().sum()
+    }
+
+    /// Per partition, records not read yet (high watermark − position, at least 0) as of the
+    /// last [`KafkaShared::refresh_offsets`]; `None` for a partition whose high watermark is
+    /// not known yet.
+    pub fn partition_lags(&self) -> Vec<Option<i64>> {
+        (0..self.high.len())
+            .map(|p| {
+                let high = self.high[p].load(Ordering::Relaxed);
+                (high >= 0).then(|| (high - self.position(p).unwrap_or(high)).max(0))
+            })
+            .collect()
+    }
+
+    /// Offset commits that succeeded so far, over all workers.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Time between the first and the latest record read, `None` before the first.
@@ -533,6 +545,7 @@ impl OffsetCommitter {
             ledger.committed[local] = Some(next);
             inner.shared.committed[inner.partitions[local] as usize].store(next, Ordering::Relaxed);
         }
+        inner.shared.commits.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             partitions = ready.len(),
             "committed offsets of durable readings"
@@ -1088,6 +1101,7 @@ mod tests {
         assert_eq!(shared.lag(), None, "partition 0's offsets are unknown");
         shared.high[0].store(0, Ordering::Relaxed);
         assert_eq!(shared.lag(), Some(500));
+        assert_eq!(shared.partition_lags(), vec![Some(0), Some(500)]);
         // Caught up: now it is idle.
         shared.positions[1].store(600, Ordering::Relaxed);
         f.update_watermark(Instant::now());

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::decode::Reason;
+
 /// Counters shared by every worker of a job.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -25,6 +27,61 @@ pub struct Stats {
     pub bytes: AtomicU64,
     /// Registry topic records refused (bad key or value) and sent to the dead-letter output.
     pub registry_rejected: AtomicU64,
+    /// Rejected lines by [`Reason::kind_index`], counted when they reach the dead-letter
+    /// output; their sum equals `rejected` once the job has drained (sources publish
+    /// `rejected` in batches, so the two may differ while it runs).
+    pub rejected_by_kind: [AtomicU64; Reason::KINDS.len()],
+    /// Mutations per flush of a worker's table writer.
+    pub sink_batches: BatchSizes,
+}
+
+/// Upper bounds of the [`BatchSizes`] buckets: powers of 4, 1 … 65536.
+pub const BATCH_SIZE_BOUNDS: [u64; 9] = [1, 4, 16, 64, 256, 1024, 4096, 16_384, 65_536];
+
+/// A histogram of batch sizes with fixed buckets ([`BATCH_SIZE_BOUNDS`] and one above them),
+/// updated with relaxed atomics: cheap enough to observe every flush from every worker.
+#[derive(Debug, Default)]
+pub struct BatchSizes {
+    /// Observations per bucket (not cumulative); the last one counts sizes above the bounds.
+    buckets: [AtomicU64; BATCH_SIZE_BOUNDS.len() + 1],
+    sum: AtomicU64,
+}
+
+/// A copy of a [`BatchSizes`] at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSizesSnapshot {
+    /// Observations per bucket of [`BATCH_SIZE_BOUNDS`], then above them (not cumulative).
+    pub buckets: Vec<u64>,
+    /// Sum of the observed sizes.
+    pub sum: u64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl BatchSizes {
+    /// Records one batch of `size` items.
+    pub fn observe(&self, size: u64) {
+        let bucket = BATCH_SIZE_BOUNDS.partition_point(|&b| b < size);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(size, Ordering::Relaxed);
+    }
+
+    /// The counts so far. `count` is the bucket total; an observation racing the snapshot may
+    /// be in `count` but not yet in `sum`, or the reverse.
+    pub fn snapshot(&self) -> BatchSizesSnapshot {
+        let buckets: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let sum = self.sum.load(Ordering::Relaxed);
+        let count = buckets.iter().sum();
+        BatchSizesSnapshot {
+            buckets,
+            sum,
+            count,
+        }
+    }
 }
 
 /// Adds `n` to a counter.
@@ -73,4 +130,21 @@ pub struct Summary {
     pub elapsed_s: f64,
     /// Lines read per second of wall-clock time.
     pub readings_per_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_sizes_fall_in_their_buckets() {
+        let h = BatchSizes::default();
+        for size in [0, 1, 2, 4, 5, 4096, 4097, 65_536, 1_000_000] {
+            h.observe(size);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.buckets, vec![2, 2, 1, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(s.count, 9);
+        assert_eq!(s.sum, 1 + 2 + 4 + 5 + 4096 + 4097 + 65_536 + 1_000_000);
+    }
 }

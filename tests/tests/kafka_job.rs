@@ -6,12 +6,14 @@
 //! Without a broker on 127.0.0.1:9092 these tests skip, except in CI (`CI` set), where they fail.
 //! Each test uses its own topic and consumer group, so they run in parallel.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::{data, hourglass, hourglass_bin, hourglass_ok, NOW};
+use e2e::{data, hourglass, hourglass_bin, hourglass_ok, parse_exposition, Exposition, NOW};
 
 const BROKER: &str = "127.0.0.1:9092";
 /// First hour of the generated recordings (before `NOW`, within the 90-day TTL).
@@ -81,6 +83,11 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
 
 /// Publishes `file` to a new 4-partition topic, paced by `pace` (`["--speed", "600"]`, …).
 fn produce(dir: &Path, file: &Path, topic: &str, pace: &[&str]) -> Child {
+    produce_to(dir, file, topic, "4", pace)
+}
+
+/// Publishes `file` to a new topic of `partitions` partitions, paced by `pace`.
+fn produce_to(dir: &Path, file: &Path, topic: &str, partitions: &str, pace: &[&str]) -> Child {
     let mut args = vec![
         "produce",
         file.to_str().expect("utf-8 path"),
@@ -89,7 +96,7 @@ fn produce(dir: &Path, file: &Path, topic: &str, pace: &[&str]) -> Child {
         "--topic",
         topic,
         "--partitions",
-        "4",
+        partitions,
     ];
     args.extend_from_slice(pace);
     spawn(dir, &args)
@@ -731,6 +738,306 @@ fn example_config_is_printed_and_runs_as_is() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("duration \"soon\""), "{stderr}");
+}
+
+/// Waits for the job's `metrics: http://ADDR/metrics` line on stderr and returns ADDR; keeps
+/// draining its stderr into the returned log (for failure messages) in the background.
+fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
+    use std::io::BufRead;
+    let stderr = job.stderr.take().expect("piped stderr");
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = line
+                .strip_prefix("metrics: http://")
+                .and_then(|rest| rest.strip_suffix("/metrics"))
+            {
+                let _ = tx.send(addr.to_string());
+            }
+            let mut log = sink.lock().expect("log lock");
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(180))
+        .unwrap_or_else(|_| {
+            panic!(
+                "no metrics address within 3 minutes:\n{}",
+                log.lock().expect("log lock")
+            )
+        });
+    (addr, log)
+}
+
+/// GET `http://addr{path}`: status, content type and body.
+fn http_get(addr: &str, path: &str) -> (u16, String, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut res = agent
+        .get(format!("http://{addr}{path}"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"));
+    let content_type = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = res.body_mut().read_to_string().expect("body");
+    (res.status().as_u16(), content_type, body)
+}
+
+/// Scrapes `/metrics` and parses it strictly (see `e2e::parse_exposition`).
+fn scrape(addr: &str) -> Exposition {
+    let (status, content_type, text) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Scrapes every 200 ms until `done` holds. The 3-minute deadline is a liveness bound for a
+/// hung job, not a speed claim.
+fn scrape_until(
+    addr: &str,
+    log: &Mutex<String>,
+    what: &str,
+    done: impl Fn(&Exposition) -> bool,
+) -> Exposition {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let metrics = scrape(addr);
+        if done(&metrics) {
+            return metrics;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within 3 minutes; last scrape:\n{metrics:#?}\njob:\n{}",
+            log.lock().expect("log lock")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn value(m: &Exposition, name: &str, labels: &[(&str, &str)]) -> f64 {
+    m.get(name, labels)
+        .unwrap_or_else(|| panic!("no sample {name}{labels:?} in {m:#?}"))
+}
+
+/// The scenario (162 records: 12 malformed of each kind, 2 readings hours beyond the allowed
+/// lateness) on a one-partition topic, so that arrival order is file order and both the late
+/// readings and the watermark are exact. `/metrics`, scraped while the job runs, counts what
+/// the job did, agrees with the end-of-run stats and the dead letters, and is well-formed.
+#[test]
+fn run_serves_its_metrics_while_it_runs() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("metrics");
+    let file = data("scenario.jsonl");
+    wait_ok(produce_to(&dir, &file, &topic, "1", &[]), "produce");
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let mut job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
+    let (addr, log) = metrics_address(&mut job);
+
+    let golden = |name: &str| {
+        std::fs::read_to_string(e2e::repo_root().join("tests/golden").join(name))
+            .expect("golden file")
+    };
+    // Point cells (numeric qualifiers) of the wide table, and the newest stored reading.
+    let wide_cells = golden("scenario.ts_metric_hourly.tsv")
+        .lines()
+        .filter(|l| {
+            l.split('\t')
+                .nth(1)
+                .and_then(|c| c.strip_prefix("t:"))
+                .is_some_and(|q| q.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count() as f64;
+    let newest = golden("scenario.ts_metric.tsv")
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.parse::<i64>().ok())
+        .max()
+        .expect("readings")
+        / 1000;
+
+    let m = scrape_until(&addr, &log, "every record read and written", |m| {
+        m.get("hourglass_job_records_read_total", &[]) == Some(162.0)
+            && m.get("hourglass_job_consumer_lag", &[("partition", "0")]) == Some(0.0)
+            && m.get("hourglass_job_narrow_rows_written_total", &[]) == Some(150.0)
+            && m.get("hourglass_job_wide_cells_written_total", &[]) == Some(wide_cells)
+            && m.get("hourglass_job_late_dropped_total", &[]) == Some(2.0)
+            && m.all("hourglass_job_rejected_total")
+                .map(|s| s.value)
+                .sum::<f64>()
+                == 12.0
+    });
+    let get = |name: &str| value(&m, name, &[]);
+    assert_eq!(get("hourglass_job_readings_decoded_total"), 150.0);
+    assert_eq!(get("hourglass_job_expired_total"), 0.0);
+    assert_eq!(get("hourglass_job_sink_retries_total"), 0.0);
+    assert_eq!(get("hourglass_job_failed"), 0.0);
+    // The topic's one partition is read by worker 0; worker 1 has none and stopped at once,
+    // so the job's watermark is that partition's newest event time minus the 30 s bound.
+    let watermark = newest - 30;
+    assert_eq!(get("hourglass_job_watermark_seconds"), watermark as f64);
+    let now: i64 = NOW.parse().expect("NOW");
+    assert_eq!(
+        get("hourglass_job_watermark_delay_seconds"),
+        (now - watermark) as f64
+    );
+    assert_eq!(m.all("hourglass_job_consumer_lag").count(), 1, "{m:#?}");
+    assert_eq!(m.types["hourglass_job_sink_batch_rows"], "histogram");
+    let batches = get("hourglass_job_sink_batch_rows_count");
+    assert!(batches > 0.0, "{m:#?}");
+    // Every narrow row is one mutation of some flushed batch (wide and room rows add more).
+    assert!(get("hourglass_job_sink_batch_rows_sum") >= 150.0, "{m:#?}");
+    assert_eq!(m.types["hourglass_job_records_read_total"], "counter");
+    assert_eq!(m.types["hourglass_job_watermark_delay_seconds"], "gauge");
+    let (status, _, body) = http_get(&addr, "/healthz");
+    assert_eq!((status, body.trim()), (200, "ok"));
+
+    sigterm(&job);
+    let status = job.wait().expect("waiting for the job");
+    assert!(
+        status.success(),
+        "run after SIGTERM: {status}\n{}",
+        log.lock().expect("log lock")
+    );
+    let s = stats(&dir);
+    for (key, name) in [
+        ("read", "hourglass_job_records_read_total"),
+        ("ok", "hourglass_job_readings_decoded_total"),
+        ("late_dropped", "hourglass_job_late_dropped_total"),
+        ("narrow_rows", "hourglass_job_narrow_rows_written_total"),
+        ("wide_cells", "hourglass_job_wide_cells_written_total"),
+    ] {
+        assert_eq!(s[key].as_f64(), Some(get(name)), "{key}: {s}");
+    }
+    // Rejected, by reason: the kinds of the dead-letter records.
+    let mut kinds: BTreeMap<String, f64> = BTreeMap::new();
+    for record in e2e::read_jsonl(&dir.join("hourglass-dead-letters.jsonl")) {
+        *kinds
+            .entry(record["kind"].as_str().expect("kind").to_string())
+            .or_default() += 1.0;
+    }
+    assert_eq!(s["rejected"].as_f64(), Some(kinds.values().sum()), "{s}");
+    for sample in m.all("hourglass_job_rejected_total") {
+        let reason = &sample.labels["reason"];
+        assert_eq!(
+            sample.value,
+            kinds.get(reason).copied().unwrap_or(0.0),
+            "rejected {reason}"
+        );
+    }
+}
+
+/// A generated recording on four partitions: the lag of each partition reaches 0 once the job
+/// has read every record, and the offset gauges are per partition.
+#[test]
+fn run_reports_consumer_lag_per_partition() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("metrics-lag");
+    let file = generate(
+        &dir,
+        "rec.jsonl",
+        &[
+            "--devices",
+            "40",
+            "--duration",
+            "30m",
+            "--malformed-rate",
+            "0.01",
+        ],
+    );
+    // Malformed lines include invalid UTF-8: count newlines.
+    let lines = std::fs::read(&file)
+        .expect("read recording")
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as f64;
+    wait_ok(produce(&dir, &file, &topic, &[]), "produce");
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let mut job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
+    let (addr, log) = metrics_address(&mut job);
+    let partitions = ["0", "1", "2", "3"];
+    let m = scrape_until(&addr, &log, "every partition read to its end", |m| {
+        m.get("hourglass_job_records_read_total", &[]) == Some(lines)
+            && partitions
+                .iter()
+                .all(|p| m.get("hourglass_job_consumer_lag", &[("partition", p)]) == Some(0.0))
+    });
+    assert_eq!(m.all("hourglass_job_consumer_lag").count(), 4, "{m:#?}");
+    // Offsets are committed only up to what is durable and final: never past what was read.
+    let committed: f64 = m
+        .all("hourglass_job_committed_offset")
+        .map(|s| s.value)
+        .sum();
+    assert!(committed <= lines, "{m:#?}");
+    for sample in m.all("hourglass_job_committed_offset") {
+        assert!(
+            partitions.contains(&sample.labels["partition"].as_str()),
+            "{sample:?}"
+        );
+    }
+    sigterm(&job);
+    let status = job.wait().expect("waiting for the job");
+    assert!(
+        status.success(),
+        "{status}\n{}",
+        log.lock().expect("log lock")
+    );
+    assert_eq!(stats(&dir)["read"].as_f64(), Some(lines));
+}
+
+#[test]
+fn metrics_listen_on_a_taken_port_fails_at_start() {
+    let dir = scratch();
+    let config = job_config(&dir, "unused", "", 60);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("address").to_string();
+    let out = hourglass(
+        &dir,
+        &["run", "--config", "job.toml", "--metrics-listen", &addr],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("cannot serve metrics on {addr}")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    drop(taken);
+    std::fs::write(&config, "metrics_listen = \"9464\"\n").expect("write");
+    let out = hourglass(&dir, &["run", "--config", "job.toml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("metrics_listen = \"9464\""), "{stderr}");
+    std::fs::write(&config, "").expect("write");
+    let out = hourglass(
+        &dir,
+        &[
+            "run",
+            "--config",
+            "job.toml",
+            "--metrics-listen",
+            "localhost",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--metrics-listen"), "{stderr}");
 }
 
 /// The benchmark of sustained consumption (ignored: run it on purpose, on a release build):

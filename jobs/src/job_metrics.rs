@@ -1,0 +1,381 @@
+//! The job's own `/metrics` (Prometheus text) and `/healthz`, served while `hourglass run` runs.
+//!
+//! Nothing here touches the hot path: every value is read at scrape time from counters the job
+//! keeps anyway ([`Stats`], [`KafkaShared`], the HBase [`WriterStats`]). Consumer lag comes from
+//! the high watermarks the status thread already fetches once a second.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use pipeline::control::JobControl;
+use pipeline::decode::Reason;
+use pipeline::kafka::KafkaShared;
+use pipeline::stats::{Stats, BATCH_SIZE_BOUNDS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use sinks::hbase::WriterStats;
+
+/// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
+/// HBase writers' counters are attached once they exist (the server starts before both, so
+/// that a taken port fails the job at once and `/healthz` answers while it waits for the topic).
+#[derive(Debug)]
+pub struct JobMetrics {
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+    kafka: OnceLock<Arc<KafkaShared>>,
+    writers: OnceLock<Arc<WriterStats>>,
+}
+
+impl JobMetrics {
+    /// Metrics of a job counting into `stats`, failing through `control`.
+    pub fn new(stats: Arc<Stats>, control: Arc<JobControl>) -> Self {
+        JobMetrics {
+            stats,
+            control,
+            kafka: OnceLock::new(),
+            writers: OnceLock::new(),
+        }
+    }
+
+    /// Adds the Kafka feed's shared state: lag, committed offsets, commits, watermark.
+    pub fn attach_kafka(&self, shared: Arc<KafkaShared>) {
+        let _ = self.kafka.set(shared);
+    }
+
+    /// Adds the HBase writers' counters (retries).
+    pub fn attach_writers(&self, writers: Arc<WriterStats>) {
+        let _ = self.writers.set(writers);
+    }
+
+    fn registry(self: &Arc<Self>) -> Registry {
+        let mut registry = Registry::with_prefix("hourglass_job");
+        registry.register_collector(Box::new(self.clone()));
+        registry
+    }
+}
+
+fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> fmt::Result {
+    ConstCounter::new(value).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge<T>(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: T) -> fmt::Result
+where
+    ConstGauge<T>: EncodeMetric,
+{
+    ConstGauge::new(value).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A gauge with one sample per partition that has a value.
+fn partition_gauge(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    values: &[Option<i64>],
+) -> fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (partition, value) in values.iter().enumerate() {
+        if let Some(v) = value {
+            ConstGauge::new(*v).encode(family.encode_family(&[("partition", partition)])?)?;
+        }
+    }
+    Ok(())
+}
+
+impl Collector for JobMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.stats;
+        counter(
+            &mut enc,
+            "records_read",
+            "Records read from the source, decoded or rejected (rate() gives records/s)",
+            s.read.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
+            "readings_decoded",
+            "Records decoded into readings",
+            s.ok.load(Relaxed),
+        )?;
+        let mut rejected = enc.encode_descriptor(
+            "rejected",
+            "Records rejected to the dead-letter output, by reason kind (as the dead letters' kind)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, n) in Reason::KINDS.iter().zip(&s.rejected_by_kind) {
+            ConstCounter::new(n.load(Relaxed))
+                .encode(rejected.encode_family(&[("reason", *kind)])?)?;
+        }
+        counter(
+            &mut enc,
+            "registry_rejected",
+            "Device registry topic records refused (bad key or value) and sent to the dead-letter \
+             output",
+            s.registry_rejected.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
+            "late_dropped",
+            "Readings beyond the allowed lateness: stored in the narrow table and the late-data \
+             output, not in their hour's wide row",
+            s.late_dropped.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
+            "expired",
+            "Readings already older than the tables' 90-day TTL when read (invisible to queries)",
+            s.expired.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
+            "narrow_rows_written",
+            "Narrow rows (ts_metric, one per reading) handed to the table writers",
+            s.narrow_rows.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
+            "wide_cells_written",
+            "Point cells of hourly wide rows (ts_metric_hourly) handed to the table writers, \
+             summary cells not counted",
+            s.wide_cells.load(Relaxed),
+        )?;
+        let batches = s.sink_batches.snapshot();
+        let buckets: Vec<(f64, u64)> = BATCH_SIZE_BOUNDS
+            .iter()
+            .map(|&b| b as f64)
+            .chain([f64::INFINITY])
+            .zip(batches.buckets)
+            .collect();
+        enc.encode_descriptor(
+            "sink_batch_rows",
+            "Rows (mutations) made durable per flush of a worker's table writer; the backend may \
+             split a flush (embedded: commits of at most 4096, HBase: calls of at most 1000 rows)",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(
+            batches.sum as f64,
+            batches.count,
+            &buckets,
+            None,
+        )?;
+        counter(
+            &mut enc,
+            "sink_retries",
+            "Table writes retried after a retriable failure (HBase; the embedded store does not \
+             retry)",
+            self.writers.get().map_or(0, |w| w.retries.load(Relaxed)),
+        )?;
+        gauge(
+            &mut enc,
+            "failed",
+            "1 once the job has failed and is stopping (see its stderr), else 0",
+            i64::from(self.control.error().is_some()),
+        )?;
+        let Some(kafka) = self.kafka.get() else {
+            return Ok(());
+        };
+        counter(
+            &mut enc,
+            "offset_commits",
+            "Offset commits to the consumer group that succeeded (one per worker and commit \
+             interval while offsets move)",
+            kafka.commits(),
+        )?;
+        partition_gauge(
+            &mut enc,
+            "committed_offset",
+            "Next offset committed to the consumer group, per partition: every reading before it \
+             is in both tables (absent until a first commit or a committed offset at start)",
+            &kafka.committed(),
+        )?;
+        partition_gauge(
+            &mut enc,
+            "consumer_lag",
+            "Records on the brokers not read yet, per partition: high watermark - position, as \
+             of the last offset refresh (every second; absent until the first)",
+            &kafka.partition_lags(),
+        )?;
+        // 0: no partition has had a reading yet; absent rather than 55 years of delay.
+        if let Some(watermark) = kafka.watermark().filter(|&w| w > 0) {
+            let watermark = watermark as i64;
+            gauge(
+                &mut enc,
+                "watermark_seconds",
+                "Event-time watermark, epoch seconds: newest event time - watermark_bound_secs \
+                 per partition, minimum over partitions (idle ones excepted) and workers",
+                watermark,
+            )?;
+            gauge(
+                &mut enc,
+                "watermark_delay_seconds",
+                "Now - watermark, seconds (HOURGLASS_NOW fixes now): how far event time lags \
+                 behind the clock",
+                pipeline::time::now_ms() / 1000 - watermark,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The running metrics server; dropping it stops it.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (at once, so that a taken port fails before the job starts) and serves
+    /// `/metrics` and `/healthz` from a thread of its own.
+    ///
+    /// # Errors
+    /// The address cannot be bound (taken, not local, no permission).
+    pub fn start(addr: &str, metrics: Arc<JobMetrics>) -> Result<Self> {
+        let listener = std::net::TcpListener::bind(addr).with_context(|| {
+            format!(
+                "cannot serve metrics on {addr}: pick a free port with --metrics-listen HOST:PORT \
+                 or metrics_listen in the config (port 0 picks one)"
+            )
+        })?;
+        listener.set_nonblocking(true)?;
+        let bound = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .context("starting the metrics server's runtime")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = axum::Router::new()
+            .route("/metrics", get(export))
+            .route("/healthz", get(healthz))
+            .with_state(Arc::new(Served {
+                registry: metrics.registry(),
+                metrics,
+            }));
+        let thread = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let served = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => axum::serve(listener, app)
+                            .with_graceful_shutdown(async {
+                                let _ = stopped.await;
+                            })
+                            .await
+                            .map_err(anyhow::Error::from),
+                        Err(e) => Err(e.into()),
+                    };
+                    if let Err(e) = served {
+                        tracing::error!(error = %e, "the metrics server stopped");
+                    }
+                });
+            })
+            .context("starting the metrics thread")?;
+        Ok(MetricsServer {
+            addr: bound,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (with the port chosen for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Served {
+    registry: Registry,
+    metrics: Arc<JobMetrics>,
+}
+
+/// `GET /metrics`: Prometheus text format 0.0.4.
+async fn export(State(st): State<Arc<Served>>) -> Response {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut text, &st.registry) {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics failed: {e}"),
+        )
+            .into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// `GET /healthz`: `ok`, or 503 with the error once the job has failed.
+async fn healthz(State(st): State<Arc<Served>>) -> Response {
+    match st.metrics.control.error() {
+        None => (StatusCode::OK, "ok\n").into_response(),
+        Some(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("failed: {e}\n")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_help_and_type() {
+        let stats = Arc::new(Stats::default());
+        stats.read.store(7, std::sync::atomic::Ordering::Relaxed);
+        stats.rejected_by_kind[Reason::InvalidJson(String::new()).kind_index()]
+            .store(2, std::sync::atomic::Ordering::Relaxed);
+        stats.sink_batches.observe(3);
+        stats.sink_batches.observe(5000);
+        let metrics = Arc::new(JobMetrics::new(stats, Arc::default()));
+        metrics.attach_kafka(Arc::new(KafkaShared::new(2, 1)));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
+            .unwrap();
+        for line in [
+            "# TYPE hourglass_job_records_read_total counter",
+            "hourglass_job_records_read_total 7",
+            "hourglass_job_rejected_total{reason=\"invalid_json\"} 2",
+            "hourglass_job_rejected_total{reason=\"bad_field\"} 0",
+            "# TYPE hourglass_job_sink_batch_rows histogram",
+            "hourglass_job_sink_batch_rows_bucket{le=\"4\"} 1",
+            "hourglass_job_sink_batch_rows_bucket{le=\"4096\"} 1",
+            "hourglass_job_sink_batch_rows_bucket{le=\"+Inf\"} 2",
+            "hourglass_job_sink_batch_rows_count 2",
+            "hourglass_job_sink_batch_rows_sum 5003.0",
+            "hourglass_job_offset_commits_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+        }
+        // Nothing known yet: no lag, no committed offset, no watermark.
+        assert!(!text.contains("hourglass_job_consumer_lag{"), "{text}");
+        assert!(!text.contains("hourglass_job_watermark_seconds "), "{text}");
+    }
+}
