@@ -11,7 +11,6 @@ mod prom;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,8 +32,6 @@ use crate::store::{self, Backend, BackendArgs, Reader};
 /// Grafana's pickers and regex matchers, which ask for them on every dashboard refresh.
 const LIST_TTL: Duration = Duration::from_secs(30);
 
-/// HBase readers kept open: each holds one Thrift connection used by one call at a time.
-const HBASE_READERS: usize = 8;
 
 /// How long a request retries an unreachable HBase before answering 503: a dashboard would
 /// rather show an error than wait for the minute interactive commands allow.
@@ -62,8 +59,9 @@ pub struct ServeArgs {
 /// What every handler shares.
 #[derive(Debug)]
 pub(crate) struct AppState {
-    readers: Vec<Reader>,
-    next_reader: AtomicUsize,
+    /// The store: the embedded store's handle, or an HBase reader with a pool of gateway
+    /// connections (one per concurrent request, up to `read_connections`).
+    reader: Reader,
     scheme: KeyScheme,
     /// The metric name series carry in the Prometheus API (`temp` by default).
     metric: String,
@@ -81,10 +79,9 @@ type Shared = Arc<AppState>;
 type Cached<T> = Mutex<Option<(Instant, Arc<T>)>>;
 
 impl AppState {
-    /// A reader for one call, round robin.
+    /// The store's reader.
     fn reader(&self) -> &Reader {
-        let i = self.next_reader.fetch_add(1, Ordering::Relaxed);
-        &self.readers[i % self.readers.len()]
+        &self.reader
     }
 }
 
@@ -258,10 +255,6 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
             }
         }
     };
-    let readers = match &backend {
-        Backend::Embedded { .. } => vec![backend.reader()],
-        Backend::Hbase { .. } => (0..HBASE_READERS).map(|_| backend.reader()).collect(),
-    };
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -278,8 +271,7 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
     };
     tracing::info!(store = %backend.location(), "serving");
     Ok(AppState {
-        readers,
-        next_reader: AtomicUsize::new(0),
+        reader: backend.reader(),
         scheme: cfg.key_scheme,
         metric: cfg.metric.clone(),
         room_table: schema::all_tables()
