@@ -186,10 +186,18 @@ pub fn open_hour_follows_the_narrow_table(
         let cut = |v: Points| v.into_iter().filter(|(ts, _)| *ts < upto).collect();
         (cut(wide), cut(narrow))
     };
-    let caught_up = |upto: i64| {
+    // Both tables hold every reading sent below `upto` (so that the comparison is not vacuous
+    // while the narrow table lags too), and the wide row equals the narrow table.
+    let caught_up = |sent: &[Reading], upto: i64| {
+        let mut want: Points = sent
+            .iter()
+            .filter(|r| r.ts >= h && r.ts < upto.min(h + 3600))
+            .map(|r| (r.ts, r.value))
+            .collect();
+        want.sort_by_key(|p| p.0);
         eventually(wait, || {
             let (wide, narrow) = hour_points(upto);
-            !narrow.is_empty() && wide == narrow
+            narrow == want && wide == narrow
         })
     };
     // The row's summary is the recomputation from its cells.
@@ -202,6 +210,11 @@ pub fn open_hour_follows_the_narrow_table(
             "{when}: the summary differs from the recomputation from the row's cells"
         );
         summary
+    };
+
+    let deliver = |sent: &mut Vec<Reading>, r: Reading| {
+        sent.push(r.clone());
+        job.send(r);
     };
 
     let mut sent = Vec::new();
@@ -217,7 +230,7 @@ pub fn open_hour_follows_the_narrow_table(
         }
         let watermark = sent.iter().map(|r| r.ts).max().expect("sent") - BOUND;
         assert!(
-            caught_up(watermark),
+            caught_up(&sent, watermark),
             "round {round}: the open hour's wide row did not catch up with the narrow table up \
              to {watermark}: {:?}",
             hour_points(watermark)
@@ -227,27 +240,27 @@ pub fn open_hour_follows_the_narrow_table(
     let watermark = sent.iter().map(|r| r.ts).max().expect("sent") - BOUND;
 
     // A late reading (behind the watermark, the hour still open) lands with its summary.
-    job.send(reading(h + 1, -7.5));
+    deliver(&mut sent, reading(h + 1, -7.5));
     assert!(
         eventually(wait, || hour_points(watermark).0.contains(&(h + 1, -7.5))),
         "the late reading did not reach the open hour's wide row"
     );
-    assert!(caught_up(watermark), "{:?}", hour_points(watermark));
+    assert!(caught_up(&sent, watermark), "{:?}", hour_points(watermark));
     let summary = summary_matches_cells("after late data in the open hour");
     assert_eq!((summary.n, summary.min, summary.first), (181, -7.5, 0.0));
 
     // The watermark passes the hour's end: the on-time firing completes the row.
-    job.send(reading(h + 3600 + BOUND + 10, 1.0));
-    assert!(caught_up(h + 3600), "{:?}", hour_points(h + 3600));
+    deliver(&mut sent, reading(h + 3600 + BOUND + 10, 1.0));
+    assert!(caught_up(&sent, h + 3600), "{:?}", hour_points(h + 3600));
     summary_matches_cells("after the on-time firing");
 
     // Late after the on-time firing, within the allowed lateness: written at once.
-    job.send(reading(h + 2, 500.5));
+    deliver(&mut sent, reading(h + 2, 500.5));
     assert!(
         eventually(wait, || hour_points(h + 3600).0.contains(&(h + 2, 500.5))),
         "the reading late after the on-time firing did not reach the wide row"
     );
-    assert!(caught_up(h + 3600), "{:?}", hour_points(h + 3600));
+    assert!(caught_up(&sent, h + 3600), "{:?}", hour_points(h + 3600));
     let summary = summary_matches_cells("after late data past the on-time firing");
     assert_eq!((summary.n, summary.max), (182, 500.5));
 
