@@ -1,6 +1,7 @@
 //! hourglass against a live HBase (started by `scripts/services.sh up hbase`; `make test` does):
-//! parity with the embedded store, pre-split regions, a standard client reading our rows, and a
-//! restart of HBase in the middle of a replay.
+//! parity with the embedded store, pre-split regions, a standard client reading our rows, a
+//! restart of HBase in the middle of a replay, and the early-firing and room-view scenarios of
+//! the embedded tests (`early_firing_common`, `room_view_common`) run against HBase.
 //!
 //! These tests fail when HBase is not reachable on 127.0.0.1:9090/9091. Outside CI,
 //! `HOURGLASS_SKIP_HBASE=1` skips them. HBase tables are global, so the tests run one at a time
@@ -13,14 +14,17 @@ use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e::{data, hourglass_bin, repo_root};
 use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
 use pipeline::table::ScanSpec;
 use sinks::hbase::admin::{self, Created};
-use sinks::hbase::{HbaseConfig, HbaseStore};
+use sinks::hbase::{HbaseConfig, HbaseStore, HbaseWriter};
+
+mod early_firing_common;
+mod room_view_common;
 
 const THRIFT1: &str = "127.0.0.1:9090";
 const THRIFT2: &str = "127.0.0.1:9091";
@@ -670,4 +674,62 @@ fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
             .collect();
     assert_eq!(cells(&from_hbase), expected);
     assert_eq!(from_hbase, from_embedded);
+}
+
+#[test]
+fn early_firings_keep_the_open_hour_in_step_with_the_narrow_table_in_hbase() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let cfg = config();
+    // The hour before the current one: HBase hides cells older than the TTL by the real clock.
+    let now: i64 = real_now().parse().expect("now");
+    let h = now - now % 3600 - 3600;
+    let dir = scratch();
+    let job_cfg = cfg.clone();
+    early_firing_common::open_hour_follows_the_narrow_table(
+        h,
+        &HbaseStore::new(&cfg),
+        Arc::new(move || Box::new(HbaseWriter::new(&job_cfg).for_tables(&schema::all_tables()))),
+        dir.path(),
+    );
+}
+
+/// The room-view scenarios' target: HBase, recordings rebased to the real time.
+fn hbase_target() -> room_view_common::Target {
+    room_view_common::Target {
+        backend: vec!["--hbase".into(), THRIFT1.into()],
+        now: real_now(),
+        rebase: true,
+        live_reads: true,
+    }
+}
+
+#[test]
+fn room_view_in_hbase_devices_follow_their_newest_reading_between_rooms() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    room_view_common::devices_follow_their_newest_reading_between_rooms(
+        &hbase_target(),
+        dir.path(),
+    );
+}
+
+#[test]
+fn room_view_in_hbase_the_registry_overrides_rooms_and_fanout_gives_the_same_answer() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    room_view_common::the_registry_overrides_rooms_and_fanout_gives_the_same_answer(
+        &hbase_target(),
+        dir.path(),
+    );
+}
+
+#[test]
+fn room_view_in_hbase_a_registry_change_while_running_moves_the_device() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    room_view_common::a_registry_change_while_running_moves_the_device(&hbase_target(), dir.path());
 }
