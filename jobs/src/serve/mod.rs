@@ -32,7 +32,6 @@ use crate::store::{self, Backend, BackendArgs, Reader};
 /// Grafana's pickers and regex matchers, which ask for them on every dashboard refresh.
 const LIST_TTL: Duration = Duration::from_secs(30);
 
-
 /// How long a request retries an unreachable HBase before answering 503: a dashboard would
 /// rather show an error than wait for the minute interactive commands allow.
 const HBASE_REQUEST_RETRY: Duration = Duration::from_secs(5);
