@@ -84,6 +84,9 @@ pub struct RunSummary {
     pub delay_max_ms: Option<u64>,
     /// Registry topic records refused (bad key or value), in the dead-letter file.
     pub registry_rejected: u64,
+    /// Readings re-read after a restart and skipped: the previous run had stored them, in
+    /// hours it had closed.
+    pub resume_skipped: u64,
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h`.
@@ -473,6 +476,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         delay_p99_ms: q[1],
         delay_max_ms: q[2],
         registry_rejected: stats.registry_rejected.load(Ordering::Relaxed),
+        resume_skipped: shared.resume_skipped(),
     };
     tracing::info!(summary = ?summary, committed = ?shared.committed(), "stopped");
     let expired = stats.expired.load(Ordering::Relaxed);

@@ -31,7 +31,9 @@
 //! that is not final yet (the probe has not passed its end plus the allowed lateness): the
 //! window computes each hour's summary cells from the whole hour, so a restarted job must re-read
 //! every reading of the hours it may still change. Offsets thus trail the stream by up to one
-//! hour plus the allowed lateness of event time; re-reading is harmless (idempotent puts).
+//! hour plus the allowed lateness of event time; re-reading is harmless (idempotent puts),
+//! except for hours the previous run had already closed: the commit's metadata also holds the
+//! durable frontier and offset, so that a restart keeps those hours closed (see `CommitMeta`).
 //! Commits are synchronous, every `commit_interval_ms`; after the dataflow has drained,
 //! [`OffsetCommitter::finish`] commits the rest. Nothing is committed once the job has failed.
 
@@ -225,6 +227,8 @@ pub struct KafkaShared {
     high: Vec<AtomicI64>,
     /// Offset commits that succeeded (each covers one or more partitions of one worker).
     commits: AtomicU64,
+    /// Readings skipped on resume: re-read, of hours the previous run had closed and stored.
+    resume_skipped: AtomicU64,
     /// Delays from produce (the record's timestamp) to durable in the narrow table.
     pub delays: DelayHistogram,
 }
@@ -243,6 +247,7 @@ impl KafkaShared {
             low: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             high: (0..partitions).map(|_| AtomicI64::new(-1)).collect(),
             commits: AtomicU64::new(0),
+            resume_skipped: AtomicU64::new(0),
             delays: DelayHistogram::default(),
         }
     }
@@ -335,6 +340,12 @@ impl KafkaShared {
         self.commits.load(Ordering::Relaxed)
     }
 
+    /// Readings skipped after a restart because the previous run had already stored them in
+    /// hours it had closed (see the commit metadata in the module docs).
+    pub fn resume_skipped(&self) -> u64 {
+        self.resume_skipped.load(Ordering::Relaxed)
+    }
+
     /// Time between the first and the latest record read, `None` before the first.
     pub fn input_span(&self) -> Option<Duration> {
         let first = self.first_input_ms.load(Ordering::Relaxed);
@@ -397,6 +408,8 @@ struct OffsetLedger {
     /// An hour starting at `s` is final once the frontier reaches `s + final_after`
     /// (width + allowed lateness).
     final_after: u64,
+    /// The newest durable frontier taken in: hours final before it stay final after a restart.
+    frontier: u64,
 }
 
 fn merge(slot: &mut Option<Position>, next: Position) {
@@ -414,6 +427,7 @@ impl OffsetLedger {
             open: vec![BTreeMap::new(); partitions],
             committed: vec![None; partitions],
             final_after: 3600 + allowed_lateness,
+            frontier: 0,
         }
     }
 
@@ -455,6 +469,7 @@ impl OffsetLedger {
             }
         }
         if let Some(f) = frontier {
+            self.frontier = self.frontier.max(f);
             let final_after = self.final_after;
             for open in &mut self.open {
                 open.retain(|&h, _| (h.max(0) as u64).saturating_add(final_after) > f);
@@ -462,8 +477,8 @@ impl OffsetLedger {
         }
     }
 
-    /// `(local partition, position)` to commit: see the type's docs.
-    fn to_commit(&self) -> Vec<(usize, Position)> {
+    /// `(local partition, position, durable next offset)` to commit: see the type's docs.
+    fn to_commit(&self) -> Vec<(usize, Position, i64)> {
         (0..self.durable.len())
             .filter_map(|local| {
                 let durable = self.durable[local]?;
@@ -474,7 +489,7 @@ impl OffsetLedger {
                 };
                 self.committed[local]
                     .is_none_or(|c| pos.0 > c)
-                    .then_some((local, pos))
+                    .then_some((local, pos, durable.0))
             })
             .collect()
     }
@@ -527,21 +542,25 @@ impl OffsetCommitter {
         if ready.is_empty() {
             return Ok(0);
         }
+        let final_frontier = inner.ledger.borrow().frontier;
         let mut tpl = TopicPartitionList::with_capacity(ready.len());
-        for &(local, (next, newest)) in &ready {
+        for &(local, (next, newest), durable) in &ready {
             let mut elem = tpl.add_partition(&inner.source.topic, inner.partitions[local]);
             elem.set_offset(Offset::Offset(next))
                 .map_err(|e| kafka_error(&inner.source, e.to_string()))?;
-            if let Some(ts) = newest {
-                elem.set_metadata(format!("max_ts={ts}"));
-            }
+            let meta = CommitMeta {
+                newest,
+                frontier: Some(final_frontier),
+                durable: Some(durable),
+            };
+            elem.set_metadata(meta.to_string());
         }
         inner
             .consumer
             .commit(&tpl, CommitMode::Sync)
             .map_err(|e| kafka_error(&inner.source, format!("offset commit failed: {e}")))?;
         let mut ledger = inner.ledger.borrow_mut();
-        for &(local, (next, _)) in &ready {
+        for &(local, (next, _), _) in &ready {
             ledger.committed[local] = Some(next);
             inner.shared.committed[inner.partitions[local] as usize].store(next, Ordering::Relaxed);
         }
@@ -568,6 +587,11 @@ struct PartState {
     partition: i32,
     newest: Option<i64>,
     last_seen: Instant,
+    /// After a restart, until the partition passes the previous run's durable offset: that
+    /// offset and the previous run's frontier (see [`CommitMeta`]).
+    resume: Option<(i64, u64)>,
+    /// Readings skipped on resume because their hour was already final and durable.
+    skipped: u64,
 }
 
 /// An [`EventFeed`] over one worker's partitions of a Kafka topic.
@@ -605,9 +629,58 @@ const OK: usize = 1;
 const REJECTED: usize = 2;
 const EXPIRED: usize = 3;
 
-/// Parses the metadata hourglass commits with an offset (`max_ts=<seconds>`).
-fn parse_metadata(metadata: &str) -> Option<i64> {
-    metadata.strip_prefix("max_ts=")?.parse().ok()
+/// What hourglass stores with a committed offset, as `max_ts=<s>;frontier=<s>;durable=<offset>`
+/// (older commits hold only `max_ts`).
+///
+/// The committed offset trails what is durable: it stops at the first reading of an hour that
+/// is not final yet, so a restart rebuilds that hour's window whole. Records between it and
+/// `durable` were read and stored by the previous run, and among them may be readings of hours
+/// that the previous run had already closed (the frontier passed their end plus the allowed
+/// lateness). A restarted run must not open those hours again, or it would rewrite their summary
+/// cells from the few readings it re-reads. So it starts its watermark at `frontier` (hours
+/// final then stay final) and skips the re-read readings of final hours before `durable`
+/// (their narrow rows and wide cells are durable already); readings after `durable` of a final
+/// hour are late, as they were for the previous run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct CommitMeta {
+    /// The partition's newest event time before the committed offset.
+    newest: Option<i64>,
+    /// The durable frontier (watermark, seconds) when committing.
+    frontier: Option<u64>,
+    /// The next offset after everything durable in the partition.
+    durable: Option<i64>,
+}
+
+impl CommitMeta {
+    fn parse(metadata: &str) -> Self {
+        let mut meta = CommitMeta::default();
+        for field in metadata.split(';') {
+            match field.split_once('=') {
+                Some(("max_ts", v)) => meta.newest = v.parse().ok(),
+                Some(("frontier", v)) => meta.frontier = v.parse().ok(),
+                Some(("durable", v)) => meta.durable = v.parse().ok(),
+                _ => {}
+            }
+        }
+        meta
+    }
+}
+
+impl std::fmt::Display for CommitMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sep = "";
+        for (name, value) in [
+            ("max_ts", self.newest.map(|v| v.to_string())),
+            ("frontier", self.frontier.map(|v| v.to_string())),
+            ("durable", self.durable.map(|v| v.to_string())),
+        ] {
+            if let Some(v) = value {
+                write!(f, "{sep}{name}={v}")?;
+                sep = ";";
+            }
+        }
+        Ok(())
+    }
 }
 
 impl KafkaFeed {
@@ -638,8 +711,12 @@ impl KafkaFeed {
                 partition,
                 newest: None,
                 last_seen: now,
+                resume: None,
+                skipped: 0,
             })
             .collect();
+        // The previous run's frontier, if every partition of this worker has one.
+        let mut resume_frontier: Option<u64> = (!parts.is_empty()).then_some(u64::MAX);
         let mut ledger = OffsetLedger::new(partitions.len(), opts.allowed_lateness);
         if !partitions.is_empty() {
             let mut wanted = TopicPartitionList::new();
@@ -665,16 +742,28 @@ impl KafkaFeed {
                         ledger.committed[local] = Some(o);
                         shared.committed[part.partition as usize].store(o, Ordering::Relaxed);
                         shared.positions[part.partition as usize].store(o, Ordering::Relaxed);
-                        part.newest = elem.as_ref().and_then(|e| parse_metadata(e.metadata()));
+                        let meta = elem
+                            .as_ref()
+                            .map(|e| CommitMeta::parse(e.metadata()))
+                            .unwrap_or_default();
+                        part.newest = meta.newest;
+                        if let (Some(durable), Some(frontier)) = (meta.durable, meta.frontier) {
+                            part.resume = (durable > o).then_some((durable, frontier));
+                        }
+                        resume_frontier = resume_frontier.zip(meta.frontier).map(|(a, b)| a.min(b));
                         Offset::Offset(o)
                     }
-                    _ => Offset::Stored,
+                    _ => {
+                        resume_frontier = None;
+                        Offset::Stored
+                    }
                 };
                 tracing::info!(
                     worker = opts.worker,
                     partition = part.partition,
                     start = ?start,
                     newest = ?part.newest,
+                    resume = ?part.resume,
                     "assigned"
                 );
                 assign
@@ -708,7 +797,8 @@ impl KafkaFeed {
             control,
             parts,
             arrivals: Arc::new(Mutex::new(VecDeque::new())),
-            watermark: 0,
+            // Hours the previous run had closed stay closed (see `CommitMeta`).
+            watermark: resume_frontier.unwrap_or(0),
             expired_before,
             local: [0; 4],
             errors: 0,
@@ -882,7 +972,30 @@ impl EventFeed for KafkaFeed {
         part.last_seen = now;
         let before = part.newest;
         let mut hour = None;
+        let final_after = 3600 + self.opts.allowed_lateness;
+        let mut skip = false;
+        if let Some((durable, frontier)) = part.resume {
+            if offset >= durable {
+                part.resume = None;
+                if part.skipped > 0 {
+                    tracing::info!(
+                        worker = self.opts.worker,
+                        partition,
+                        skipped = part.skipped,
+                        "resumed: skipped re-read readings of hours the previous run had closed"
+                    );
+                }
+            } else if let Ok(r) = &decoded {
+                let start = r.ts - r.ts.rem_euclid(3600);
+                skip = (start.max(0) as u64).saturating_add(final_after) <= frontier;
+            }
+        }
         match &decoded {
+            Ok(r) if skip => {
+                part.skipped += 1;
+                part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
+                self.shared.resume_skipped.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(r) => {
                 hour = Some(r.ts - r.ts.rem_euclid(3600));
                 self.local[OK] += 1;
@@ -906,6 +1019,9 @@ impl EventFeed for KafkaFeed {
             .record(emitted_at, local, offset, hour, before, after);
         drop(msg);
         self.update_watermark(now);
+        if skip {
+            return Poll::Pending(Duration::ZERO);
+        }
         Poll::Ready(decoded)
     }
 
@@ -975,10 +1091,14 @@ mod tests {
         assert!(l.to_commit().is_empty());
         // Frontier at 70: time 0 is durable, 70 is not; hour H is not final before H + 3600.
         l.advance(Some(70));
-        assert_eq!(l.to_commit(), vec![(0, (4, None)), (1, (3, None))]);
+        assert_eq!(l.to_commit(), vec![(0, (4, None), 5), (1, (3, None), 3)]);
         // Everything durable; hour H is final, hour H + 3600 is not: up to its first reading.
         l.advance(Some(H as u64 + 3600));
-        assert_eq!(l.to_commit(), vec![(0, (8, Some(H + 10))), (1, (3, None))]);
+        assert_eq!(
+            l.to_commit(),
+            vec![(0, (8, Some(H + 10)), 9), (1, (3, None), 4)]
+        );
+        assert_eq!(l.frontier, H as u64 + 3600);
         l.committed = vec![Some(8), Some(3)];
         assert!(l.to_commit().is_empty());
         // Drained: no hour becomes final by that alone.
@@ -987,16 +1107,37 @@ mod tests {
         l.advance(Some(H as u64 + 7200));
         assert_eq!(
             l.to_commit(),
-            vec![(0, (9, Some(H + 3601))), (1, (4, Some(H + 3700)))]
+            vec![(0, (9, Some(H + 3601)), 9), (1, (4, Some(H + 3700)), 4)]
         );
         assert!(l.pending.is_empty());
+        assert_eq!(l.frontier, H as u64 + 7200);
     }
 
     #[test]
     fn metadata_round_trips() {
-        assert_eq!(parse_metadata("max_ts=1724101200"), Some(1724101200));
-        assert_eq!(parse_metadata(""), None);
-        assert_eq!(parse_metadata("something else"), None);
+        let meta = CommitMeta {
+            newest: Some(1724101200),
+            frontier: Some(1724101170),
+            durable: Some(42),
+        };
+        assert_eq!(
+            meta.to_string(),
+            "max_ts=1724101200;frontier=1724101170;durable=42"
+        );
+        assert_eq!(CommitMeta::parse(&meta.to_string()), meta);
+        // What earlier versions committed, and what others may have.
+        let old = CommitMeta::parse("max_ts=1724101200");
+        assert_eq!(
+            (old.newest, old.frontier, old.durable),
+            (Some(1724101200), None, None)
+        );
+        assert_eq!(CommitMeta::parse(""), CommitMeta::default());
+        assert_eq!(CommitMeta::parse("something else"), CommitMeta::default());
+        let partial = CommitMeta {
+            frontier: Some(7),
+            ..CommitMeta::default()
+        };
+        assert_eq!(partial.to_string(), "frontier=7");
     }
 
     #[test]
@@ -1050,6 +1191,8 @@ mod tests {
                     partition,
                     newest,
                     last_seen: now - Duration::from_secs(idle_for),
+                    resume: None,
+                    skipped: 0,
                 })
                 .collect(),
             arrivals: Arc::default(),
