@@ -295,39 +295,13 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         if let Some(k) = &key {
             record = record.key(k.as_slice());
         }
-        let mut record = Some(record);
-        while let Some(r) = record.take() {
-            match producer.send(r) {
-                Ok(()) => {}
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = Some(r);
-                }
-                Err((e, _)) => bail!("publishing to {}: {e}", args.topic),
-            }
-        }
+        send(&producer, record, &args.topic)?;
         sent += 1;
         if sent % 1024 == 0 {
             producer.poll(Duration::ZERO);
         }
     }
-    producer
-        .flush(Duration::from_secs(60))
-        .context("waiting for the brokers to acknowledge every record")?;
-    let ctx = producer.context();
-    let failed = ctx.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = ctx
-            .first_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone())
-            .unwrap_or_default();
-        bail!(
-            "{failed} of {sent} records were not delivered to {} (first error: {first})",
-            args.topic
-        );
-    }
+    flush_all(&producer, sent, "records", &args.topic)?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "produced {sent} records ({keyless} without a device key) to {} in {secs:.1}s ({:.0}/s)",
@@ -388,19 +362,47 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
         if let Some(v) = value {
             record = record.payload(v);
         }
-        let mut record = Some(record);
-        while let Some(r) = record.take() {
-            match producer.send(r) {
-                Ok(()) => {}
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    producer.poll(Duration::from_millis(10));
-                    record = Some(r);
-                }
-                Err((e, _)) => bail!("publishing to {}: {e}", args.topic),
-            }
-        }
+        send(&producer, record, &args.topic)?;
         sent += 1;
     }
+    flush_all(&producer, sent, "registry records", &args.topic)?;
+    eprintln!(
+        "published {} registry entries and {} tombstones to {}",
+        entries.len(),
+        args.delete.len(),
+        args.topic
+    );
+    Ok(())
+}
+
+/// Sends `record`, waiting while the producer's queue is full.
+fn send(
+    producer: &BaseProducer<Deliveries>,
+    record: BaseRecord<'_, [u8], [u8]>,
+    topic: &str,
+) -> Result<()> {
+    let mut record = Some(record);
+    while let Some(r) = record.take() {
+        match producer.send(r) {
+            Ok(()) => {}
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                producer.poll(Duration::from_millis(10));
+                record = Some(r);
+            }
+            Err((e, _)) => bail!("publishing to {topic}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the brokers acknowledged the `sent` records (`what`), failing if any was not
+/// delivered.
+fn flush_all(
+    producer: &BaseProducer<Deliveries>,
+    sent: u64,
+    what: &str,
+    topic: &str,
+) -> Result<()> {
     producer
         .flush(Duration::from_secs(60))
         .context("waiting for the brokers to acknowledge every record")?;
@@ -413,17 +415,8 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
             .ok()
             .and_then(|e| e.clone())
             .unwrap_or_default();
-        bail!(
-            "{failed} of {sent} registry records were not delivered to {} (first error: {first})",
-            args.topic
-        );
+        bail!("{failed} of {sent} {what} were not delivered to {topic} (first error: {first})");
     }
-    eprintln!(
-        "published {} registry entries and {} tombstones to {}",
-        entries.len(),
-        args.delete.len(),
-        args.topic
-    );
     Ok(())
 }
 

@@ -5,12 +5,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
 
 /// "Now" for every scenario run: 2024-08-21T00:26:40Z, two days after the recordings, so the
 /// 90-day TTL keeps them visible and outputs do not depend on the day the tests run.
 pub const NOW: &str = "1724200000";
+
+/// A child process killed when dropped, so a failing test leaves no job or replay writing into
+/// the tables of the next one.
+#[derive(Debug)]
+pub struct KillOnDrop(pub Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
 
 /// Path of the `hourglass` binary, built once per test process with the same cargo.
 pub fn hourglass_bin() -> &'static Path {

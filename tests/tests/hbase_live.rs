@@ -13,11 +13,11 @@
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::{data, hourglass_bin, repo_root};
+use e2e::{data, hourglass_bin, repo_root, KillOnDrop};
 use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
 use pipeline::table::ScanSpec;
 use sinks::hbase::admin::{self, Created};
@@ -371,19 +371,6 @@ fn run_err(dir: &Path, now: &str, args: &[&str]) -> String {
     let out = command(dir, now, args).output().expect("running hourglass");
     assert!(!out.status.success(), "hourglass {args:?} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A child process killed when dropped, so a failing test leaves no replay writing into the
-/// tables of the next one.
-struct KillOnDrop(Option<Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn venv_python() -> PathBuf {

@@ -6,10 +6,10 @@
 //! answer equal to the view's.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::hourglass_bin;
+use e2e::{hourglass_bin, KillOnDrop};
 
 /// The recordings' first hour, 2024-08-19T21:00:00Z.
 const H: i64 = 1724101200;
@@ -164,18 +164,6 @@ pub fn the_registry_overrides_rooms_and_fanout_gives_the_same_answer(target: &Ta
             target.room_csv(dir, room, &[]),
             "fanout vs view for {room}"
         );
-    }
-}
-
-/// A child process killed when dropped, so a failing test leaves no job writing.
-struct KillOnDrop(Option<Child>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
