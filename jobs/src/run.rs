@@ -28,6 +28,7 @@ use sinks::dead_letter::DeadLetters;
 use timely::dataflow::ProbeHandle;
 
 use crate::job_metrics::{JobMetrics, MetricsServer};
+use crate::serve::DashboardServer;
 use crate::store::{self, BackendArgs};
 
 /// How long written data may wait in a worker's writer buffer. Short, so that readings become
@@ -62,6 +63,15 @@ pub struct RunArgs {
     /// picks a free port (printed on stderr).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// Serve dashboards from the job's own store while it runs, with the endpoints of
+    /// `hourglass serve` (JSON API, Grafana's Prometheus API, the page at /), at
+    /// http://HOST:PORT/. The way to watch a job writing the embedded store, which admits one
+    /// process. Port 0 picks a free port (printed on stderr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
+    /// With `--serve`: a file holding a bearer token that every endpoint but /healthz requires.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// The end-of-run summary: the replay's counters plus what only a Kafka job measures.
@@ -330,6 +340,15 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         metrics.attach_writers(writers);
     }
     backend.ensure_tables()?;
+    let dashboards = args
+        .serve
+        .as_deref()
+        .map(|listen| DashboardServer::start(listen, &backend, cfg, args.token_file.as_deref()))
+        .transpose()?;
+    if let Some(server) = &dashboards {
+        // Tests and scripts read the address (port 0 picks one) from this line.
+        eprintln!("dashboards: http://{}/", server.addr());
+    }
     let source = &cfg.source;
     let partitions = kafka::wait_for_partitions(source, &control)?;
     let workers = cfg

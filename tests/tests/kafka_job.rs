@@ -804,6 +804,16 @@ fn example_config_is_printed_and_runs_as_is() {
 /// Waits for the job's `metrics: http://ADDR/metrics` line on stderr and returns ADDR; keeps
 /// draining its stderr into the returned log (for failure messages) in the background.
 fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
+    announced_address(job, "metrics: http://", "/metrics")
+}
+
+/// Waits for the job's `{prefix}ADDR{suffix}` line on stderr and returns ADDR; keeps draining
+/// its stderr into the returned log (for failure messages) in the background.
+fn announced_address(
+    job: &mut Child,
+    prefix: &'static str,
+    suffix: &'static str,
+) -> (String, Arc<Mutex<String>>) {
     use std::io::BufRead;
     let stderr = job.stderr.take().expect("piped stderr");
     let log = Arc::new(Mutex::new(String::new()));
@@ -813,8 +823,8 @@ fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if let Some(addr) = line
-                .strip_prefix("metrics: http://")
-                .and_then(|rest| rest.strip_suffix("/metrics"))
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(suffix))
             {
                 let _ = tx.send(addr.to_string());
             }
@@ -827,11 +837,70 @@ fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
         .recv_timeout(Duration::from_secs(180))
         .unwrap_or_else(|_| {
             panic!(
-                "no metrics address within 3 minutes:\n{}",
+                "no {prefix}… line within 3 minutes:\n{}",
                 log.lock().expect("log lock")
             )
         });
     (addr, log)
+}
+
+/// `hourglass run --serve`: dashboards read the embedded store while the job writes it (the
+/// store admits one process, so `hourglass serve` could not open it), and their curve ends up
+/// identical to `hourglass query curve` on the stopped job's store.
+#[test]
+fn run_serves_dashboards_from_its_own_store() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("dashboards");
+    wait_ok(
+        produce_to(&dir, &data("scenario.jsonl"), &topic, "1", &[]),
+        "produce",
+    );
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let mut job = run_job(&dir, &config, &["--serve", "127.0.0.1:0"]);
+    let (addr, log) = announced_address(&mut job, "dashboards: http://", "/");
+    let (from, to) = ("1724000000", NOW);
+    let path = format!("/api/v1/curve?device=dev00786&from={from}&to={to}");
+    // Whole hours come from the wide rows: dev00786 has 50 point cells in the golden table (its
+    // 51st reading is beyond the allowed lateness, in the narrow table only).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let served = loop {
+        let (status, _, body) = http_get(&addr, &path);
+        assert_eq!(status, 200, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        if answer["points"].as_array().map(Vec::len) == Some(50) {
+            break answer["points"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the served curve never reached 50 points: {body}\n{}",
+            log.lock().expect("log lock")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (status, _, page) = http_get(&addr, "/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<script"), "{page}");
+    let (status, _, room) = http_get(&addr, "/api/v1/room/room031");
+    assert_eq!(status, 200, "{room}");
+    sigterm(&job);
+    let status = job.wait().expect("waiting for the job");
+    assert!(
+        status.success(),
+        "{status}\n{}",
+        log.lock().expect("log lock")
+    );
+    let cli: serde_json::Value = serde_json::from_str(&hourglass_ok(
+        &dir,
+        &[
+            "query", "curve", "--device", "dev00786", "--from", from, "--to", to, "--format",
+            "json", "--store", "store",
+        ],
+    ))
+    .expect("CLI JSON");
+    assert_eq!(served, cli["points"]);
 }
 
 /// GET `http://addr{path}`: status, content type and body.

@@ -10,7 +10,8 @@ mod page;
 mod prom;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -254,7 +255,13 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
             }
         }
     };
-    let token = match &args.token_file {
+    state_for(&backend, &cfg, args.token_file.as_deref())
+}
+
+/// The serving state over an open `backend`: `hourglass serve`'s, or that of a job serving its
+/// own store (`hourglass run --serve`).
+fn state_for(backend: &Backend, cfg: &JobConfig, token_file: Option<&Path>) -> Result<AppState> {
+    let token = match token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the token file {}", path.display()))?;
@@ -283,6 +290,90 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
     })
 }
 
+/// Dashboards served from a thread of their own, beside a running job; dropping it stops them.
+#[derive(Debug)]
+pub struct DashboardServer {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DashboardServer {
+    /// Binds `listen` at once (a taken port fails before the job starts) and serves the same
+    /// endpoints as `hourglass serve` from `backend`, the job's own store: the embedded store
+    /// admits one process, so this is how dashboards read it while the job writes.
+    ///
+    /// # Errors
+    /// The address cannot be bound, the token file is unreadable or empty.
+    pub fn start(
+        listen: &str,
+        backend: &Backend,
+        cfg: &JobConfig,
+        token_file: Option<&Path>,
+    ) -> Result<Self> {
+        let state = Arc::new(state_for(backend, cfg, token_file)?);
+        let listener = std::net::TcpListener::bind(listen).with_context(|| {
+            format!("cannot serve dashboards on {listen}: pick a free port with --serve HOST:PORT (port 0 picks one)")
+        })?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        warn_if_open(state.token.is_none(), addr);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dashboards")
+            .enable_all()
+            .build()
+            .context("starting the dashboard server's runtime")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("dashboards".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let served = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => axum::serve(listener, router(state))
+                            .with_graceful_shutdown(async {
+                                let _ = stopped.await;
+                            })
+                            .await
+                            .map_err(anyhow::Error::from),
+                        Err(e) => Err(e.into()),
+                    };
+                    if let Err(e) = served {
+                        tracing::error!(error = %e, "the dashboard server stopped");
+                    }
+                });
+            })
+            .context("starting the dashboard thread")?;
+        Ok(DashboardServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (with the port chosen for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for DashboardServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn warn_if_open(no_token: bool, addr: SocketAddr) {
+    if no_token && !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "listening beyond loopback without --token-file: anyone who reaches this address can read every reading");
+    }
+}
+
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let state = Arc::new(open_state(args)?);
@@ -297,9 +388,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         let addr = listener.local_addr()?;
         // Tests and scripts read the address (port 0 picks one) from this first line.
         println!("listening on http://{addr}");
-        if state.token.is_none() && !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "listening beyond loopback without --token-file: anyone who reaches this address can read every reading");
-        }
+        warn_if_open(state.token.is_none(), addr);
         axum::serve(listener, router(state))
             .with_graceful_shutdown(shutdown())
             .await
