@@ -48,7 +48,7 @@ pub struct RunArgs {
     /// for catch-up runs and tests.
     #[arg(long, value_name = "DURATION")]
     pub exit_on_idle: Option<String>,
-    /// Where rejected records go (JSON Lines; `line` is the record's offset in its partition).
+    /// Where rejected records go (JSON Lines; `line` is the record's offset in `partition`).
     #[arg(long, default_value = "hourglass-dead-letters.jsonl")]
     pub dead_letter: PathBuf,
     /// Where readings beyond the allowed lateness go (JSON Lines).

@@ -75,8 +75,11 @@ impl Reason {
 /// A line that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejected {
-    /// 1-based line number in the input.
+    /// 1-based line number in the input, or the record's offset in its Kafka partition.
     pub line: u64,
+    /// The Kafka partition the record came from (`None` for a file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
     /// Why it was rejected.
     pub reason: Reason,
     /// The raw line (without its newline).
@@ -95,6 +98,7 @@ pub fn decode_line(line: u64, raw: &[u8], metric: &str) -> Result<Reading, Box<R
     decode(raw, metric).map_err(|reason| {
         Box::new(Rejected {
             line,
+            partition: None,
             reason,
             raw: raw.to_vec(),
         })

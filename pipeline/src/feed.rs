@@ -140,6 +140,7 @@ impl ReplayFeed {
             let decoded = if line.len > line.bytes.len() {
                 Err(Box::new(Rejected {
                     line: line.number,
+                    partition: None,
                     reason: Reason::TooLong(line.len),
                     raw: line.bytes,
                 }))

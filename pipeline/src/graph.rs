@@ -13,8 +13,6 @@ use std::time::Duration;
 use operators::{
     event_source, BatchWriter, EventFeed, TumblingWindow, WindowOutput, WindowSpec, WriteBatches,
 };
-use timely::dataflow::channels::pact::Pipeline;
-use timely::dataflow::operators::generic::Operator;
 use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
@@ -118,6 +116,45 @@ impl BatchWriter<Mutation> for CountingWriter {
     }
 }
 
+/// Writes rejected lines or late readings to the side outputs, counting them.
+struct SideWriter {
+    side: Arc<dyn SideOutput>,
+    stats: Arc<Stats>,
+}
+
+impl BatchWriter<Box<Rejected>> for SideWriter {
+    fn write(&mut self, batch: Vec<Box<Rejected>>) -> Result<(), String> {
+        for r in batch {
+            add(&self.stats.rejected_by_kind[r.reason.kind_index()], 1);
+            self.side.rejected(&r).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.side.flush().map_err(|e| e.to_string())
+    }
+}
+
+/// A reading beyond the allowed lateness: device, ts, value, the watermark it met.
+type LateReading = (String, u64, f64, u64);
+
+impl BatchWriter<LateReading> for SideWriter {
+    fn write(&mut self, batch: Vec<LateReading>) -> Result<(), String> {
+        add(&self.stats.late_dropped, batch.len() as u64);
+        for (device, ts, value, watermark) in batch {
+            self.side
+                .late(&device, ts as i64, value, watermark)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.side.flush().map_err(|e| e.to_string())
+    }
+}
+
 /// Builds the dataflow on one worker. The returned probe's frontier passes watermark `t` once
 /// every reading the feeds emitted before `t` is durably written (narrow row and wide cell).
 pub fn build<'scope, F>(
@@ -163,24 +200,21 @@ pub fn build_with_probe<'scope, F>(
     let decoded = event_source(scope, "ReadLines", feed, 1024);
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
 
+    // The side outputs report to the durable probe like the tables do: a Kafka offset is
+    // committed only once the dead letters and late readings before it are flushed too, so a
+    // crash loses none of them.
     let dead_control = control.clone();
-    let dead_side = side.clone();
-    let dead_stats = stats.clone();
-    rejected.sink(Pipeline, "DeadLetters", move |(input, frontier)| {
-        input.for_each(|_cap, batch| {
-            for r in batch.drain(..) {
-                add(&dead_stats.rejected_by_kind[r.reason.kind_index()], 1);
-                if let Err(e) = dead_side.rejected(&r) {
-                    dead_control.fail(format!("dead-letter output: {e}"));
-                }
-            }
-        });
-        if frontier.is_empty() {
-            if let Err(e) = dead_side.flush() {
-                dead_control.fail(format!("dead-letter output: {e}"));
-            }
-        }
-    });
+    rejected
+        .write_batches(
+            "DeadLetters",
+            SideWriter {
+                side: side.clone(),
+                stats: stats.clone(),
+            },
+            cfg.flush_every,
+            move |e| dead_control.fail(format!("dead-letter output: {e}")),
+        )
+        .probe_with(probe);
 
     let readings_probe = ProbeHandle::new();
     let readings = readings.probe_with(&readings_probe);
@@ -217,22 +251,17 @@ pub fn build_with_probe<'scope, F>(
         });
 
     let late_control = control.clone();
-    let late_stats = stats.clone();
-    dropped.sink(Pipeline, "LateReadings", move |(input, frontier)| {
-        input.for_each(|_cap, batch| {
-            add(&late_stats.late_dropped, batch.len() as u64);
-            for (device, ts, value, watermark) in batch.drain(..) {
-                if let Err(e) = side.late(&device, ts as i64, value, watermark) {
-                    late_control.fail(format!("late-data output: {e}"));
-                }
-            }
-        });
-        if frontier.is_empty() {
-            if let Err(e) = side.flush() {
-                late_control.fail(format!("late-data output: {e}"));
-            }
-        }
-    });
+    dropped
+        .write_batches(
+            "LateReadings",
+            SideWriter {
+                side,
+                stats: stats.clone(),
+            },
+            cfg.flush_every,
+            move |e| late_control.fail(format!("late-data output: {e}")),
+        )
+        .probe_with(probe);
 
     let sink_control = control;
     narrow

@@ -966,7 +966,10 @@ impl EventFeed for KafkaFeed {
             raw = rest;
         }
         self.local[READ] += 1;
-        let decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
+        let mut decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
+        if let Err(rejected) = &mut decoded {
+            rejected.partition = Some(partition);
+        }
         let emitted_at = self.watermark;
         let part = &mut self.parts[local];
         part.last_seen = now;

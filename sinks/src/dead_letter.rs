@@ -121,6 +121,9 @@ pub fn rejected_record(r: &Rejected) -> serde_json::Value {
         "reason": r.reason.to_string(),
         "raw": String::from_utf8_lossy(&r.raw),
     });
+    if let Some(partition) = r.partition {
+        record["partition"] = json!(partition);
+    }
     if std::str::from_utf8(&r.raw).is_err() {
         record["raw_hex"] = json!(hex(&r.raw));
     }
