@@ -94,8 +94,8 @@ pub struct RunSummary {
     pub delay_max_ms: Option<u64>,
     /// Registry topic records refused (bad key or value), in the dead-letter file.
     pub registry_rejected: u64,
-    /// Readings re-read after a restart and skipped: the previous run had stored them, in
-    /// hours it had closed.
+    /// Records re-read after a restart and skipped: the previous run had stored them (its dead
+    /// letters, and its readings of hours it had closed).
     pub resume_skipped: u64,
 }
 

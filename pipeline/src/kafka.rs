@@ -227,7 +227,8 @@ pub struct KafkaShared {
     high: Vec<AtomicI64>,
     /// Offset commits that succeeded (each covers one or more partitions of one worker).
     commits: AtomicU64,
-    /// Readings skipped on resume: re-read, of hours the previous run had closed and stored.
+    /// Records skipped on resume: re-read, and stored by the previous run (its dead letters,
+    /// and its readings of hours it had closed).
     resume_skipped: AtomicU64,
     /// Delays from produce (the record's timestamp) to durable in the narrow table.
     pub delays: DelayHistogram,
@@ -340,8 +341,8 @@ impl KafkaShared {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Readings skipped after a restart because the previous run had already stored them in
-    /// hours it had closed (see the commit metadata in the module docs).
+    /// Records skipped after a restart because the previous run had already stored them: its
+    /// dead letters, and its readings of hours it had closed (see `CommitMeta`).
     pub fn resume_skipped(&self) -> u64 {
         self.resume_skipped.load(Ordering::Relaxed)
     }
@@ -640,7 +641,9 @@ const EXPIRED: usize = 3;
 /// cells from the few readings it re-reads. So it starts its watermark at `frontier` (hours
 /// final then stay final) and skips the re-read readings of final hours before `durable`
 /// (their narrow rows and wide cells are durable already); readings after `durable` of a final
-/// hour are late, as they were for the previous run.
+/// hour are late, as they were for the previous run. Rejected records before `durable` are
+/// skipped too: their dead letters are flushed (the side outputs report to the durable probe),
+/// so a restart does not write them again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct CommitMeta {
     /// The partition's newest event time before the committed offset.
@@ -985,20 +988,30 @@ impl EventFeed for KafkaFeed {
                         worker = self.opts.worker,
                         partition,
                         skipped = part.skipped,
-                        "resumed: skipped re-read readings of hours the previous run had closed"
+                        "resumed: skipped re-read records the previous run had stored (dead letters, readings of hours it had closed)"
                     );
                 }
-            } else if let Ok(r) = &decoded {
-                let start = r.ts - r.ts.rem_euclid(3600);
-                skip = (start.max(0) as u64).saturating_add(final_after) <= frontier;
+            } else {
+                // Before `durable`, the previous run's dead letters are flushed: skip rejected
+                // records, and readings of the hours it had closed.
+                skip = match &decoded {
+                    Ok(r) => {
+                        let start = r.ts - r.ts.rem_euclid(3600);
+                        (start.max(0) as u64).saturating_add(final_after) <= frontier
+                    }
+                    Err(_) => true,
+                };
             }
+        }
+        if skip {
+            part.skipped += 1;
+            self.shared.resume_skipped.fetch_add(1, Ordering::Relaxed);
         }
         match &decoded {
             Ok(r) if skip => {
-                part.skipped += 1;
                 part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
-                self.shared.resume_skipped.fetch_add(1, Ordering::Relaxed);
             }
+            Err(_) if skip => {}
             Ok(r) => {
                 hour = Some(r.ts - r.ts.rem_euclid(3600));
                 self.local[OK] += 1;

@@ -251,6 +251,8 @@ fn a_restart_keeps_hours_the_previous_run_closed_closed() {
     }
     text.push_str(&line(h + 3600));
     text.push_str(&line(h + 3595));
+    // A malformed record behind the committed offset: dead-lettered once, not again on restart.
+    text.push_str("{\"device\":\"dev1\",\"ts\":\n");
     for ts in (h + 3610..h + 9000).step_by(10) {
         text.push_str(&line(ts));
     }
@@ -271,16 +273,24 @@ fn a_restart_keeps_hours_the_previous_run_closed_closed() {
         "second run",
     );
     let second = stats(&dir);
-    // It resumed from the first reading of hour H + 1 (offset 359), behind which stands H + 3595.
+    // It resumed from the first reading of hour H + 1 (offset 359), behind which stand H + 3595
+    // and the malformed record.
     let read = second["read"].as_u64().expect("read");
     assert_eq!(
-        read, 541,
-        "the second run read {read} records, not the 541 from the committed offset 359\n{stderr}"
+        read, 542,
+        "the second run read {read} records, not the 542 from the committed offset 359\n{stderr}"
     );
     assert_same_as_replay(&dir, &config, &file);
-    // H + 3595 was skipped: neither in hour H's window again nor late.
-    assert_eq!(second["resume_skipped"], 1, "{second}");
+    // H + 3595 was skipped (neither in hour H's window again nor late), and so was the
+    // malformed record, whose dead letter the first run had flushed.
+    assert_eq!(second["resume_skipped"], 2, "{second}");
     assert_eq!(second["late_dropped"], 0, "{second}");
+    let dead = e2e::read_jsonl(&dir.join("hourglass-dead-letters.jsonl"));
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(
+        (dead[0]["partition"].as_i64(), dead[0]["line"].as_u64()),
+        (Some(0), Some(361))
+    );
 }
 
 /// `tests/data/scenario.jsonl` has two readings hours beyond the allowed lateness. Whether a
