@@ -7,7 +7,6 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -25,6 +24,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sinks::hbase::WriterStats;
+
+use crate::http_thread::HttpThread;
 
 /// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
 /// HBase writers' counters are attached once they exist (the server starts before both, so
@@ -232,11 +233,7 @@ impl Collector for JobMetrics {
 
 /// The running metrics server; dropping it stops it.
 #[derive(Debug)]
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
+pub struct MetricsServer(HttpThread);
 
 impl MetricsServer {
     /// Binds `addr` (at once, so that a taken port fails before the job starts) and serves
@@ -251,13 +248,6 @@ impl MetricsServer {
                  or metrics_listen in the config (port 0 picks one)"
             )
         })?;
-        listener.set_nonblocking(true)?;
-        let bound = listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .context("starting the metrics server's runtime")?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = axum::Router::new()
             .route("/metrics", get(export))
             .route("/healthz", get(healthz))
@@ -265,46 +255,14 @@ impl MetricsServer {
                 registry: metrics.registry(),
                 metrics,
             }));
-        let thread = std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let served = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => axum::serve(listener, app)
-                            .with_graceful_shutdown(async {
-                                let _ = stopped.await;
-                            })
-                            .await
-                            .map_err(anyhow::Error::from),
-                        Err(e) => Err(e.into()),
-                    };
-                    if let Err(e) = served {
-                        tracing::error!(error = %e, "the metrics server stopped");
-                    }
-                });
-            })
-            .context("starting the metrics thread")?;
-        Ok(MetricsServer {
-            addr: bound,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        Ok(MetricsServer(HttpThread::start(
+            listener, app, "metrics", 1,
+        )?))
     }
 
     /// The address it listens on (with the port chosen for port 0).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.addr()
     }
 }
 

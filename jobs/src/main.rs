@@ -3,6 +3,7 @@
 
 mod bench;
 mod generate;
+mod http_thread;
 mod job_metrics;
 mod produce;
 mod progress;

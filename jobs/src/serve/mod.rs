@@ -27,6 +27,7 @@ use pipeline::rowkey::KeyScheme;
 use pipeline::schema;
 use subtle::ConstantTimeEq;
 
+use crate::http_thread::HttpThread;
 use crate::store::{self, Backend, BackendArgs, Reader};
 
 /// How long the device list and the device → room map are reused before a rescan. Both feed
@@ -292,11 +293,7 @@ fn state_for(backend: &Backend, cfg: &JobConfig, token_file: Option<&Path>) -> R
 
 /// Dashboards served from a thread of their own, beside a running job; dropping it stops them.
 #[derive(Debug)]
-pub struct DashboardServer {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+pub struct DashboardServer(HttpThread);
 
 impl DashboardServer {
     /// Binds `listen` at once (a taken port fails before the job starts) and serves the same
@@ -315,56 +312,18 @@ impl DashboardServer {
         let listener = std::net::TcpListener::bind(listen).with_context(|| {
             format!("cannot serve dashboards on {listen}: pick a free port with --serve HOST:PORT (port 0 picks one)")
         })?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        warn_if_open(state.token.is_none(), addr);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("dashboards")
-            .enable_all()
-            .build()
-            .context("starting the dashboard server's runtime")?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("dashboards".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let served = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => axum::serve(listener, router(state))
-                            .with_graceful_shutdown(async {
-                                let _ = stopped.await;
-                            })
-                            .await
-                            .map_err(anyhow::Error::from),
-                        Err(e) => Err(e.into()),
-                    };
-                    if let Err(e) = served {
-                        tracing::error!(error = %e, "the dashboard server stopped");
-                    }
-                });
-            })
-            .context("starting the dashboard thread")?;
-        Ok(DashboardServer {
-            addr,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        warn_if_open(state.token.is_none(), listener.local_addr()?);
+        Ok(DashboardServer(HttpThread::start(
+            listener,
+            router(state),
+            "dashboards",
+            2,
+        )?))
     }
 
     /// The address it listens on (with the port chosen for port 0).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for DashboardServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.addr()
     }
 }
 
