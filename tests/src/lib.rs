@@ -52,27 +52,44 @@ pub fn data(name: &str) -> PathBuf {
     repo_root().join("tests/data").join(name)
 }
 
+/// The command `hourglass args…` in `dir` with `HOURGLASS_NOW=now` and the default log level;
+/// callers add stdio settings or more arguments.
+pub fn hourglass_command(dir: &Path, now: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(hourglass_bin());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("HOURGLASS_NOW", now)
+        .env_remove("HOURGLASS_LOG");
+    cmd
+}
+
 /// Runs `hourglass args…` in `dir` with `HOURGLASS_NOW` fixed.
 pub fn hourglass(dir: &Path, args: &[&str]) -> Output {
-    Command::new(hourglass_bin())
-        .args(args)
-        .current_dir(dir)
-        .env("HOURGLASS_NOW", NOW)
-        .env_remove("HOURGLASS_LOG")
+    hourglass_command(dir, NOW, args)
         .output()
         .expect("running hourglass failed")
 }
 
-/// Runs `hourglass args…` and returns its stdout, failing the test on a non-zero exit.
-pub fn hourglass_ok(dir: &Path, args: &[&str]) -> String {
-    let out = hourglass(dir, args);
+/// `out`, the result of `hourglass args…`, after failing the test on a non-zero exit.
+pub fn succeeded<'o>(args: &[&str], out: &'o Output) -> &'o Output {
     assert!(
         out.status.success(),
         "hourglass {args:?} failed ({}):\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// The stdout of `out`, the result of `hourglass args…`, failing the test on a non-zero exit.
+pub fn ok_stdout(args: &[&str], out: Output) -> String {
+    succeeded(args, &out);
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Runs `hourglass args…` and returns its stdout, failing the test on a non-zero exit.
+pub fn hourglass_ok(dir: &Path, args: &[&str]) -> String {
+    ok_stdout(args, hourglass(dir, args))
 }
 
 /// Compares `actual` with `tests/golden/<name>`, or writes it there with `HOURGLASS_BLESS=1`.

@@ -13,11 +13,11 @@
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::{data, hourglass_bin, repo_root, KillOnDrop};
+use e2e::{data, hourglass_command, ok_stdout, repo_root, KillOnDrop};
 use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
 use pipeline::table::ScanSpec;
 use sinks::hbase::admin::{self, Created};
@@ -91,29 +91,12 @@ fn real_now() -> String {
         .to_string()
 }
 
-fn command(dir: &Path, now: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(hourglass_bin());
-    cmd.args(args)
-        .current_dir(dir)
-        .env("HOURGLASS_NOW", now)
-        .env_remove("HOURGLASS_LOG");
-    cmd
-}
-
-fn check(args: &[&str], out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "hourglass {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("stdout is UTF-8")
-}
-
 /// Runs `hourglass args…` with `HOURGLASS_NOW=now` and returns its stdout.
 fn run(dir: &Path, now: &str, args: &[&str]) -> String {
-    let out = command(dir, now, args).output().expect("running hourglass");
-    check(args, out)
+    let out = hourglass_command(dir, now, args)
+        .output()
+        .expect("running hourglass");
+    ok_stdout(args, out)
 }
 
 /// Replays `file` rebased to `now` into HBase and into the embedded store `dir/store`; returns
@@ -204,7 +187,7 @@ fn replay_into_hbase_stores_and_answers_exactly_what_the_embedded_store_does() {
     // Without tables, the replay stops at once and says what to do.
     admin::drop_tables(&config(), &table_names()).expect("dropping the tables");
     let args = ["replay", scenario, "--hbase", THRIFT1, "--quiet"];
-    let out = command(dir, &now, &args)
+    let out = hourglass_command(dir, &now, &args)
         .output()
         .expect("running hourglass");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -368,7 +351,9 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
 }
 
 fn run_err(dir: &Path, now: &str, args: &[&str]) -> String {
-    let out = command(dir, now, args).output().expect("running hourglass");
+    let out = hourglass_command(dir, now, args)
+        .output()
+        .expect("running hourglass");
     assert!(!out.status.success(), "hourglass {args:?} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -497,7 +482,7 @@ fn an_hbase_restart_in_the_middle_of_a_replay_loses_nothing() {
         "--quiet",
     ];
     let mut replay = KillOnDrop(Some(
-        command(dir, &now, &args)
+        hourglass_command(dir, &now, &args)
             .env("HOURGLASS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -536,7 +521,7 @@ fn an_hbase_restart_in_the_middle_of_a_replay_loses_nothing() {
         .expect("running")
         .wait_with_output()
         .expect("waiting for the replay");
-    check(&args, out);
+    ok_stdout(&args, out);
     let text = std::fs::read_to_string(dir.join("hbase.stats.json")).expect("stats written");
     let stats: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
     assert_eq!(stats["ok"], 2000 * 120, "{stats}");

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use e2e::{data, hourglass, hourglass_bin, hourglass_ok, parse_exposition, Exposition, NOW};
+use e2e::{data, hourglass, hourglass_command, hourglass_ok, parse_exposition, Exposition, NOW};
 
 const BROKER: &str = "127.0.0.1:9092";
 /// First hour of the generated recordings (before `NOW`, within the 90-day TTL).
@@ -69,11 +69,7 @@ fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
 }
 
 fn spawn(dir: &Path, args: &[&str]) -> Child {
-    Command::new(hourglass_bin())
-        .args(args)
-        .current_dir(dir)
-        .env("HOURGLASS_NOW", NOW)
-        .env_remove("HOURGLASS_LOG")
+    hourglass_command(dir, NOW, args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -64,6 +64,13 @@ fn dump(dir: &Path, table: &str) -> String {
     hourglass_ok(dir, &["tables", "dump", table, "--store", "store"])
 }
 
+/// Both tables of the store in `dir` equal those of the store in `want`.
+fn assert_same_tables(dir: &Path, want: &Path) {
+    for table in ["ts_metric", "ts_metric_hourly"] {
+        assert_eq!(dump(dir, table), dump(want, table), "{table}");
+    }
+}
+
 #[test]
 fn stats_count_every_line() {
     let stats = &scenario().stats;
@@ -123,11 +130,7 @@ fn two_workers_store_the_same_tables_as_one() {
         data("scenario.jsonl").to_str().expect("utf-8 path"),
     );
     assert_eq!(stats["late_dropped"], 2);
-    assert_eq!(dump(two.path(), "ts_metric"), dump(one, "ts_metric"));
-    assert_eq!(
-        dump(two.path(), "ts_metric_hourly"),
-        dump(one, "ts_metric_hourly")
-    );
+    assert_same_tables(two.path(), one);
 }
 
 #[test]
@@ -145,20 +148,18 @@ fn gzip_and_stdin_inputs_store_the_same_tables() {
     )
     .expect("write");
     replay_into(gz.path(), "2", "scenario.jsonl.gz");
-    assert_eq!(
-        dump(gz.path(), "ts_metric_hourly"),
-        dump(one, "ts_metric_hourly")
-    );
+    assert_same_tables(gz.path(), one);
 
     let stdin = tempfile::tempdir().expect("tempdir");
-    let mut child = std::process::Command::new(e2e::hourglass_bin())
-        .args(["replay", "-", "--store", "store", "--workers", "2"])
-        .current_dir(stdin.path())
-        .env("HOURGLASS_NOW", e2e::NOW)
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = e2e::hourglass_command(
+        stdin.path(),
+        e2e::NOW,
+        &["replay", "-", "--store", "store", "--workers", "2"],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("spawn");
     child
         .stdin
         .take()
@@ -166,11 +167,7 @@ fn gzip_and_stdin_inputs_store_the_same_tables() {
         .write_all(&raw)
         .expect("feed stdin");
     assert!(child.wait().expect("wait").success());
-    assert_eq!(dump(stdin.path(), "ts_metric"), dump(one, "ts_metric"));
-    assert_eq!(
-        dump(stdin.path(), "ts_metric_hourly"),
-        dump(one, "ts_metric_hourly")
-    );
+    assert_same_tables(stdin.path(), one);
 }
 
 #[test]
@@ -445,17 +442,18 @@ fn rebase_time_moves_the_newest_reading_into_the_current_hour() {
 #[test]
 fn old_recordings_without_rebase_warn_about_the_ttl() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(e2e::hourglass_bin())
-        .args([
+    let out = e2e::hourglass_command(
+        dir.path(),
+        &(H + 100 * 86400).to_string(),
+        &[
             "replay",
             data("scenario.jsonl").to_str().expect("utf-8"),
             "--store",
             "store",
-        ])
-        .current_dir(dir.path())
-        .env("HOURGLASS_NOW", (H + 100 * 86400).to_string())
-        .output()
-        .expect("run");
+        ],
+    )
+    .output()
+    .expect("run");
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-use serve_common::{cli, start, H};
+use serve_common::{cli_points, start, H};
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
@@ -50,24 +50,6 @@ fn tool(env: &str, default: PathBuf, what: &str) -> PathBuf {
         }
     );
     path
-}
-
-/// The CLI's points of `device` in `[from, to)`.
-fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
-    let out: Value = serde_json::from_str(&cli(&[
-        "query",
-        "curve",
-        "--device",
-        device,
-        "--from",
-        &from.to_string(),
-        "--to",
-        &to.to_string(),
-        "--format",
-        "json",
-    ]))
-    .expect("CLI JSON");
-    serde_json::from_value(out["points"].clone()).expect("points")
 }
 
 #[test]

@@ -5,25 +5,7 @@
 mod serve_common;
 
 use serde_json::{json, Value};
-use serve_common::{cli, get_json, post_form, start, H};
-
-/// The CLI's points of `device` in `[from, to)`.
-fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
-    let out: Value = serde_json::from_str(&cli(&[
-        "query",
-        "curve",
-        "--device",
-        device,
-        "--from",
-        &from.to_string(),
-        "--to",
-        &to.to_string(),
-        "--format",
-        "json",
-    ]))
-    .expect("CLI JSON");
-    serde_json::from_value(out["points"].clone()).expect("points")
-}
+use serve_common::{cli, cli_points, get_json, post_form, start, H};
 
 /// The labels of a device's series: `room` too when the room view (if this build has it) holds
 /// the device.

@@ -105,12 +105,13 @@ fn store_down_is_503_and_counted() {
 #[test]
 fn a_locked_store_names_the_other_process() {
     let first = start();
-    let out = std::process::Command::new(e2e::hourglass_bin())
-        .args(["serve", "--store", "store", "--listen", "127.0.0.1:0"])
-        .current_dir(first.dir())
-        .env("HOURGLASS_NOW", e2e::NOW)
-        .output()
-        .expect("running hourglass serve");
+    let out = e2e::hourglass_command(
+        first.dir(),
+        e2e::NOW,
+        &["serve", "--store", "store", "--listen", "127.0.0.1:0"],
+    )
+    .output()
+    .expect("running hourglass serve");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("locked"), "{stderr}");

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::{hourglass_bin, KillOnDrop};
+use e2e::{hourglass_command, ok_stdout, succeeded, KillOnDrop};
 
 /// The recordings' first hour, 2024-08-19T21:00:00Z.
 const H: i64 = 1724101200;
@@ -30,19 +30,15 @@ pub struct Target {
 
 impl Target {
     fn command(&self, dir: &Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new(hourglass_bin());
-        cmd.args(args)
-            .args(&self.backend)
-            .current_dir(dir)
-            .env("HOURGLASS_NOW", &self.now)
-            .env_remove("HOURGLASS_LOG");
+        let mut cmd = hourglass_command(dir, &self.now, args);
+        cmd.args(&self.backend);
         cmd
     }
 
     /// Runs `hourglass args… <backend>` and returns its stdout, failing on a non-zero exit.
     fn run(&self, dir: &Path, args: &[&str]) -> String {
         let out = self.command(dir, args).output().expect("running hourglass");
-        String::from_utf8(checked(args, &out).stdout.clone()).expect("stdout is UTF-8")
+        ok_stdout(args, out)
     }
 
     /// The replay command for `file`, with `--rebase-time` when the target needs it.
@@ -62,7 +58,7 @@ impl Target {
             .command(dir, &args)
             .output()
             .expect("running hourglass");
-        shift(checked(&args, &out))
+        shift(succeeded(&args, &out))
     }
 
     /// `hourglass query room --room <room> --format csv` with `extra` flags.
@@ -71,16 +67,6 @@ impl Target {
         args.extend_from_slice(extra);
         self.run(dir, &args)
     }
-}
-
-fn checked<'o>(args: &[&str], out: &'o Output) -> &'o Output {
-    assert!(
-        out.status.success(),
-        "hourglass {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// The shift a replay reported on stderr (`--rebase-time: shifting timestamps by N h`), or 0.
@@ -219,7 +205,7 @@ pub fn a_registry_change_while_running_moves_the_device(target: &Target, dir: &P
         .expect("running")
         .wait_with_output()
         .expect("wait");
-    let s = shift(checked(&args, &out));
+    let s = shift(succeeded(&args, &out));
     assert_eq!(target.room_csv(dir, "before", &[]), "device,ts,value\n");
     assert_eq!(
         target.room_csv(dir, "after", &[]),

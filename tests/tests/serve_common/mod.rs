@@ -5,10 +5,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use e2e::{data, hourglass_bin, hourglass_ok, NOW};
+use e2e::{data, hourglass_command, hourglass_ok, NOW};
 
 /// The recording's first hour, 2024-08-19T21:00:00Z; the scenario spans two hours.
 pub const H: i64 = 1724101200;
@@ -72,6 +72,24 @@ impl Server {
     }
 }
 
+/// The CLI's points of `device` in `[from, to)`.
+pub fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
+    let out: serde_json::Value = serde_json::from_str(&cli(&[
+        "query",
+        "curve",
+        "--device",
+        device,
+        "--from",
+        &from.to_string(),
+        "--to",
+        &to.to_string(),
+        "--format",
+        "json",
+    ]))
+    .expect("CLI JSON");
+    serde_json::from_value(out["points"].clone()).expect("points")
+}
+
 /// Starts `hourglass serve` on a free port with `args`, in a scratch dir that holds a copy of
 /// the scenario store at `store/` when `with_store`.
 pub fn start_with(args: &[&str], with_store: bool) -> Server {
@@ -80,13 +98,8 @@ pub fn start_with(args: &[&str], with_store: bool) -> Server {
         copy_dir(&scenario().join("store"), &dir.path().join("store"));
     }
     let stderr = std::fs::File::create(dir.path().join("serve.err")).expect("stderr file");
-    let mut child = Command::new(hourglass_bin())
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
+    let mut child = hourglass_command(dir.path(), NOW, &["serve", "--listen", "127.0.0.1:0"])
         .args(args)
-        .current_dir(dir.path())
-        .env("HOURGLASS_NOW", NOW)
-        .env_remove("HOURGLASS_LOG")
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
