@@ -977,8 +977,8 @@ impl EventFeed for KafkaFeed {
         let part = &mut self.parts[local];
         part.last_seen = now;
         let before = part.newest;
-        let mut hour = None;
-        let final_after = 3600 + self.opts.allowed_lateness;
+        // The start of the reading's hour (`None`: a rejected record).
+        let start = decoded.as_ref().ok().map(|r| r.ts - r.ts.rem_euclid(3600));
         let mut skip = false;
         if let Some((durable, frontier)) = part.resume {
             if offset >= durable {
@@ -994,38 +994,33 @@ impl EventFeed for KafkaFeed {
             } else {
                 // Before `durable`, the previous run's dead letters are flushed: skip rejected
                 // records, and readings of the hours it had closed.
-                skip = match &decoded {
-                    Ok(r) => {
-                        let start = r.ts - r.ts.rem_euclid(3600);
-                        (start.max(0) as u64).saturating_add(final_after) <= frontier
-                    }
-                    Err(_) => true,
-                };
+                let final_after = 3600 + self.opts.allowed_lateness;
+                skip =
+                    start.is_none_or(|s| (s.max(0) as u64).saturating_add(final_after) <= frontier);
             }
+        }
+        if let Ok(r) = &decoded {
+            part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
         }
         if skip {
             part.skipped += 1;
             self.shared.resume_skipped.fetch_add(1, Ordering::Relaxed);
-        }
-        match &decoded {
-            Ok(r) if skip => {
-                part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
-            }
-            Err(_) if skip => {}
-            Ok(r) => {
-                hour = Some(r.ts - r.ts.rem_euclid(3600));
-                self.local[OK] += 1;
-                if r.ts < self.expired_before {
-                    self.local[EXPIRED] += 1;
+        } else {
+            match &decoded {
+                Ok(r) => {
+                    self.local[OK] += 1;
+                    if r.ts < self.expired_before {
+                        self.local[EXPIRED] += 1;
+                    }
+                    let produced = msg.timestamp().to_millis().unwrap_or(0);
+                    if let Ok(mut q) = self.arrivals.lock() {
+                        q.push_back(produced);
+                    }
                 }
-                part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
-                let produced = msg.timestamp().to_millis().unwrap_or(0);
-                if let Ok(mut q) = self.arrivals.lock() {
-                    q.push_back(produced);
-                }
+                Err(_) => self.local[REJECTED] += 1,
             }
-            Err(_) => self.local[REJECTED] += 1,
         }
+        let hour = start.filter(|_| !skip);
         let after = part.newest;
         self.shared.positions[partition as usize].store(offset + 1, Ordering::Relaxed);
         self.committer
