@@ -195,6 +195,18 @@ pub fn wide_key(device: &str, hour_start: i64) -> Vec<u8> {
     format!("{device}_{hour_start}").into_bytes()
 }
 
+/// The timestamp (ms) of every cell of the wide row of the hour starting at `hour_start`: the
+/// hour's last millisecond.
+///
+/// One timestamp per row makes each write of a row (a window pane: its new points and the
+/// updated summary) one HBase `Put`, which HBase applies atomically, so a `Get` never sees points
+/// without the summary that counts them. The row also expires as a whole (TTL from the hour's
+/// end). Points are never rewritten (a repeated second is a duplicate) and the summary's rewrites
+/// share the timestamp, so the latest write is the visible one.
+pub fn wide_cell_ts_ms(hour_start: i64) -> i64 {
+    hour_start * 1000 + 3_599_999
+}
+
 /// The qualifier of the cell at `ts` in its wide row: the second offset `0`..`3599` as text.
 pub fn wide_qualifier(ts: i64) -> Vec<u8> {
     ts.rem_euclid(3600).to_string().into_bytes()

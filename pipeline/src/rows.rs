@@ -3,8 +3,10 @@
 //! Narrow row (`ts_metric`): `t:v` = primary metric as text, `t:x` = the reading's other fields
 //! as compact JSON (absent when there are none). Device and time come from the row key, so a
 //! reading is recovered as `{device, ts, <metric>: v, ..x}`. Wide row (`ts_metric_hourly`):
-//! `t:<offset>` = metric text of the reading at `hourStart + offset`. Every cell's timestamp is
-//! the event time in milliseconds, so HBase time-range scans and TTL follow event time.
+//! `t:<offset>` = metric text of the reading at `hourStart + offset`, plus the summary cells. A
+//! narrow cell's timestamp is the event time in milliseconds, so HBase time-range scans and TTL
+//! follow event time; every cell of a wide row is stamped with the hour's last millisecond
+//! ([`rowkey::wide_cell_ts_ms`]), so each write of the row is one atomic HBase `Put`.
 
 use crate::reading::{format_value, Reading};
 use crate::rowkey::{self, KeyScheme};
@@ -49,16 +51,22 @@ pub fn narrow_put(scheme: KeyScheme, r: &Reading) -> Mutation {
 }
 
 /// The wide-table put of some readings `(ts, value)` of `device` in the hour at `hour_start`,
-/// with the hour's summary cells when given.
+/// with the hour's summary cells when given. All cells share the row's timestamp.
 pub fn wide_put(
     device: &str,
     hour_start: i64,
     items: &[(i64, f64)],
     summary: Option<&HourSummary>,
 ) -> Mutation {
+    let ts_ms = rowkey::wide_cell_ts_ms(hour_start);
     let mut cells: Vec<Cell> = items
         .iter()
-        .map(|&(ts, v)| cell(rowkey::wide_qualifier(ts), ts, format_value(v).into_bytes()))
+        .map(|&(ts, v)| Cell {
+            family: FAMILY.to_string(),
+            qualifier: rowkey::wide_qualifier(ts),
+            ts_ms,
+            value: format_value(v).into_bytes(),
+        })
         .collect();
     if let Some(s) = summary {
         cells.extend(s.cells(hour_start));
@@ -162,6 +170,17 @@ mod tests {
             panic!()
         };
         assert_eq!(cells.len(), 1);
+    }
+
+    #[test]
+    fn every_cell_of_a_wide_row_has_the_hours_last_millisecond() {
+        let points = [(3601, 1.5), (7199, 2.0)];
+        let summary = HourSummary::of_points(&points).unwrap();
+        let Mutation::Put { cells, .. } = wide_put("d", 3600, &points, Some(&summary)) else {
+            panic!()
+        };
+        assert_eq!(cells.len(), 2 + crate::summary::QUALIFIERS.len());
+        assert!(cells.iter().all(|c| c.ts_ms == 7_199_999), "{cells:?}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use operators::Accumulate;
 use serde::{Deserialize, Serialize};
 
 use crate::reading::format_value;
+use crate::rowkey;
 use crate::schema::FAMILY;
 use crate::table::{Cell, Row};
 
@@ -130,10 +131,11 @@ impl HourSummary {
         (acc.summary.n > 0).then_some(acc.summary)
     }
 
-    /// The summary cells of the hour starting at `hour_start`. They are stamped with the hour's
-    /// last millisecond, so each rewrite has the same timestamp and the latest write is visible.
+    /// The summary cells of the hour starting at `hour_start`, stamped like every cell of the
+    /// wide row ([`rowkey::wide_cell_ts_ms`]): each rewrite has the same timestamp and the latest
+    /// write is visible.
     pub fn cells(&self, hour_start: i64) -> Vec<Cell> {
-        let ts_ms = hour_start * 1000 + 3_599_999;
+        let ts_ms = rowkey::wide_cell_ts_ms(hour_start);
         let values = [
             self.n.to_string(),
             format_value(self.min),

@@ -433,8 +433,16 @@ fn happybase_reads_our_rows_with_the_seed_conventions() {
             .iter()
             .next()
             .unwrap_or_else(|| panic!("no hourly cell for {device} at {ts}: {read}"));
+        // Every cell of a wide row is stamped with the hour's last millisecond.
+        let hour_start: i64 = hour_key
+            .rsplit('_')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("hour start");
+        assert_eq!(cell[1], hour_start * 1000 + 3_599_999, "{read}");
         let stored = format!(
-            "{hour_key}\t{qualifier}\t{ts_ms}\t{}",
+            "{hour_key}\t{qualifier}\t{}\t{}",
+            cell[1],
             cell[0].as_str().expect("value")
         );
         assert!(
@@ -663,6 +671,76 @@ fn early_firings_keep_the_open_hour_in_step_with_the_narrow_table_in_hbase() {
         &HbaseStore::new(&cfg),
         Arc::new(move || Box::new(HbaseWriter::new(&job_cfg).for_tables(&schema::all_tables()))),
         dir.path(),
+    );
+}
+
+/// A dashboard's `Get` of a wide row sees each window pane whole: the pane's points with the
+/// summary that counts them, never points that the summary does not count yet. (With event-time
+/// cell stamps a pane went out as one `mutateRowsTs` call per timestamp, and a `Get` in between
+/// saw the new points with the old summary.)
+#[test]
+fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
+    use pipeline::query;
+    use pipeline::rows::wide_put;
+    use pipeline::summary::HourSummary;
+    use pipeline::table::TableWriter;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let cfg = config();
+    let now: i64 = real_now().parse().expect("now");
+    let h = now - now % 3600 - 3600;
+    const PANES: i64 = 60;
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let cfg = cfg.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut writer = HbaseWriter::new(&cfg).for_tables(&schema::all_tables());
+            let mut all = Vec::new();
+            for pane in 0..PANES {
+                // 60 points a pane, each second of its minute, in a different order each time.
+                let points: Vec<(i64, f64)> = (0..60)
+                    .map(|i| (h + pane * 60 + (i * 7 + pane) % 60, (pane * 60 + i) as f64))
+                    .collect();
+                all.extend_from_slice(&points);
+                let summary = HourSummary::of_points(&all).expect("points");
+                writer
+                    .write(vec![wide_put("dev1", h, &points, Some(&summary))])
+                    .expect("write");
+                writer.flush().expect("flush");
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let store = HbaseStore::new(&cfg);
+    let (mut gets, mut partial) = (0, 0);
+    while !done.load(Ordering::SeqCst) {
+        let hour = query::hour(&store, "dev1", h).expect("hour");
+        gets += 1;
+        if hour.points.is_empty() {
+            assert_eq!(hour.summary, None, "a summary without points");
+            continue;
+        }
+        assert_eq!(
+            hour.summary,
+            HourSummary::of_points(&hour.points),
+            "get {gets}: the summary does not count the row's {} points",
+            hour.points.len()
+        );
+        if hour.points.len() < (PANES * 60) as usize {
+            partial += 1;
+        }
+    }
+    writer.join().expect("writer");
+    let hour = query::hour(&store, "dev1", h).expect("hour");
+    assert_eq!(hour.points.len(), (PANES * 60) as usize);
+    assert_eq!(hour.summary, HourSummary::of_points(&hour.points));
+    // Not vacuous: reads landed while the row was still being written.
+    assert!(
+        partial >= 10,
+        "only {partial} of {gets} gets saw the row mid-way"
     );
 }
 

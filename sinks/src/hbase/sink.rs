@@ -156,15 +156,21 @@ impl Buffer {
 
     /// Queues a put. Returns the calls that became full (at `max_rows` rows or `max_bytes`
     /// bytes), to be sent now.
+    ///
+    /// Fullness is checked once the whole put is queued, so the put's cells of one timestamp
+    /// always travel in one call, as one `BatchMutation`: HBase applies them as one atomic `Put`.
     pub(crate) fn push(
         &mut self,
         table: &'static str,
         row: &[u8],
         cells: Vec<Cell>,
     ) -> Vec<PlannedCall> {
-        let mut full = Vec::new();
+        let mut touched: Vec<(&'static str, i64)> = Vec::new();
         for cell in cells {
             let key = (table, cell.ts_ms);
+            if !touched.contains(&key) {
+                touched.push(key);
+            }
             let group = self.groups.entry(key).or_default();
             let mut column = Vec::with_capacity(cell.family.len() + 1 + cell.qualifier.len());
             column.extend_from_slice(cell.family.as_bytes());
@@ -191,11 +197,13 @@ impl Buffer {
             group.cells += 1;
             group.bytes += added;
             self.total_bytes = self.total_bytes + group.bytes - before;
-            if group.rows.len() >= self.max_rows || group.bytes >= self.max_bytes {
-                full.push(self.take(key));
-            }
         }
-        full
+        touched.retain(|key| {
+            self.groups
+                .get(key)
+                .is_some_and(|g| g.rows.len() >= self.max_rows || g.bytes >= self.max_bytes)
+        });
+        touched.into_iter().map(|key| self.take(key)).collect()
     }
 
     /// Queues the deletion of `families` of `row` up to `ts_ms`. Returns the call that became

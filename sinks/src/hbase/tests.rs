@@ -158,6 +158,70 @@ fn a_group_is_sent_when_it_reaches_max_rows() {
 }
 
 #[test]
+fn a_put_that_fills_its_group_is_sent_whole() {
+    // The second row reaches max_rows with its first cell and max_bytes with its second: the
+    // call still carries all three of its cells, or HBase would apply the row in two steps.
+    let mut buf = Buffer::new(2, 60, 4 << 20);
+    assert!(buf.push("wide", b"a", vec![cell("1", 7, "x")]).is_empty());
+    let sent = buf.push(
+        "wide",
+        b"b",
+        vec![
+            cell("1", 7, "x"),
+            cell("2", 7, &"y".repeat(80)),
+            cell("n", 7, "2"),
+        ],
+    );
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].batches,
+        vec![
+            row("a", &[("t:1", "x")]),
+            row("b", &[("t:1", "x"), ("t:2", &"y".repeat(80)), ("t:n", "2")]),
+        ]
+    );
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn a_window_pane_is_one_row_mutation_with_its_summary() {
+    use pipeline::rows::wide_put;
+    use pipeline::summary::HourSummary;
+    use pipeline::table::Mutation;
+
+    let points = [(3601, 1.5), (3605, 2.5), (7199, 0.5)];
+    let summary = HourSummary::of_points(&points).expect("points");
+    let Mutation::Put { table, row, cells } = wide_put("d", 3600, &points, Some(&summary)) else {
+        panic!("a put")
+    };
+    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
+    assert!(buf.push(table, &row, cells).is_empty());
+    let calls = buf.drain();
+    assert_eq!(calls.len(), 1, "one timestamp, one call: {calls:?}");
+    assert_eq!(calls[0].ts_ms, 7_199_999);
+    assert_eq!(calls[0].batches.len(), 1);
+    let columns: Vec<&[u8]> = calls[0].batches[0]
+        .columns
+        .iter()
+        .map(|(c, _)| c.as_slice())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            &b"t:1"[..],
+            b"t:5",
+            b"t:3599",
+            b"t:n",
+            b"t:min",
+            b"t:max",
+            b"t:sum",
+            b"t:first",
+            b"t:last"
+        ]
+    );
+}
+
+#[test]
 fn a_group_is_sent_when_it_reaches_max_bytes_and_all_when_over_budget() {
     let value = "x".repeat(1000);
     let mut buf = Buffer::new(1000, 4000, 10_000);
