@@ -154,6 +154,21 @@ fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
         }
     };
 
+    // The room view's row key is `<room>_<device>`: a room must be a room id (no '_'), or the
+    // row would show up under another room's prefix.
+    match fields.get("room") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(room)) => {
+            crate::registry::validate_room(room).map_err(|e| bad("room", e.to_string()))?;
+        }
+        Some(other) => {
+            return Err(bad(
+                "room",
+                format!("expected a room id string, got {}", kind(other)),
+            ))
+        }
+    }
+
     let extra = compact_json(&fields);
     Ok(Reading {
         device,
@@ -275,6 +290,21 @@ mod tests {
     }
 
     #[test]
+    fn a_room_id_or_null_is_accepted_as_room() {
+        let cases: [(&[u8], Option<&str>); 2] = [
+            (
+                br#"{"device":"d","ts":1,"temp":2,"room":"room-7.b"}"#,
+                Some("room-7.b"),
+            ),
+            (br#"{"device":"d","ts":1,"temp":2,"room":null}"#, None),
+        ];
+        for (line, room) in cases {
+            let r = decode_line(1, line, "temp").expect("accepted");
+            assert_eq!(r.room().as_deref(), room);
+        }
+    }
+
+    #[test]
     fn rejects_with_reasons() {
         let cases: &[(&[u8], &str)] = &[
             (br#"{"device":"d","ts":1,"temp":2"#, "invalid JSON"),
@@ -316,6 +346,14 @@ mod tests {
                 "field `temp`: expected a number, got null",
             ),
             (br#"{"device":"d","ts":1,"temp":1e999}"#, "invalid JSON"),
+            (
+                br#"{"device":"d","ts":1,"temp":2,"room":"a_b"}"#,
+                "field `room`: room id \"a_b\" contains '_'",
+            ),
+            (
+                br#"{"device":"d","ts":1,"temp":2,"room":7}"#,
+                "field `room`: expected a room id string, got a number",
+            ),
             (
                 b"{\"device\":\"d\xff\",\"ts\":1,\"temp\":2}",
                 "not valid UTF-8",
