@@ -174,6 +174,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         window: cfg.window,
         flush_every: Duration::from_secs(1),
         registry: cfg.registry_source(),
+        previous_view: crate::store::previous_view(backend)?,
     };
     let base = ReplayOptions {
         path: args.file.clone(),

@@ -382,6 +382,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         window: cfg.window,
         flush_every: FLUSH_EVERY,
         registry: cfg.registry_source(),
+        previous_view: crate::store::previous_view(&backend)?,
     };
     let base = KafkaOptions {
         source: source.clone(),

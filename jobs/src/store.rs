@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use pipeline::config::{JobConfig, StoreKind};
+use pipeline::room::PreviousView;
 use pipeline::schema;
 use pipeline::table::{Row, ScanSpec, TableReader, TableWriter};
 use sinks::embedded::EmbeddedStore;
@@ -169,6 +170,25 @@ impl TableReader for Reader {
             Reader::Hbase(store) => store.scan(table, spec),
         }
     }
+}
+
+/// The room view a previous run left in `backend` (see [`PreviousView`]), which a job continues
+/// from; says so when there is one.
+pub fn previous_view(backend: &Backend) -> Result<PreviousView> {
+    let view = PreviousView::read(&backend.reader()).with_context(|| {
+        format!(
+            "reading the room view a previous run left in {} ({})",
+            schema::ROOM_TABLE,
+            backend.location()
+        )
+    })?;
+    if !view.is_empty() {
+        tracing::info!(
+            rows = view.len(),
+            "room view: continuing from the stored rows"
+        );
+    }
+    Ok(view)
 }
 
 /// The HBase settings for `cfg.store` and the `--thrift2` flag. `interactive` bounds retries to

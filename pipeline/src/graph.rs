@@ -70,6 +70,8 @@ pub struct GraphConfig {
     /// Device registry of the room view: a CSV file (reloaded when it changes) or a compacted
     /// Kafka topic (followed).
     pub registry: Option<RegistrySource>,
+    /// The room view a previous run left in the table, which this run continues from.
+    pub previous_view: room::PreviousView,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -227,6 +229,7 @@ pub fn build_with_probe<'scope, F>(
             control: control.clone(),
         },
         readings_probe,
+        &cfg.previous_view,
     );
     let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
     let (wide, dropped) = readings

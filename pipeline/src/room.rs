@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
@@ -19,7 +19,7 @@ use serde::Serialize;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::operator::source;
 use timely::dataflow::operators::generic::Operator;
-use timely::dataflow::operators::{Capability, CapabilitySet};
+use timely::dataflow::operators::{Capability, CapabilitySet, Concat, ToStream};
 use timely::dataflow::{ProbeHandle, StreamVec};
 
 use crate::control::JobControl;
@@ -69,16 +69,103 @@ pub fn room_key(room: &str, device: &str) -> Vec<u8> {
     format!("{room}_{device}").into_bytes()
 }
 
+/// The room view a previous run left in `ts_room_latest`, read when a job starts.
+///
+/// The view's state (latest reading per device, the registry) lives in memory, so a new run
+/// starts from the table: its rows are subtracted from the view's first output, and the valid
+/// ones also seed the latest-per-device arrangement (each row's room as the reading's own room).
+/// Rows the new run computes alike cancel out; a device the registry moved while no job ran has
+/// its old row deleted, as if the move had happened while running; a row the view can never
+/// produce (a room id with `_`, written before rooms were checked) is deleted. A device that left
+/// the registry while no job ran stays under its stored room until its next reading.
+#[derive(Debug, Clone, Default)]
+pub struct PreviousView(Arc<Mutex<Vec<RoomRow>>>);
+
+impl PreviousView {
+    /// Reads every row of the room view in `store`. A row without `_` in its key or without a
+    /// `t:v` cell is not one the view wrote: it is left alone, with a warning.
+    ///
+    /// # Errors
+    /// A store error.
+    pub fn read(store: &dyn TableReader) -> Result<Self> {
+        let rows = store.scan(ROOM_TABLE, &ScanSpec::default())?;
+        let mut view = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = String::from_utf8_lossy(&row.key);
+            let parsed = key.rsplit_once('_').zip(row.cell(FAMILY, b"v"));
+            let Some(((room, device), cell)) = parsed else {
+                tracing::warn!(table = ROOM_TABLE, row = %key, "not a room-view row, left alone");
+                continue;
+            };
+            view.push((
+                room.to_string(),
+                device.to_string(),
+                cell.ts_ms.div_euclid(1000),
+                String::from_utf8_lossy(&cell.value).into_owned(),
+            ));
+        }
+        Ok(PreviousView(Arc::new(Mutex::new(view))))
+    }
+
+    /// Rows read.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |v| v.len())
+    }
+
+    /// Whether no row was read (or they were taken).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the rows (once: the view is seeded by one worker).
+    fn take(&self) -> Vec<RoomRow> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// The reading a stored row of the view stands for, if the view could have written the row.
+fn seed_reading((room, device, ts, value): &RoomRow) -> Option<Reading> {
+    registry::validate_room(room).ok()?;
+    rowkey::validate_device(device).ok()?;
+    let value = value.parse::<f64>().ok().filter(|v| v.is_finite())?;
+    Some(Reading {
+        device: device.clone(),
+        ts: *ts,
+        value,
+        extra: serde_json::json!({ "room": room }).to_string(),
+    })
+}
+
 /// Builds the room view from `readings` and the registry of `registry` (a file reloaded when it
 /// changes, or a topic followed; no source: rooms come from the readings only).
 /// `readings_probe` must observe the `readings` stream: the registry follows its frontier and
 /// closes with it.
+/// `previous` is the view a previous run left in the table (see [`PreviousView`]).
 pub fn room_view<'scope>(
     readings: StreamVec<'scope, u64, Reading>,
     registry: RegistryInput,
     readings_probe: ProbeHandle<u64>,
+    previous: &PreviousView,
 ) -> StreamVec<'scope, u64, Mutation> {
     let scope = readings.scope();
+
+    // The previous run's rows, on worker 0 at the first time: as readings of their devices
+    // (their room as the reading's own), and, subtracted, as the view's starting point.
+    let stored = if scope.index() == 0 {
+        previous.take()
+    } else {
+        Vec::new()
+    };
+    let seeds: Vec<Reading> = stored.iter().filter_map(seed_reading).collect();
+    let readings = readings.concat(seeds.to_stream(scope));
+    let stored = stored
+        .into_iter()
+        .map(|row| (row, 0u64, -1isize))
+        .to_stream(scope)
+        .as_collection();
 
     // Only readings newer than the device's newest so far become upserts, and only the newest
     // per device within each coalescing period: a replay at full speed sends many readings of a
@@ -164,6 +251,7 @@ pub fn room_view<'scope>(
     });
     registered
         .concat(unregistered)
+        .concat(stored)
         .consolidate()
         .inner
         .unary_frontier(by_row, "RoomRows", |_cap, _info| {
@@ -541,6 +629,20 @@ mod tests {
 
     fn row(room: &str, dev: &str, ts: i64, v: &str) -> RoomRow {
         (room.into(), dev.into(), ts, v.into())
+    }
+
+    #[test]
+    fn only_rows_the_view_could_write_seed_it() {
+        let seed = seed_reading(&row("lab1", "dev1", 10, "2.5")).expect("a view row");
+        assert_eq!(
+            (seed.device.as_str(), seed.ts, seed.value),
+            ("dev1", 10, 2.5)
+        );
+        assert_eq!(seed.room().as_deref(), Some("lab1"));
+        // `a_b_dev1` read back as room `a_b`: written before rooms were checked.
+        assert!(seed_reading(&row("a_b", "dev1", 10, "2.5")).is_none());
+        assert!(seed_reading(&row("lab1", "dev1", 10, "warm")).is_none());
+        assert!(seed_reading(&row("lab1", "dev1", 10, "NaN")).is_none());
     }
 
     #[test]

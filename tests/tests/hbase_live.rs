@@ -783,3 +783,14 @@ fn room_view_in_hbase_a_registry_change_while_running_moves_the_device() {
     let dir = scratch();
     room_view_common::a_registry_change_while_running_moves_the_device(&hbase_target(), dir.path());
 }
+
+#[test]
+fn room_view_in_hbase_a_registry_change_between_runs_moves_the_device_at_the_next_run() {
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let dir = scratch();
+    room_view_common::a_registry_change_between_runs_moves_the_device_at_the_next_run(
+        &hbase_target(),
+        dir.path(),
+    );
+}

@@ -36,3 +36,12 @@ fn a_registry_change_while_running_moves_the_device() {
     let dir = tempfile::tempdir().expect("tempdir");
     room_view_common::a_registry_change_while_running_moves_the_device(&embedded(), dir.path());
 }
+
+#[test]
+fn a_registry_change_between_runs_moves_the_device_at_the_next_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    room_view_common::a_registry_change_between_runs_moves_the_device_at_the_next_run(
+        &embedded(),
+        dir.path(),
+    );
+}

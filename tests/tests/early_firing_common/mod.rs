@@ -103,6 +103,7 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
         },
         flush_every: Duration::from_millis(200),
         registry: None,
+        previous_view: Default::default(),
     };
     let side = Arc::new(DeadLetters::new(
         scratch.join("dead.jsonl"),

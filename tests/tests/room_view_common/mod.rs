@@ -213,3 +213,76 @@ pub fn a_registry_change_while_running_moves_the_device(target: &Target, dir: &P
     );
     assert_eq!(target.room_csv(dir, "own", &[]), "device,ts,value\n");
 }
+
+/// A registry change made while no job runs moves the device at the next run, even without a
+/// new reading of it: the next run continues from the stored view, so the device's row under
+/// its old room is deleted. Rows the new run has no news about stay as they were.
+pub fn a_registry_change_between_runs_moves_the_device_at_the_next_run(
+    target: &Target,
+    dir: &Path,
+) {
+    std::fs::write(
+        dir.join("first.jsonl"),
+        [
+            line("mover", H, 20.0, Some("own")),
+            line("stay", H + 5, 30.0, Some("own")),
+            line("unregistered", H + 10, 40.0, Some("roomA")),
+        ]
+        .join("\n")
+            + "\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("devices.csv"),
+        "device,room\nmover,roomA\nstay,roomA\n",
+    )
+    .expect("write");
+    let s = target.replay(dir, "first.jsonl", &["--registry", "devices.csv"]);
+    assert_eq!(
+        target.room_csv(dir, "roomA", &[]),
+        format!(
+            "device,ts,value\nmover,{},20\nstay,{},30\nunregistered,{},40\n",
+            H + s,
+            H + s + 5,
+            H + s + 10
+        )
+    );
+
+    // While no job runs, the registry moves `mover`; the next run reads only `stay` (in the same
+    // hour, so that `--rebase-time` shifts it alike).
+    std::fs::write(
+        dir.join("devices.csv"),
+        "device,room\nmover,roomB\nstay,roomA\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("second.jsonl"),
+        line("stay", H + 100, 31.0, Some("own")) + "\n",
+    )
+    .expect("write");
+    assert_eq!(
+        target.replay(dir, "second.jsonl", &["--registry", "devices.csv"]),
+        s
+    );
+    assert_eq!(
+        target.room_csv(dir, "roomA", &[]),
+        format!(
+            "device,ts,value\nstay,{},31\nunregistered,{},40\n",
+            H + s + 100,
+            H + s + 10
+        )
+    );
+    assert_eq!(
+        target.room_csv(dir, "roomB", &[]),
+        format!("device,ts,value\nmover,{},20\n", H + s)
+    );
+    assert_eq!(
+        target.room_csv(
+            dir,
+            "roomB",
+            &["--strategy", "fanout", "--registry", "devices.csv"]
+        ),
+        target.room_csv(dir, "roomB", &[]),
+        "fanout vs view"
+    );
+}
