@@ -5,7 +5,8 @@
 //! sees them as a replay would.
 //!
 //! `--registry FILE` publishes a device registry CSV to a compacted topic instead (key = device
-//! id, value = the columns after `device`), and `--delete DEVICE` a tombstone; `hourglass run`
+//! id, value = the columns after `device`), `--delete DEVICE` a tombstone, and `--prune`
+//! tombstones for the devices the topic holds but the file does not list; `hourglass run`
 //! follows such a topic with `registry_topic`.
 
 use std::io::BufRead;
@@ -15,7 +16,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pipeline::registry_topic::block_on;
+use pipeline::config::SourceConfig;
+use pipeline::registry::{self, Registry};
+use pipeline::registry_topic::{block_on, RegistryTopic};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
@@ -25,6 +28,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 /// Longest record published: longer lines are cut (the job rejects them as too long anyway;
 /// brokers refuse records over 1 MB by default).
 const MAX_RECORD_BYTES: usize = 900 * 1024;
+
+/// How long `--prune` may take to read the registry topic to its end.
+const PRUNE_READ_LIMIT: Duration = Duration::from_secs(120);
 
 /// Arguments of `hourglass produce`.
 #[derive(Debug, Clone, clap::Args)]
@@ -42,6 +48,11 @@ pub struct ProduceArgs {
     /// (repeatable; with or without --registry).
     #[arg(long, value_name = "DEVICE", conflicts_with_all = ["file", "speed", "rate"])]
     pub delete: Vec<String>,
+    /// With --registry: also publish a tombstone for every device the topic holds that the file
+    /// does not list, so that the topic's registry becomes the file's (the topic is read to its
+    /// end first).
+    #[arg(long, requires = "registry")]
+    pub prune: bool,
     /// Bootstrap brokers, `host:port[,host:port…]`.
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub brokers: String,
@@ -334,7 +345,8 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
     cfg.set("bootstrap.servers", &args.brokers);
     let partitions = args.partitions.unwrap_or(1);
     anyhow::ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
-    if !create_topic(&cfg, &args.topic, partitions, true)? {
+    let created = create_topic(&cfg, &args.topic, partitions, true)?;
+    if !created {
         let policy = pipeline::registry_topic::cleanup_policy(&cfg, &args.topic)?;
         if !policy
             .as_deref()
@@ -349,13 +361,29 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
             );
         }
     }
+    let mut tombstones: Vec<String> = args.delete.clone();
+    // A topic just created holds nothing to prune.
+    if args.prune && !created {
+        let listed: std::collections::BTreeSet<&str> =
+            entries.iter().map(|(device, _)| device.as_str()).collect();
+        let stale: Vec<String> = registry_in_topic(args)?
+            .into_keys()
+            .filter(|device| !listed.contains(device.as_str()) && !tombstones.contains(device))
+            .collect();
+        eprintln!(
+            "--prune: {} devices in {} are not in the file",
+            stale.len(),
+            args.topic
+        );
+        tombstones.extend(stale);
+    }
     let producer: BaseProducer<Deliveries> = cfg
         .create_with_context(Deliveries::default())
         .context("creating the Kafka producer (check -X settings)")?;
     let records = entries
         .iter()
         .map(|(device, value)| (device.as_str(), Some(value.as_bytes())))
-        .chain(args.delete.iter().map(|device| (device.as_str(), None)));
+        .chain(tombstones.iter().map(|device| (device.as_str(), None)));
     let mut sent = 0u64;
     for (device, value) in records {
         let mut record = BaseRecord::<[u8], [u8]>::to(&args.topic).key(device.as_bytes());
@@ -369,10 +397,42 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
     eprintln!(
         "published {} registry entries and {} tombstones to {}",
         entries.len(),
-        args.delete.len(),
+        tombstones.len(),
         args.topic
     );
     Ok(())
+}
+
+/// The registry the topic `args.topic` holds now, read to where it ends (as `hourglass run`
+/// reads it at start; refused records change nothing).
+fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
+    let source = SourceConfig {
+        brokers: args.brokers.clone(),
+        group_id: "hourglass-produce".into(),
+        rdkafka: args.settings.iter().cloned().collect(),
+        ..SourceConfig::default()
+    };
+    let mut reader = RegistryTopic::open(&source, &args.topic)?;
+    let mut current = Registry::new();
+    let started = Instant::now();
+    loop {
+        let polled = reader.poll(10_000);
+        registry::apply(&mut current, polled.updates);
+        if !polled.more {
+            if reader.caught_up() {
+                return Ok(current);
+            }
+            if started.elapsed() > PRUNE_READ_LIMIT {
+                bail!(
+                    "--prune: topic {} not read to its end after {}s ({} partitions behind);                      nothing was published",
+                    args.topic,
+                    PRUNE_READ_LIMIT.as_secs(),
+                    reader.partitions_behind()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// Sends `record`, waiting while the producer's queue is full.

@@ -796,6 +796,91 @@ fn registry_topic_rooms_moves_tombstones_and_bad_records() {
     );
 }
 
+/// The registry a topic holds, read to its end the way the job reads it at start.
+fn registry_of_topic(topic: &str) -> BTreeMap<String, String> {
+    let source = pipeline::config::SourceConfig {
+        brokers: BROKER.into(),
+        ..Default::default()
+    };
+    let mut reader =
+        pipeline::registry_topic::RegistryTopic::open(&source, topic).expect("open the topic");
+    let mut registry = BTreeMap::new();
+    let start = Instant::now();
+    loop {
+        let polled = reader.poll(1000);
+        pipeline::registry::apply(&mut registry, polled.updates);
+        if !polled.more && reader.caught_up() {
+            return registry;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{topic} not read to its end"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `produce --registry FILE --prune` makes the topic's registry the file's: devices the file no
+/// longer lists get tombstones; without `--prune` they stay.
+#[test]
+fn produce_registry_prune_removes_the_devices_the_file_no_longer_lists() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let registry = unique("reg-prune");
+    let publish = |file: &str, extra: &[&str]| {
+        let out = hourglass(
+            &dir,
+            &[
+                &[
+                    "produce",
+                    "--registry",
+                    file,
+                    "--brokers",
+                    BROKER,
+                    "--topic",
+                ][..],
+                &[registry.as_str(), "--partitions", "2"],
+                extra,
+            ]
+            .concat(),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "produce {file}: {stderr}");
+        stderr
+    };
+    let rooms = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(d, r)| ((*d).to_string(), (*r).to_string()))
+            .collect()
+    };
+    std::fs::write(
+        dir.join("all.csv"),
+        "device,room\ndevA,lab1\ndevB,lab1\ndevC,lab2\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("fewer.csv"), "device,room\ndevA,lab3\n").expect("write");
+    publish("all.csv", &[]);
+    // Without --prune, publishing a shorter file only adds and updates.
+    publish("fewer.csv", &[]);
+    assert_eq!(
+        registry_of_topic(&registry),
+        rooms(&[("devA", "lab3"), ("devB", "lab1"), ("devC", "lab2")])
+    );
+    let stderr = publish("fewer.csv", &["--prune"]);
+    assert!(
+        stderr.contains("--prune: 2 devices in") && stderr.contains("and 2 tombstones"),
+        "{stderr}"
+    );
+    assert_eq!(registry_of_topic(&registry), rooms(&[("devA", "lab3")]));
+    // Nothing left to prune.
+    let stderr = publish("fewer.csv", &["--prune"]);
+    assert!(stderr.contains("--prune: 0 devices in"), "{stderr}");
+    assert_eq!(registry_of_topic(&registry), rooms(&[("devA", "lab3")]));
+}
+
 #[test]
 fn invalid_config_fails_at_start_naming_the_key() {
     let dir = scratch();
