@@ -22,7 +22,7 @@ use pipeline::graph::{self, GraphConfig, SideOutput};
 use pipeline::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::schema::RETENTION_SECS;
 use pipeline::stats::{Stats, Summary};
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 use sinks::dead_letter::DeadLetters;
 use timely::dataflow::ProbeHandle;
@@ -227,6 +227,7 @@ impl Status {
         every: Duration,
         consumer: BaseConsumer,
         topic: String,
+        partitions: usize,
         shared: Arc<KafkaShared>,
         stats: Arc<Stats>,
     ) -> Self {
@@ -237,7 +238,9 @@ impl Status {
             let mut last_read = 0;
             let mut last_at = Instant::now();
             let mut refresh_failed = false;
+            let mut new_partitions = NewPartitions::new(partitions);
             loop {
+                new_partitions.check(&consumer, &topic);
                 if let Err(e) = shared.refresh_offsets(&consumer, &topic, tick) {
                     if !refresh_failed {
                         tracing::warn!(error = %e, "cannot read partition offsets (retrying)");
@@ -294,6 +297,61 @@ impl Status {
         Status {
             done,
             thread: Some(thread),
+        }
+    }
+}
+
+/// How often the job looks for partitions added to its topic while it runs.
+const PARTITION_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Notices partitions added to the topic while the job runs. The workers read the partitions
+/// the topic had at start, so the new ones wait in Kafka (from their first offset, nothing is
+/// lost) until a restart: the job says so, once per new count.
+struct NewPartitions {
+    read: usize,
+    reported: usize,
+    last_check: Instant,
+}
+
+impl NewPartitions {
+    fn new(read: usize) -> Self {
+        NewPartitions {
+            read,
+            reported: read,
+            last_check: Instant::now(),
+        }
+    }
+
+    fn check(&mut self, consumer: &BaseConsumer, topic: &str) {
+        if self.last_check.elapsed() < PARTITION_CHECK_EVERY {
+            return;
+        }
+        self.last_check = Instant::now();
+        let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
+            return;
+        };
+        let Some(now) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+        else {
+            return;
+        };
+        if now > self.reported {
+            self.reported = now;
+            tracing::warn!(
+                topic,
+                partitions = now,
+                read = self.read,
+                "partitions were added to the topic; restart the job to read them"
+            );
+            eprintln!(
+                "warning: topic {topic} now has {now} partitions, this job reads the {} it had at \
+                 start: restart it to read the others (their records wait in Kafka; nothing is \
+                 lost)",
+                self.read
+            );
         }
     }
 }
@@ -399,6 +457,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         Duration::from_secs(cfg.status_interval_secs),
         kafka::consumer(source, "hourglass-status")?,
         source.topic.clone(),
+        partitions,
         shared.clone(),
         stats.clone(),
     );

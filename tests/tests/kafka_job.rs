@@ -1247,6 +1247,84 @@ fn run_reports_consumer_lag_per_partition() {
     assert_eq!(stats(&dir)["read"].as_f64(), Some(lines));
 }
 
+/// Partitions added to the topic while the job runs are not read until a restart: the job says
+/// so instead of leaving their records waiting unnoticed, and the restart reads them.
+#[test]
+fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("grow");
+    let first = readings(&[("devA", "r1")], 0..5);
+    std::fs::write(dir.join("first.jsonl"), &first).expect("write");
+    wait_ok(
+        produce_to(&dir, &dir.join("first.jsonl"), &topic, "1", &[]),
+        "produce",
+    );
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    let mut job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
+    let (_addr, log) = metrics_address(&mut job);
+    let log_has = |text: &str| log.lock().expect("log lock").contains(text);
+    let start = Instant::now();
+    while !log_has("(1 partitions)") {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "the job did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", BROKER)
+        .create()
+        .expect("admin client");
+    let results = pipeline::registry_topic::block_on(
+        admin.create_partitions([&NewPartitions::new(&topic, 2)], &AdminOptions::new()),
+    )
+    .expect("create partitions");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let start = Instant::now();
+    while !log_has(&format!("topic {topic} now has 2 partitions")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not announce the new partition:\n{}",
+            log.lock().expect("log lock")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A record in the new partition waits for the restart.
+    let newer = readings(&[("devB", "r1")], 5..6);
+    publish_to_partition(&topic, 1, newer.trim_end().as_bytes());
+    sigterm(&job);
+    assert!(job.wait().expect("wait").success());
+    let second = wait_ok(run_job(&dir, &config, &["--exit-on-idle", "3s"]), "run");
+    assert!(second.contains("(2 partitions)"), "{second}");
+    let room = room_csv(&dir, "r1");
+    assert!(room.contains("\ndevB,"), "{room}");
+}
+
+/// Publishes `value` (keyed `devB`) to one partition of `topic`.
+fn publish_to_partition(topic: &str, partition: i32, value: &[u8]) {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", BROKER)
+        .create()
+        .expect("Kafka producer");
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .partition(partition)
+                .key(&b"devB"[..])
+                .payload(value),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
 #[test]
 fn metrics_listen_on_a_taken_port_fails_at_start() {
     let dir = scratch();
