@@ -693,13 +693,19 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
     let h = now - now % 3600 - 3600;
     const PANES: i64 = 60;
     let done = Arc::new(AtomicBool::new(false));
+    // The writer starts once the reader has read (the empty row), and paces its panes, so that
+    // reads land while the row is being written however busy the machine is.
+    let reading = Arc::new(std::sync::Barrier::new(2));
     let writer = {
         let cfg = cfg.clone();
         let done = done.clone();
+        let reading = reading.clone();
         std::thread::spawn(move || {
             let mut writer = HbaseWriter::new(&cfg).for_tables(&schema::all_tables());
             let mut all = Vec::new();
+            reading.wait();
             for pane in 0..PANES {
+                std::thread::sleep(Duration::from_millis(10));
                 // 60 points a pane, each second of its minute, in a different order each time.
                 let points: Vec<(i64, f64)> = (0..60)
                     .map(|i| (h + pane * 60 + (i * 7 + pane) % 60, (pane * 60 + i) as f64))
@@ -715,6 +721,12 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         })
     };
     let store = HbaseStore::new(&cfg);
+    let empty = query::hour(&store, "dev1", h).expect("hour");
+    assert!(
+        empty.points.is_empty() && empty.summary.is_none(),
+        "{empty:?}"
+    );
+    reading.wait();
     let (mut gets, mut partial) = (0, 0);
     while !done.load(Ordering::SeqCst) {
         let hour = query::hour(&store, "dev1", h).expect("hour");
