@@ -5,7 +5,8 @@
 //! device leaves the registry; see [`crate::registry::parse_record`]. The topic is "caught up"
 //! once every partition has been read to the high watermark it had when the reader opened; the
 //! room view holds its output until then, so a job starts with the whole registry. Partitions
-//! added to the topic later are not read until the job restarts.
+//! added to the topic while the job runs are found within [`PARTITION_CHECK_EVERY`] and read
+//! from their beginning.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +28,10 @@ use crate::{Error, Result};
 
 /// How long start-up calls to the brokers (metadata, watermarks) may take.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a running reader looks for partitions added to its topic.
+pub const PARTITION_CHECK_EVERY: Duration = Duration::from_secs(10);
+/// How long that look may hold the worker that reads the registry.
+const PARTITION_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Runs a future to completion on this thread (rdkafka's admin client resolves its futures from
 /// its own thread, so no runtime is needed).
@@ -136,6 +141,8 @@ pub struct RegistryTopic {
     /// Per partition: the high watermark at open while it has not been reached.
     behind: Vec<Option<i64>>,
     last_error_note: Option<Instant>,
+    /// When the topic's partitions were last counted.
+    last_partition_check: Instant,
 }
 
 impl std::fmt::Debug for RegistryTopic {
@@ -212,6 +219,7 @@ impl RegistryTopic {
             topic: topic.to_string(),
             behind,
             last_error_note: None,
+            last_partition_check: Instant::now(),
         })
     }
 
@@ -252,9 +260,54 @@ impl RegistryTopic {
         }
     }
 
-    /// Reads up to `max` records without waiting. Consumer errors are logged (at most every
-    /// 10 s) and retried by librdkafka.
+    /// Assigns, from their beginning, the partitions added to the topic since the last look
+    /// (every [`PARTITION_CHECK_EVERY`]). They hold nothing the reader must wait for at start.
+    fn assign_new_partitions(&mut self) {
+        if self.last_partition_check.elapsed() < PARTITION_CHECK_EVERY {
+            return;
+        }
+        self.last_partition_check = Instant::now();
+        let Ok(md) = self
+            .consumer
+            .fetch_metadata(Some(&self.topic), PARTITION_CHECK_TIMEOUT)
+        else {
+            return;
+        };
+        let Some(now) = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+        else {
+            return;
+        };
+        let known = self.behind.len();
+        if now <= known {
+            return;
+        }
+        let mut added = TopicPartitionList::new();
+        for p in known..now {
+            if let Err(e) = added.add_partition_offset(&self.topic, p as i32, Offset::Beginning) {
+                tracing::warn!(topic = %self.topic, partition = p, error = %e, "device registry topic: cannot add the partition");
+                return;
+            }
+        }
+        match self.consumer.incremental_assign(&added) {
+            Ok(()) => {
+                self.behind.resize(now, None);
+                tracing::info!(topic = %self.topic, partitions = now, "device registry topic: reading its new partitions");
+            }
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, error = %e, "device registry topic: cannot assign its new partitions (retrying)");
+            }
+        }
+    }
+
+    /// Reads up to `max` records without waiting (but for a look at the topic's partitions
+    /// every [`PARTITION_CHECK_EVERY`]). Consumer errors are logged (at most every 10 s) and
+    /// retried by librdkafka.
     pub fn poll(&mut self, max: usize) -> Polled {
+        self.assign_new_partitions();
         let mut out = Polled::default();
         for _ in 0..max {
             match self.consumer.poll(Duration::ZERO) {

@@ -1251,8 +1251,6 @@ fn run_reports_consumer_lag_per_partition() {
 /// so instead of leaving their records waiting unnoticed, and the restart reads them.
 #[test]
 fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-    use rdkafka::client::DefaultClientContext;
     if !kafka_up() {
         return;
     }
@@ -1277,15 +1275,7 @@ fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", BROKER)
-        .create()
-        .expect("admin client");
-    let results = pipeline::registry_topic::block_on(
-        admin.create_partitions([&NewPartitions::new(&topic, 2)], &AdminOptions::new()),
-    )
-    .expect("create partitions");
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    add_partitions(&topic, 2);
     let start = Instant::now();
     while !log_has(&format!("topic {topic} now has 2 partitions")) {
         assert!(
@@ -1297,7 +1287,7 @@ fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
     }
     // A record in the new partition waits for the restart.
     let newer = readings(&[("devB", "r1")], 5..6);
-    publish_to_partition(&topic, 1, newer.trim_end().as_bytes());
+    publish_to_partition(&topic, 1, b"devB", newer.trim_end().as_bytes());
     sigterm(&job);
     assert!(job.wait().expect("wait").success());
     let second = wait_ok(run_job(&dir, &config, &["--exit-on-idle", "3s"]), "run");
@@ -1306,8 +1296,93 @@ fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
     assert!(room.contains("\ndevB,"), "{room}");
 }
 
-/// Publishes `value` (keyed `devB`) to one partition of `topic`.
-fn publish_to_partition(topic: &str, partition: i32, value: &[u8]) {
+/// Grows `topic` to `partitions` partitions.
+fn add_partitions(topic: &str, partitions: usize) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", BROKER)
+        .create()
+        .expect("admin client");
+    let results = pipeline::registry_topic::block_on(admin.create_partitions(
+        [&NewPartitions::new(topic, partitions)],
+        &AdminOptions::new(),
+    ))
+    .expect("create partitions");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+/// Partitions added to the registry topic while the job runs are read from their beginning: a
+/// device whose entry lands in the new partition moves.
+#[test]
+fn registry_topic_partitions_added_while_running_are_read() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("regp-readings");
+    let registry = unique("regp-devices");
+    std::fs::write(dir.join("devices.csv"), "device,room\ndevA,lab1\n").expect("write");
+    hourglass_ok(
+        &dir,
+        &[
+            "produce",
+            "--registry",
+            "devices.csv",
+            "--brokers",
+            BROKER,
+            "--topic",
+            &registry,
+            "--partitions",
+            "1",
+        ],
+    );
+    std::fs::write(
+        dir.join("r.jsonl"),
+        readings(&[("devA", "own"), ("devB", "own")], 0..5),
+    )
+    .expect("write");
+    wait_ok(produce(&dir, &dir.join("r.jsonl"), &topic, &[]), "produce");
+    let config = job_config(&dir, &topic, "", 1);
+    let mut text = std::fs::read_to_string(&config).expect("read job.toml");
+    text.insert_str(0, &format!("registry_topic = \"{registry}\"\n"));
+    std::fs::write(&config, text).expect("write job.toml");
+    let mut job = run_job(
+        &dir,
+        &config,
+        &["--exit-on-idle", "30s", "--metrics-listen", "127.0.0.1:0"],
+    );
+    let (_addr, log) = metrics_address(&mut job);
+    let start = Instant::now();
+    while !log
+        .lock()
+        .expect("log lock")
+        .contains("device registry: read topic")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "registry not read"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    add_partitions(&registry, 2);
+    publish_to_partition(&registry, 1, b"devB", b"lab2");
+    assert!(
+        job.wait().expect("wait").success(),
+        "{}",
+        log.lock().expect("log lock")
+    );
+    let (h4, lab) = (1724101200 + 40, room_csv(&dir, "lab2"));
+    assert_eq!(lab, format!("device,ts,value\ndevB,{h4},4\n"));
+    assert_eq!(
+        room_csv(&dir, "lab1"),
+        format!("device,ts,value\ndevA,{h4},4\n")
+    );
+    assert_eq!(room_csv(&dir, "own"), "device,ts,value\n");
+}
+
+/// Publishes one record to one partition of `topic`.
+fn publish_to_partition(topic: &str, partition: i32, key: &[u8], value: &[u8]) {
     use rdkafka::producer::{BaseRecord, Producer};
     let producer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", BROKER)
@@ -1317,7 +1392,7 @@ fn publish_to_partition(topic: &str, partition: i32, value: &[u8]) {
         .send(
             BaseRecord::<[u8], [u8]>::to(topic)
                 .partition(partition)
-                .key(&b"devB"[..])
+                .key(key)
                 .payload(value),
         )
         .map_err(|(e, _)| e)
