@@ -35,8 +35,8 @@ use crate::{query, Result};
 
 /// A device's latest reading: event time, metric text, the reading's own `room` field.
 type Latest = (i64, String, Option<String>);
-/// A row of the view: room, device, event time, metric text.
-type RoomRow = (String, String, i64, String);
+/// A row of the view: room, device, event time, metric text, the reading's own `room` field.
+type RoomRow = (String, String, i64, String, Option<String>);
 
 /// A change of the view: row, timely time, +1 or -1.
 type Update = (RoomRow, u64, isize);
@@ -44,8 +44,15 @@ type Update = (RoomRow, u64, isize);
 /// A change of the registry: (device, room), +1 or -1.
 type RegistryChange = ((String, String), isize);
 
-/// What a batch does to one row: the newest inserted `(ts, value)`, the newest retracted ts.
-type RowChange = (Option<(i64, String)>, Option<i64>);
+/// What a batch does to one row: the newest inserted `(ts, value, own room)`, the newest
+/// retracted ts.
+type RowChange = (Option<(i64, String, Option<String>)>, Option<i64>);
+
+/// The qualifier of the view's value cell.
+const VALUE_QUALIFIER: &[u8] = b"v";
+/// The qualifier of the cell that keeps the reading's own `room` field (empty: none), so that a
+/// job continuing from the table knows where a device goes if it leaves the registry.
+const OWN_ROOM_QUALIFIER: &[u8] = b"o";
 
 /// How long the newest reading of a device may wait before it updates the view.
 const COALESCE: Duration = Duration::from_millis(500);
@@ -73,11 +80,11 @@ pub fn room_key(room: &str, device: &str) -> Vec<u8> {
 ///
 /// The view's state (latest reading per device, the registry) lives in memory, so a new run
 /// starts from the table: its rows are subtracted from the view's first output, and the valid
-/// ones also seed the latest-per-device arrangement (each row's room as the reading's own room).
+/// ones also seed the latest-per-device arrangement (with the reading's own room from `t:o`).
 /// Rows the new run computes alike cancel out; a device the registry moved while no job ran has
-/// its old row deleted, as if the move had happened while running; a row the view can never
-/// produce (a room id with `_`, written before rooms were checked) is deleted. A device that left
-/// the registry while no job ran stays under its stored room until its next reading.
+/// its old row deleted, as if the move had happened while running, and one that left the
+/// registry goes back to the room of its readings (the row's `t:o` cell); a row the view can
+/// never produce (a room id with `_`, written before rooms were checked) is deleted.
 #[derive(Debug, Clone, Default)]
 pub struct PreviousView(Arc<Mutex<Vec<RoomRow>>>);
 
@@ -92,16 +99,23 @@ impl PreviousView {
         let mut view = Vec::with_capacity(rows.len());
         for row in rows {
             let key = String::from_utf8_lossy(&row.key);
-            let parsed = key.rsplit_once('_').zip(row.cell(FAMILY, b"v"));
+            let parsed = key.rsplit_once('_').zip(row.cell(FAMILY, VALUE_QUALIFIER));
             let Some(((room, device), cell)) = parsed else {
                 tracing::warn!(table = ROOM_TABLE, row = %key, "not a room-view row, left alone");
                 continue;
+            };
+            // Rows written before the own room was kept: the row's room stands for it.
+            let own = match row.cell(FAMILY, OWN_ROOM_QUALIFIER) {
+                Some(c) if c.value.is_empty() => None,
+                Some(c) => Some(String::from_utf8_lossy(&c.value).into_owned()),
+                None => Some(room.to_string()),
             };
             view.push((
                 room.to_string(),
                 device.to_string(),
                 cell.ts_ms.div_euclid(1000),
                 String::from_utf8_lossy(&cell.value).into_owned(),
+                own,
             ));
         }
         Ok(PreviousView(Arc::new(Mutex::new(view))))
@@ -127,15 +141,21 @@ impl PreviousView {
 }
 
 /// The reading a stored row of the view stands for, if the view could have written the row.
-fn seed_reading((room, device, ts, value): &RoomRow) -> Option<Reading> {
+fn seed_reading((room, device, ts, value, own): &RoomRow) -> Option<Reading> {
     registry::validate_room(room).ok()?;
     rowkey::validate_device(device).ok()?;
+    if let Some(own) = own {
+        registry::validate_room(own).ok()?;
+    }
     let value = value.parse::<f64>().ok().filter(|v| v.is_finite())?;
     Some(Reading {
         device: device.clone(),
         ts: *ts,
         value,
-        extra: serde_json::json!({ "room": room }).to_string(),
+        extra: match own {
+            Some(own) => serde_json::json!({ "room": own }).to_string(),
+            None => "{}".to_string(),
+        },
     })
 }
 
@@ -236,17 +256,25 @@ pub fn room_view<'scope>(
     let registry = registry_source(scope, registry, readings_probe).as_collection();
     let registered = latest
         .clone()
-        .join_map(registry.clone(), |device, (ts, value, _), room| {
-            (room.clone(), device.clone(), *ts, value.clone())
+        .join_map(registry.clone(), |device, (ts, value, own), room| {
+            (
+                room.clone(),
+                device.clone(),
+                *ts,
+                value.clone(),
+                own.clone(),
+            )
         });
     let unregistered = latest
         .antijoin(registry.map(|(device, _room)| device))
-        .flat_map(|(device, (ts, value, room))| room.map(|room| (room, device, ts, value)));
+        .flat_map(|(device, (ts, value, own))| {
+            own.map(|room| (room.clone(), device, ts, value, Some(room)))
+        });
 
     // Consolidated, so the antijoin's retraction of a registered device nets out instead of
     // reaching the table as a delete; then routed by row, so a row's put and delete are written
     // by one worker in order (the embedded store's row delete is not a timestamped tombstone).
-    let by_row = Exchange::new(|((room, device, _, _), _, _): &(RoomRow, u64, isize)| {
+    let by_row = Exchange::new(|((room, device, ..), _, _): &(RoomRow, u64, isize)| {
         hash_device(room) ^ hash_device(device).rotate_left(1)
     });
     registered
@@ -300,11 +328,11 @@ fn to_mutations(mut updates: Vec<(RoomRow, u64, isize)>) -> Vec<Mutation> {
     // Per (room, device): an insertion is a put; only a retraction is a delete. A delete is
     // bounded by the retracted reading's time, so it can never remove a newer put.
     let mut by_row: HashMap<(String, String), RowChange> = HashMap::new();
-    for ((room, device, ts, value), diff) in net {
+    for ((room, device, ts, value, own), diff) in net {
         let entry = by_row.entry((room, device)).or_default();
         if diff > 0 {
-            if entry.0.as_ref().is_none_or(|(t, _)| ts > *t) {
-                entry.0 = Some((ts, value));
+            if entry.0.as_ref().is_none_or(|(t, ..)| ts > *t) {
+                entry.0 = Some((ts, value, own));
             }
         } else {
             entry.1 = Some(entry.1.map_or(ts, |t| t.max(ts)));
@@ -315,16 +343,22 @@ fn to_mutations(mut updates: Vec<(RoomRow, u64, isize)>) -> Vec<Mutation> {
         .map(|((room, device), change)| {
             let row = room_key(&room, &device);
             match change {
-                (Some((ts, value)), _) => Mutation::Put {
-                    table: ROOM_TABLE,
-                    row,
-                    cells: vec![Cell {
+                (Some((ts, value, own)), _) => {
+                    let cell = |qualifier: &[u8], value: Vec<u8>| Cell {
                         family: FAMILY.into(),
-                        qualifier: b"v".to_vec(),
+                        qualifier: qualifier.to_vec(),
                         ts_ms: ts * 1000,
-                        value: value.into_bytes(),
-                    }],
-                },
+                        value,
+                    };
+                    Mutation::Put {
+                        table: ROOM_TABLE,
+                        row,
+                        cells: vec![
+                            cell(VALUE_QUALIFIER, value.into_bytes()),
+                            cell(OWN_ROOM_QUALIFIER, own.unwrap_or_default().into_bytes()),
+                        ],
+                    }
+                }
                 (None, deleted) => Mutation::DeleteRow {
                     table: ROOM_TABLE,
                     row,
@@ -628,7 +662,7 @@ mod tests {
     use super::*;
 
     fn row(room: &str, dev: &str, ts: i64, v: &str) -> RoomRow {
-        (room.into(), dev.into(), ts, v.into())
+        (room.into(), dev.into(), ts, v.into(), Some(room.into()))
     }
 
     #[test]
@@ -639,6 +673,17 @@ mod tests {
             ("dev1", 10, 2.5)
         );
         assert_eq!(seed.room().as_deref(), Some("lab1"));
+        // A registry room: the seed carries the reading's own room, or none.
+        let mut registered = row("lab1", "dev1", 10, "2.5");
+        registered.4 = Some("own7".into());
+        assert_eq!(
+            seed_reading(&registered).unwrap().room().as_deref(),
+            Some("own7")
+        );
+        registered.4 = None;
+        assert_eq!(seed_reading(&registered).unwrap().room(), None);
+        registered.4 = Some("a_b".into());
+        assert!(seed_reading(&registered).is_none());
         // `a_b_dev1` read back as room `a_b`: written before rooms were checked.
         assert!(seed_reading(&row("a_b", "dev1", 10, "2.5")).is_none());
         assert!(seed_reading(&row("lab1", "dev1", 10, "warm")).is_none());

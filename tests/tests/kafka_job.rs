@@ -785,10 +785,11 @@ fn registry_topic_rooms_moves_tombstones_and_bad_records() {
         room_csv(&dir, "ownD"),
         format!("device,ts,value\ndevD,{h4},4\n")
     );
-    let rows: Vec<String> = dump(&dir, "store", "ts_room_latest")
+    let mut rows: Vec<String> = dump(&dir, "store", "ts_room_latest")
         .lines()
         .filter_map(|l| l.split('\t').next().map(str::to_string))
         .collect();
+    rows.dedup();
     assert_eq!(
         rows,
         ["lab2_devA", "lab2_devC", "ownD_devD", "own_devB"],

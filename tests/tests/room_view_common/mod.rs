@@ -227,6 +227,8 @@ pub fn a_registry_change_between_runs_moves_the_device_at_the_next_run(
             line("mover", H, 20.0, Some("own")),
             line("stay", H + 5, 30.0, Some("own")),
             line("unregistered", H + 10, 40.0, Some("roomA")),
+            line("leaver", H + 15, 50.0, Some("ownL")),
+            line("noown", H + 20, 60.0, None),
         ]
         .join("\n")
             + "\n",
@@ -234,22 +236,26 @@ pub fn a_registry_change_between_runs_moves_the_device_at_the_next_run(
     .expect("write");
     std::fs::write(
         dir.join("devices.csv"),
-        "device,room\nmover,roomA\nstay,roomA\n",
+        "device,room\nmover,roomA\nstay,roomA\nleaver,roomA\nnoown,roomA\n",
     )
     .expect("write");
     let s = target.replay(dir, "first.jsonl", &["--registry", "devices.csv"]);
     assert_eq!(
         target.room_csv(dir, "roomA", &[]),
         format!(
-            "device,ts,value\nmover,{},20\nstay,{},30\nunregistered,{},40\n",
+            "device,ts,value\nleaver,{},50\nmover,{},20\nnoown,{},60\nstay,{},30\n\
+             unregistered,{},40\n",
+            H + s + 15,
             H + s,
+            H + s + 20,
             H + s + 5,
             H + s + 10
         )
     );
 
-    // While no job runs, the registry moves `mover`; the next run reads only `stay` (in the same
-    // hour, so that `--rebase-time` shifts it alike).
+    // While no job runs, the registry moves `mover` and drops `leaver` (back to the room its
+    // readings report) and `noown` (whose readings report none: out of the view); the next run
+    // reads only `stay` (in the same hour, so that `--rebase-time` shifts it alike).
     std::fs::write(
         dir.join("devices.csv"),
         "device,room\nmover,roomB\nstay,roomA\n",
@@ -275,6 +281,10 @@ pub fn a_registry_change_between_runs_moves_the_device_at_the_next_run(
     assert_eq!(
         target.room_csv(dir, "roomB", &[]),
         format!("device,ts,value\nmover,{},20\n", H + s)
+    );
+    assert_eq!(
+        target.room_csv(dir, "ownL", &[]),
+        format!("device,ts,value\nleaver,{},50\n", H + s + 15)
     );
     assert_eq!(
         target.room_csv(
