@@ -424,7 +424,8 @@ fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
             }
             if started.elapsed() > PRUNE_READ_LIMIT {
                 bail!(
-                    "--prune: topic {} not read to its end after {}s ({} partitions behind);                      nothing was published",
+                    "--prune: topic {} not read to its end after {}s ({} partitions behind); \
+                     nothing was published",
                     args.topic,
                     PRUNE_READ_LIMIT.as_secs(),
                     reader.partitions_behind()

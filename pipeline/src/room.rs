@@ -173,7 +173,8 @@ pub fn room_view<'scope>(
     let scope = readings.scope();
 
     // The previous run's rows, on worker 0 at the first time: as readings of their devices
-    // (their room as the reading's own), and, subtracted, as the view's starting point.
+    // (with the room those readings reported, `t:o`), and, subtracted, as the view's starting
+    // point.
     let stored = if scope.index() == 0 {
         previous.take()
     } else {
