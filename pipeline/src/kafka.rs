@@ -577,8 +577,22 @@ impl OffsetCommitter {
     ///
     /// # Errors
     /// As [`OffsetCommitter::commit_durable`].
+    /// A failed commit is tried again for up to [`FINAL_COMMIT_RETRY_FOR`] (a group coordinator
+    /// that is moving answers `NotCoordinator` for a while).
     pub fn finish(&self) -> Result<()> {
-        self.commit_durable().map(|_| ())
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(200);
+        loop {
+            match self.commit_durable() {
+                Ok(_) => return Ok(()),
+                Err(e) if started.elapsed() < FINAL_COMMIT_RETRY_FOR => {
+                    tracing::warn!(error = %e, "final offset commit failed; retrying");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -686,6 +700,46 @@ impl std::fmt::Display for CommitMeta {
     }
 }
 
+/// How long the final offset commit is tried again after errors.
+const FINAL_COMMIT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// How long a worker keeps asking for its group's committed offsets while the brokers answer
+/// with errors (a group coordinator that is moving or still loading answers `NotCoordinator`
+/// or `CoordinatorLoadInProgress` for a while).
+const COMMITTED_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// The committed offsets of `wanted` in the job's group, asked again (with a warning) while the
+/// brokers answer with errors, for up to [`COMMITTED_RETRY_FOR`] or until the job stops.
+fn committed_offsets(
+    consumer: &BaseConsumer,
+    wanted: &TopicPartitionList,
+    source: &SourceConfig,
+    control: &JobControl,
+) -> Result<TopicPartitionList> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match consumer.committed_offsets(wanted.clone(), BROKER_TIMEOUT) {
+            Ok(committed) => return Ok(committed),
+            Err(e) if started.elapsed() < COMMITTED_RETRY_FOR && !control.stopped() => {
+                tracing::warn!(group = %source.group_id, error = %e, "cannot read the committed offsets yet (retrying)");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                return Err(kafka_error(
+                    source,
+                    format!(
+                        "reading the committed offsets of group {} (for {}s): {e}",
+                        source.group_id,
+                        started.elapsed().as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+}
+
 impl KafkaFeed {
     /// Connects worker `opts.worker`, assigns its partitions and positions each at its committed
     /// offset (or `auto.offset.reset`, default earliest, when it has none), restoring the
@@ -726,17 +780,7 @@ impl KafkaFeed {
             for &p in &partitions {
                 wanted.add_partition(&source.topic, p);
             }
-            let committed = consumer
-                .committed_offsets(wanted, BROKER_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(
-                        source,
-                        format!(
-                            "reading the committed offsets of group {}: {e}",
-                            source.group_id
-                        ),
-                    )
-                })?;
+            let committed = committed_offsets(&consumer, &wanted, source, &control)?;
             let mut assign = TopicPartitionList::new();
             for (local, part) in parts.iter_mut().enumerate() {
                 let elem = committed.find_partition(&source.topic, part.partition);
