@@ -628,6 +628,16 @@ fn readings(devices: &[(&str, &str)], steps: std::ops::Range<i64>) -> String {
     out
 }
 
+/// The job config of `job_config(dir, topic, "", 1)` with the device registry read from the
+/// topic `registry`.
+fn registry_job_config(dir: &Path, topic: &str, registry: &str) -> PathBuf {
+    let config = job_config(dir, topic, "", 1);
+    let mut text = std::fs::read_to_string(&config).expect("read job.toml");
+    text.insert_str(0, &format!("registry_topic = \"{registry}\"\n"));
+    std::fs::write(&config, text).expect("write job.toml");
+    config
+}
+
 /// The registry as a compacted topic: published with `produce --registry` (the topic is created
 /// compacted), read whole before the room view writes anything, then followed while the job
 /// runs: a move deletes the device's old row, a tombstone sends it back to its readings' room,
@@ -695,10 +705,7 @@ fn registry_topic_rooms_moves_tombstones_and_bad_records() {
         "{stderr}"
     );
 
-    let config = job_config(&dir, &topic, "", 1);
-    let mut text = std::fs::read_to_string(&config).expect("read job.toml");
-    text.insert_str(0, &format!("registry_topic = \"{registry}\"\n"));
-    std::fs::write(&config, text).expect("write job.toml");
+    let config = registry_job_config(&dir, &topic, &registry);
     let stderr = wait_ok(run_job(&dir, &config, &["--exit-on-idle", "3s"]), "run");
     assert!(stderr.contains("device registry: read topic"), "{stderr}");
     let (h4, h9) = (1724101200 + 40, 1724101200 + 90);
@@ -1344,10 +1351,7 @@ fn registry_topic_partitions_added_while_running_are_read() {
     )
     .expect("write");
     wait_ok(produce(&dir, &dir.join("r.jsonl"), &topic, &[]), "produce");
-    let config = job_config(&dir, &topic, "", 1);
-    let mut text = std::fs::read_to_string(&config).expect("read job.toml");
-    text.insert_str(0, &format!("registry_topic = \"{registry}\"\n"));
-    std::fs::write(&config, text).expect("write job.toml");
+    let config = registry_job_config(&dir, &topic, &registry);
     let mut job = run_job(
         &dir,
         &config,
