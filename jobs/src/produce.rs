@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pipeline::config::SourceConfig;
-use pipeline::registry::{self, Registry};
+use pipeline::registry::Registry;
 use pipeline::registry_topic::{block_on, RegistryTopic};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -412,28 +412,9 @@ fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
         rdkafka: args.settings.iter().cloned().collect(),
         ..SourceConfig::default()
     };
-    let mut reader = RegistryTopic::open(&source, &args.topic)?;
-    let mut current = Registry::new();
-    let started = Instant::now();
-    loop {
-        let polled = reader.poll(10_000);
-        registry::apply(&mut current, polled.updates);
-        if !polled.more {
-            if reader.caught_up() {
-                return Ok(current);
-            }
-            if started.elapsed() > PRUNE_READ_LIMIT {
-                bail!(
-                    "--prune: topic {} not read to its end after {}s ({} partitions behind); \
-                     nothing was published",
-                    args.topic,
-                    PRUNE_READ_LIMIT.as_secs(),
-                    reader.partitions_behind()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+    RegistryTopic::open(&source, &args.topic)?
+        .read_to_end(PRUNE_READ_LIMIT)
+        .context("--prune: nothing was published")
 }
 
 /// Sends `record`, waiting while the producer's queue is full.

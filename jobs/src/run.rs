@@ -22,7 +22,7 @@ use pipeline::graph::{self, GraphConfig, SideOutput};
 use pipeline::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::schema::RETENTION_SECS;
 use pipeline::stats::{Stats, Summary};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use serde::Serialize;
 use sinks::dead_letter::DeadLetters;
 use timely::dataflow::ProbeHandle;
@@ -327,15 +327,7 @@ impl NewPartitions {
             return;
         }
         self.last_check = Instant::now();
-        let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
-            return;
-        };
-        let Some(now) = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .map(|t| t.partitions().len())
-        else {
+        let Ok(now) = kafka::partition_count(consumer, topic, Duration::from_secs(5)) else {
             return;
         };
         if now > self.reported {

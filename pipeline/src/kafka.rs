@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use operators::{EventFeed, Poll};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
@@ -120,18 +120,9 @@ pub fn wait_for_partitions(source: &SourceConfig, control: &JobControl) -> Resul
     let started = Instant::now();
     let mut next_note = Duration::from_secs(10);
     loop {
-        let problem = match consumer.fetch_metadata(Some(&source.topic), Duration::from_secs(5)) {
-            Ok(md) => match md.topics().iter().find(|t| t.name() == source.topic) {
-                Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-                    return Ok(t.partitions().len())
-                }
-                Some(t) => match t.error() {
-                    Some(e) => format!("topic not available: {:?}", RDKafkaErrorCode::from(e)),
-                    None => "topic has no partitions yet".to_string(),
-                },
-                None => "topic not found".to_string(),
-            },
-            Err(e) => format!("metadata request failed: {e}"),
+        let problem = match partition_count(&consumer, &source.topic, Duration::from_secs(5)) {
+            Ok(partitions) => return Ok(partitions),
+            Err(problem) => problem.to_string(),
         };
         if control.stopped() {
             return Err(kafka_error(
@@ -148,6 +139,52 @@ pub fn wait_for_partitions(source: &SourceConfig, control: &JobControl) -> Resul
             next_note += Duration::from_secs(10);
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Why a topic's partitions could not be counted.
+#[derive(Debug)]
+pub enum TopicProblem {
+    /// The brokers did not answer the metadata request.
+    Metadata(KafkaError),
+    /// The brokers do not know the topic.
+    NotFound,
+    /// The brokers report an error for the topic.
+    Unavailable(RDKafkaErrorCode),
+    /// The topic exists without partitions (being created).
+    NoPartitions,
+}
+
+impl std::fmt::Display for TopicProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopicProblem::Metadata(e) => write!(f, "metadata request failed: {e}"),
+            TopicProblem::NotFound => f.write_str("topic not found"),
+            TopicProblem::Unavailable(code) => write!(f, "topic not available: {code:?}"),
+            TopicProblem::NoPartitions => f.write_str("topic has no partitions yet"),
+        }
+    }
+}
+
+/// How many partitions `topic` has, as the brokers report it within `timeout`.
+///
+/// # Errors
+/// The [`TopicProblem`] that keeps them from being counted.
+pub fn partition_count<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> std::result::Result<usize, TopicProblem> {
+    let md = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(TopicProblem::Metadata)?;
+    match md.topics().iter().find(|t| t.name() == topic) {
+        None => Err(TopicProblem::NotFound),
+        Some(t) => match t.error() {
+            Some(e) => Err(TopicProblem::Unavailable(RDKafkaErrorCode::from(e))),
+            None if t.partitions().is_empty() => Err(TopicProblem::NoPartitions),
+            None => Ok(t.partitions().len()),
+        },
     }
 }
 
@@ -580,19 +617,13 @@ impl OffsetCommitter {
     /// A failed commit is tried again for up to [`FINAL_COMMIT_RETRY_FOR`] (a group coordinator
     /// that is moving answers `NotCoordinator` for a while).
     pub fn finish(&self) -> Result<()> {
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(200);
-        loop {
-            match self.commit_durable() {
-                Ok(_) => return Ok(()),
-                Err(e) if started.elapsed() < FINAL_COMMIT_RETRY_FOR => {
-                    tracing::warn!(error = %e, "final offset commit failed; retrying");
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        retrying(
+            "the final offset commit",
+            FINAL_COMMIT_RETRY_FOR,
+            || false,
+            || self.commit_durable(),
+        )
+        .map(|_| ())
     }
 }
 
@@ -708,6 +739,30 @@ const FINAL_COMMIT_RETRY_FOR: Duration = Duration::from_secs(30);
 /// or `CoordinatorLoadInProgress` for a while).
 const COMMITTED_RETRY_FOR: Duration = Duration::from_secs(120);
 
+/// Calls `attempt` until it succeeds, again after each error (with a warning naming `what`;
+/// pauses from 200 ms doubling up to 5 s) for up to `limit` or until `stopped()`. Returns the
+/// last error after that.
+fn retrying<T, E: std::fmt::Display>(
+    what: &str,
+    limit: Duration,
+    stopped: impl Fn() -> bool,
+    mut attempt: impl FnMut() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match attempt() {
+            Ok(v) => return Ok(v),
+            Err(e) if started.elapsed() < limit && !stopped() => {
+                tracing::warn!(error = %e, "{what} failed (retrying)");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The committed offsets of `wanted` in the job's group, asked again (with a warning) while the
 /// brokers answer with errors, for up to [`COMMITTED_RETRY_FOR`] or until the job stops.
 fn committed_offsets(
@@ -716,28 +771,20 @@ fn committed_offsets(
     source: &SourceConfig,
     control: &JobControl,
 ) -> Result<TopicPartitionList> {
+    let what = format!("reading the committed offsets of group {}", source.group_id);
     let started = Instant::now();
-    let mut pause = Duration::from_millis(200);
-    loop {
-        match consumer.committed_offsets(wanted.clone(), BROKER_TIMEOUT) {
-            Ok(committed) => return Ok(committed),
-            Err(e) if started.elapsed() < COMMITTED_RETRY_FOR && !control.stopped() => {
-                tracing::warn!(group = %source.group_id, error = %e, "cannot read the committed offsets yet (retrying)");
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => {
-                return Err(kafka_error(
-                    source,
-                    format!(
-                        "reading the committed offsets of group {} (for {}s): {e}",
-                        source.group_id,
-                        started.elapsed().as_secs()
-                    ),
-                ))
-            }
-        }
-    }
+    retrying(
+        &what,
+        COMMITTED_RETRY_FOR,
+        || control.stopped(),
+        || consumer.committed_offsets(wanted.clone(), BROKER_TIMEOUT),
+    )
+    .map_err(|e| {
+        kafka_error(
+            source,
+            format!("{what} (for {}s): {e}", started.elapsed().as_secs()),
+        )
+    })
 }
 
 impl KafkaFeed {

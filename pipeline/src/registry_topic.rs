@@ -23,7 +23,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::SourceConfig;
-use crate::registry::{parse_record, RejectedRecord};
+use crate::kafka::{partition_count, TopicProblem};
+use crate::registry::{parse_record, Registry, RejectedRecord};
 use crate::{Error, Result};
 
 /// How long start-up calls to the brokers (metadata, watermarks) may take.
@@ -53,9 +54,9 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
-fn topic_error(source: &SourceConfig, topic: &str, message: String) -> Error {
+fn topic_error(brokers: &str, topic: &str, message: String) -> Error {
     Error::Io {
-        path: format!("kafka registry topic {topic} at {}", source.brokers),
+        path: format!("kafka registry topic {topic} at {brokers}"),
         source: std::io::Error::other(message),
     }
 }
@@ -138,6 +139,7 @@ pub struct Polled {
 pub struct RegistryTopic {
     consumer: BaseConsumer<RegistryContext>,
     topic: String,
+    brokers: String,
     /// Per partition: the high watermark at open while it has not been reached.
     behind: Vec<Option<i64>>,
     last_error_note: Option<Instant>,
@@ -165,14 +167,14 @@ impl RegistryTopic {
             .set("client.id", "hourglass-registry")
             .create_with_context(RegistryContext)
             .map_err(|e| Error::Config(format!("source.rdkafka: {e}")))?;
-        let md = consumer
-            .fetch_metadata(Some(topic), BROKER_TIMEOUT)
-            .map_err(|e| topic_error(source, topic, format!("metadata request failed: {e}")))?;
-        let partitions = match md.topics().iter().find(|t| t.name() == topic) {
-            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions().len(),
-            _ => {
+        let partitions = match partition_count(&consumer, topic, BROKER_TIMEOUT) {
+            Ok(partitions) => partitions,
+            Err(problem @ TopicProblem::Metadata(_)) => {
+                return Err(topic_error(&source.brokers, topic, problem.to_string()))
+            }
+            Err(_) => {
                 return Err(topic_error(
-                    source,
+                    &source.brokers,
                     topic,
                     format!(
                         "topic not found: publish the registry first, e.g. `hourglass produce \
@@ -203,20 +205,25 @@ impl RegistryTopic {
             let (low, high) = consumer
                 .fetch_watermarks(topic, p, BROKER_TIMEOUT)
                 .map_err(|e| {
-                    topic_error(source, topic, format!("partition {p} watermarks: {e}"))
+                    topic_error(
+                        &source.brokers,
+                        topic,
+                        format!("partition {p} watermarks: {e}"),
+                    )
                 })?;
             behind.push((high > low).then_some(high));
             assign
                 .add_partition_offset(topic, p, Offset::Beginning)
-                .map_err(|e| topic_error(source, topic, e.to_string()))?;
+                .map_err(|e| topic_error(&source.brokers, topic, e.to_string()))?;
         }
-        consumer
-            .assign(&assign)
-            .map_err(|e| topic_error(source, topic, format!("assigning partitions: {e}")))?;
+        consumer.assign(&assign).map_err(|e| {
+            topic_error(&source.brokers, topic, format!("assigning partitions: {e}"))
+        })?;
         tracing::info!(topic, partitions, "reading the device registry topic");
         Ok(RegistryTopic {
             consumer,
             topic: topic.to_string(),
+            brokers: source.brokers.clone(),
             behind,
             last_error_note: None,
             last_partition_check: Instant::now(),
@@ -260,6 +267,38 @@ impl RegistryTopic {
         }
     }
 
+    /// Reads the topic up to where it ended when the reader opened and returns the registry it
+    /// holds (refused records change nothing), as a job has it when it starts.
+    ///
+    /// # Errors
+    /// The topic was not read that far within `limit`.
+    pub fn read_to_end(&mut self, limit: Duration) -> Result<Registry> {
+        let mut registry = Registry::new();
+        let started = Instant::now();
+        loop {
+            let polled = self.poll(10_000);
+            crate::registry::apply(&mut registry, polled.updates);
+            if polled.more {
+                continue;
+            }
+            if self.caught_up() {
+                return Ok(registry);
+            }
+            if started.elapsed() > limit {
+                return Err(topic_error(
+                    &self.brokers,
+                    &self.topic,
+                    format!(
+                        "not read to its end after {}s ({} partitions behind)",
+                        limit.as_secs(),
+                        self.partitions_behind()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Assigns, from their beginning, the partitions added to the topic since the last look
     /// (every [`PARTITION_CHECK_EVERY`]). They hold nothing the reader must wait for at start.
     fn assign_new_partitions(&mut self) {
@@ -267,18 +306,7 @@ impl RegistryTopic {
             return;
         }
         self.last_partition_check = Instant::now();
-        let Ok(md) = self
-            .consumer
-            .fetch_metadata(Some(&self.topic), PARTITION_CHECK_TIMEOUT)
-        else {
-            return;
-        };
-        let Some(now) = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == self.topic && t.error().is_none())
-            .map(|t| t.partitions().len())
-        else {
+        let Ok(now) = partition_count(&self.consumer, &self.topic, PARTITION_CHECK_TIMEOUT) else {
             return;
         };
         let known = self.behind.len();

@@ -810,22 +810,10 @@ fn registry_of_topic(topic: &str) -> BTreeMap<String, String> {
         brokers: BROKER.into(),
         ..Default::default()
     };
-    let mut reader =
-        pipeline::registry_topic::RegistryTopic::open(&source, topic).expect("open the topic");
-    let mut registry = BTreeMap::new();
-    let start = Instant::now();
-    loop {
-        let polled = reader.poll(1000);
-        pipeline::registry::apply(&mut registry, polled.updates);
-        if !polled.more && reader.caught_up() {
-            return registry;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{topic} not read to its end"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    pipeline::registry_topic::RegistryTopic::open(&source, topic)
+        .expect("open the topic")
+        .read_to_end(Duration::from_secs(60))
+        .expect("the topic read to its end")
 }
 
 /// `produce --registry FILE --prune` makes the topic's registry the file's: devices the file no
