@@ -118,13 +118,21 @@ pub enum CurveSource {
     Auto,
 }
 
+/// Most hours one curve reads from wide rows (one Get each): 366 days. Longer ranges would
+/// cost a Get per hour whether or not the device has readings in it.
+pub const MAX_WIDE_HOURS: i64 = 366 * 24;
+
+/// Wide rows fetched per multi-get: a day, so memory follows the readings, not the range.
+const HOURS_PER_GET: usize = 24;
+
 /// The `(ts, value)` points of `device` with `from <= ts < to`, ascending, read from `source`.
 ///
 /// `Auto` answers exactly as `Narrow` whenever every reading reached its wide row, i.e. except
 /// readings dropped beyond the allowed lateness (they are only in the narrow table).
 ///
 /// # Errors
-/// A store error, or a malformed row.
+/// A store error, a malformed row, or [`Error::Invalid`](crate::Error::Invalid) when `Wide` or
+/// `Auto` would read more than [`MAX_WIDE_HOURS`] wide rows.
 pub fn curve_points(
     store: &dyn TableReader,
     scheme: KeyScheme,
@@ -139,19 +147,29 @@ pub fn curve_points(
             .map(|r| (r.ts, r.value))
             .collect())
     };
-    // Every hour's wide row in one multi-get.
-    let wide = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let hours: Vec<i64> = (rowkey::hour_start(from)..to).step_by(3600).collect();
-        let keys: Vec<Vec<u8>> = hours.iter().map(|&h| rowkey::wide_key(device, h)).collect();
+    // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.
+    let wide = |first: i64, from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
+        let hours = (i128::from(to) - i128::from(first) + 3599) / 3600;
+        if hours > i128::from(MAX_WIDE_HOURS) {
+            return Err(crate::Error::Invalid(format!(
+                "the range [{from}, {to}) spans {hours} hours, more than the limit of \
+                 {MAX_WIDE_HOURS} hours (366 days) read from wide rows: split it, or read the \
+                 narrow table (one scan)"
+            )));
+        }
         let mut points = Vec::new();
-        for (h, row) in hours.into_iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
-            let answer = hour_answer(device, h, row.as_ref())?;
-            points.extend(
-                answer
-                    .points
-                    .into_iter()
-                    .filter(|(ts, _)| (from..to).contains(ts)),
-            );
+        let all: Vec<i64> = (0..hours as i64).map(|k| first + k * 3600).collect();
+        for day in all.chunks(HOURS_PER_GET) {
+            let keys: Vec<Vec<u8>> = day.iter().map(|&h| rowkey::wide_key(device, h)).collect();
+            for (&h, row) in day.iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
+                let answer = hour_answer(device, h, row.as_ref())?;
+                points.extend(
+                    answer
+                        .points
+                        .into_iter()
+                        .filter(|(ts, _)| (from..to).contains(ts)),
+                );
+            }
         }
         Ok(points)
     };
@@ -159,9 +177,14 @@ pub fn curve_points(
     if to <= from {
         return Ok(Vec::new());
     }
+    // Hour rounding below must not overflow near `i64::MIN`/`MAX`: no reading is that far out.
+    let (from, to) = (from.max(i64::MIN + 7200), to.min(i64::MAX - 7200));
+    if to <= from {
+        return Ok(Vec::new());
+    }
     match source {
         CurveSource::Narrow => narrow(from, to),
-        CurveSource::Wide => wide(from, to),
+        CurveSource::Wide => wide(rowkey::hour_start(from), from, to),
         CurveSource::Auto => {
             let first_whole = rowkey::hour_start(from + 3599);
             let last_whole_end = rowkey::hour_start(to);
@@ -169,9 +192,82 @@ pub fn curve_points(
                 return narrow(from, to);
             }
             let mut points = narrow(from, first_whole)?;
-            points.extend(wide(first_whole, last_whole_end)?);
+            points.extend(wide(first_whole, first_whole, last_whole_end)?);
             points.extend(narrow(last_whole_end, to)?);
             Ok(points)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// An empty store that counts the keys asked for.
+    #[derive(Default)]
+    struct Empty {
+        keys: Cell<usize>,
+        largest_get: Cell<usize>,
+    }
+
+    impl TableReader for Empty {
+        fn get(&self, _: &str, _: &[u8]) -> Result<Option<Row>> {
+            self.keys.set(self.keys.get() + 1);
+            Ok(None)
+        }
+        fn get_many(&self, _: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+            self.keys.set(self.keys.get() + keys.len());
+            self.largest_get.set(self.largest_get.get().max(keys.len()));
+            Ok(vec![None; keys.len()])
+        }
+        fn scan(&self, _: &str, _: &ScanSpec) -> Result<Vec<Row>> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn absurd_ranges_are_refused_not_iterated() {
+        let store = Empty::default();
+        for source in [CurveSource::Auto, CurveSource::Wide] {
+            for (from, to) in [
+                (i64::MIN, i64::MAX),
+                (-100_000_000_000, 0),
+                (0, (MAX_WIDE_HOURS + 2) * 3600),
+            ] {
+                let e = curve_points(&store, KeyScheme::Salted, "dev1", from, to, source)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("366 days"), "{source:?} [{from}, {to}): {e}");
+            }
+        }
+        assert_eq!(store.keys.get(), 0, "nothing is read for a refused range");
+        let narrow = curve_points(
+            &store,
+            KeyScheme::Salted,
+            "dev1",
+            i64::MIN,
+            i64::MAX,
+            CurveSource::Narrow,
+        );
+        assert!(narrow.unwrap().is_empty());
+    }
+
+    #[test]
+    fn wide_rows_are_fetched_a_day_at_a_time() {
+        let store = Empty::default();
+        let hours = 30 * 24;
+        let points = curve_points(
+            &store,
+            KeyScheme::Salted,
+            "dev1",
+            0,
+            hours * 3600,
+            CurveSource::Wide,
+        )
+        .unwrap();
+        assert!(points.is_empty());
+        assert_eq!(store.keys.get(), hours as usize);
+        assert_eq!(store.largest_get.get(), HOURS_PER_GET);
     }
 }

@@ -2,14 +2,49 @@
 
 use crate::{Error, Result};
 
-/// Parses `s` as integer epoch seconds or an RFC 3339 timestamp (fractions truncated).
+/// Earliest time a user may name: 0000-01-01T00:00:00Z, the first instant RFC 3339 can write.
+pub const MIN_TIME: i64 = -62_167_219_200;
+/// Latest time a user may name: 9999-12-31T23:59:59Z, the last second RFC 3339 can write.
+/// Bounding times here keeps every later `to - from`, hour rounding and key encoding far from
+/// `i64` overflow.
+pub const MAX_TIME: i64 = 253_402_300_799;
+
+/// `ts` if it lies in [`MIN_TIME`]`..=`[`MAX_TIME`].
 ///
 /// # Errors
-/// [`Error::Invalid`] with the accepted forms.
+/// [`Error::Invalid`] naming the bounds.
+pub fn check_time(ts: i64) -> Result<i64> {
+    if (MIN_TIME..=MAX_TIME).contains(&ts) {
+        Ok(ts)
+    } else {
+        Err(out_of_range(&ts.to_string()))
+    }
+}
+
+fn out_of_range(s: &str) -> Error {
+    Error::Invalid(format!(
+        "time {s} is out of range: use epoch seconds from {MIN_TIME} to {MAX_TIME} \
+         (years 0000 to 9999)"
+    ))
+}
+
+/// Parses `s` as integer epoch seconds or an RFC 3339 timestamp (fractions truncated), within
+/// [`MIN_TIME`]`..=`[`MAX_TIME`].
+///
+/// # Errors
+/// [`Error::Invalid`] with the accepted forms, or naming the bounds.
 pub fn parse_time(s: &str) -> Result<i64> {
     let s = s.trim();
     if let Ok(ts) = s.parse::<i64>() {
-        return Ok(ts);
+        return check_time(ts);
+    }
+    if !s.is_empty()
+        && s.bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
+    {
+        // Digits that do not fit an i64.
+        return Err(out_of_range(s));
     }
     chrono::DateTime::parse_from_rfc3339(s).map(|t| t.timestamp()).map_err(|_| {
         Error::Invalid(format!(
@@ -52,5 +87,22 @@ mod tests {
             .to_string()
             .contains("epoch seconds"));
         assert_eq!(format_time(1724102400), "2024-08-19T21:20:00Z");
+    }
+
+    #[test]
+    fn times_beyond_rfc_3339_are_refused_with_the_bounds() {
+        assert_eq!(parse_time(&MAX_TIME.to_string()).unwrap(), MAX_TIME);
+        assert_eq!(parse_time("9999-12-31T23:59:59Z").unwrap(), MAX_TIME);
+        assert_eq!(parse_time("0000-01-01T00:00:00Z").unwrap(), MIN_TIME);
+        for s in [
+            "9223372036854775807",
+            "-9223372036854775808",
+            "99999999999999999999999",
+            &(MAX_TIME + 1).to_string(),
+            &(MIN_TIME - 1).to_string(),
+        ] {
+            let e = parse_time(s).unwrap_err().to_string();
+            assert!(e.contains(&MAX_TIME.to_string()), "{s}: {e}");
+        }
     }
 }
