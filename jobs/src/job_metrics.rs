@@ -25,7 +25,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sinks::hbase::WriterStats;
 
-use crate::http_thread::HttpThread;
+use crate::http_thread::{HttpLimits, HttpThread};
 
 /// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
 /// HBase writers' counters are attached once they exist (the server starts before both, so
@@ -241,7 +241,7 @@ impl MetricsServer {
     ///
     /// # Errors
     /// The address cannot be bound (taken, not local, no permission).
-    pub fn start(addr: &str, metrics: Arc<JobMetrics>) -> Result<Self> {
+    pub fn start(addr: &str, metrics: Arc<JobMetrics>, limits: &HttpLimits) -> Result<Self> {
         let listener = std::net::TcpListener::bind(addr).with_context(|| {
             format!(
                 "cannot serve metrics on {addr}: pick a free port with --metrics-listen HOST:PORT \
@@ -256,7 +256,7 @@ impl MetricsServer {
                 metrics,
             }));
         Ok(MetricsServer(HttpThread::start(
-            listener, app, "metrics", 1,
+            listener, app, limits, "metrics", 1,
         )?))
     }
 

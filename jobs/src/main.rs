@@ -64,9 +64,15 @@ fn main() -> ExitCode {
         .init();
     // A panicking timely worker would leave the others waiting for it forever: report and exit
     // instead. Kafka offsets are committed only for what is durable, so a restart loses nothing.
+    // HTTP threads are the exception: their panic unwinds into one 500 answer
+    // (`http_thread::serve`), and the server, and the job it may serve beside, go on.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
+        if http_thread::on_http_thread() {
+            eprintln!("error: an HTTP request failed with an internal error (above) and was answered 500; please report it");
+            return;
+        }
         eprintln!("error: hourglass stopped after an internal error (above); please report it");
         std::process::exit(101);
     }));

@@ -15,6 +15,7 @@ use pipeline::schema::RETENTION_SECS;
 use pipeline::stats::{Stats, Summary};
 use sinks::dead_letter::DeadLetters;
 
+use crate::http_thread::HttpLimits;
 use crate::job_metrics::{JobMetrics, MetricsServer};
 use crate::progress::Progress;
 use crate::store::{Backend, BackendArgs};
@@ -159,7 +160,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
             if let Some(writers) = backend.writer_stats() {
                 metrics.attach_writers(writers);
             }
-            let server = MetricsServer::start(addr, metrics)?;
+            let server = MetricsServer::start(addr, metrics, &HttpLimits::default())?;
             eprintln!("metrics: http://{}/metrics", server.addr());
             Some(server)
         }

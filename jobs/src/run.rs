@@ -27,6 +27,7 @@ use serde::Serialize;
 use sinks::dead_letter::DeadLetters;
 use timely::dataflow::ProbeHandle;
 
+use crate::http_thread::HttpLimits;
 use crate::job_metrics::{JobMetrics, MetricsServer};
 use crate::serve::DashboardServer;
 use crate::store::{self, BackendArgs};
@@ -72,6 +73,9 @@ pub struct RunArgs {
     /// With `--serve`: a file holding a bearer token that every endpoint but /healthz requires.
     #[arg(long, value_name = "FILE", requires = "serve")]
     pub token_file: Option<PathBuf>,
+    /// Timeouts and connection limit of the `--serve` and `--metrics-listen` servers.
+    #[command(flatten)]
+    pub http: HttpLimits,
 }
 
 /// The end-of-run summary: the replay's counters plus what only a Kafka job measures.
@@ -378,7 +382,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
     let metrics_server = cfg
         .metrics_listen
         .as_deref()
-        .map(|addr| MetricsServer::start(addr, metrics.clone()))
+        .map(|addr| MetricsServer::start(addr, metrics.clone(), &args.http))
         .transpose()?;
     if let Some(server) = &metrics_server {
         // Tests and scripts read the address (port 0 picks one) from this line.
@@ -393,7 +397,15 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
     let dashboards = args
         .serve
         .as_deref()
-        .map(|listen| DashboardServer::start(listen, &backend, cfg, args.token_file.as_deref()))
+        .map(|listen| {
+            DashboardServer::start(
+                listen,
+                &backend,
+                cfg,
+                args.token_file.as_deref(),
+                &args.http,
+            )
+        })
         .transpose()?;
     if let Some(server) = &dashboards {
         // Tests and scripts read the address (port 0 picks one) from this line.

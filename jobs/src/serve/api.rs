@@ -55,11 +55,15 @@ pub(crate) fn check_range(from: i64, to: i64) -> Result<(), String> {
             "`from` ({from}) must be before `to` ({to}): the range is [from, to)"
         ));
     }
-    if to - from > MAX_RANGE_SECS {
-        return Err(format!(
-            "range of {:.1} days exceeds the limit of 31 days ({MAX_RANGE_SECS} s): split the query",
-            (to - from) as f64 / 86_400.0
-        ));
+    // Checked: `to - from` of two far-apart times wraps past the limit.
+    match to.checked_sub(from) {
+        Some(span) if span <= MAX_RANGE_SECS => {}
+        _ => {
+            return Err(format!(
+                "range of {:.1} days exceeds the limit of 31 days ({MAX_RANGE_SECS} s): split the query",
+                (i128::from(to) - i128::from(from)) as f64 / 86_400.0
+            ))
+        }
     }
     Ok(())
 }
@@ -136,11 +140,17 @@ pub(crate) async fn curve(
     let step = match p.step.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => {
-            let step: i64 = s.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "parameter `step`: {s:?} is not a positive whole number of seconds"
-                ))
-            })?;
+            let step: i64 = s
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_RANGE_SECS).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "parameter `step`: {s:?} is not a whole number of seconds from 1 to \
+                         {MAX_RANGE_SECS} (31 days)"
+                    ))
+                })?;
+            // `check_range` bounds `to - from`, and `step` is at most as large: no overflow.
             let buckets = (to - from + step - 1) / step;
             if buckets > MAX_POINTS as i64 {
                 return Err(ApiError::bad_request(format!(
@@ -519,5 +529,8 @@ mod tests {
             .unwrap_err()
             .contains("31 days"));
         assert!(check_range(5, 5).unwrap_err().contains("before"));
+        assert!(check_range(i64::MIN, i64::MAX)
+            .unwrap_err()
+            .contains("31 days"));
     }
 }

@@ -27,7 +27,7 @@ use pipeline::rowkey::KeyScheme;
 use pipeline::schema;
 use subtle::ConstantTimeEq;
 
-use crate::http_thread::HttpThread;
+use crate::http_thread::{self, HttpLimits, HttpThread};
 use crate::store::{self, Backend, BackendArgs, Reader};
 
 /// How long the device list and the device → room map are reused before a rescan. Both feed
@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// `Authorization: Bearer <token>`. Surrounding whitespace is ignored.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Timeouts and connection limit.
+    #[command(flatten)]
+    pub http: HttpLimits,
 }
 
 /// What every handler shares.
@@ -108,10 +111,12 @@ impl ApiError {
         }
     }
 
-    /// A failed store call: 503 when the store is unreachable or refuses, 500 otherwise (a
-    /// malformed row is a bug or a foreign writer, not something a retry cures).
+    /// A failed store call: 503 when the store is unreachable or refuses, 400 for an argument
+    /// the query refuses, 500 otherwise (a malformed row is a bug or a foreign writer, not
+    /// something a retry cures).
     fn from_store(e: &pipeline::Error) -> Self {
         match e {
+            pipeline::Error::Invalid(message) => ApiError::bad_request(message.clone()),
             pipeline::Error::Store { .. } => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
@@ -176,10 +181,13 @@ async fn require_token(State(st): State<Shared>, req: Request, next: Next) -> Re
     let Some(token) = &st.token else {
         return next.run(req).await;
     };
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` are `Bearer`.
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        .and_then(|v| v.as_bytes().split_at_checked(7))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case(b"Bearer "))
+        .map(|(_, token)| token);
     // `ct_eq` compares in time independent of where the first difference is (the length may
     // leak, which says nothing useful about a random token).
     if given.is_some_and(|g| bool::from(g.ct_eq(token))) {
@@ -199,6 +207,30 @@ async fn require_token(State(st): State<Shared>, req: Request, next: Next) -> Re
 
 async fn healthz() -> &'static str {
     "ok\n"
+}
+
+/// Parameters of `/debug/panic`.
+#[cfg(debug_assertions)]
+#[derive(Debug, serde::Deserialize)]
+struct PanicParams {
+    /// `blocking`: panic in a store read on the blocking pool; else in the async handler.
+    #[serde(rename = "in")]
+    place: Option<String>,
+}
+
+/// `GET /debug/panic[?in=blocking]` (debug builds): panics.
+#[cfg(debug_assertions)]
+async fn debug_panic(
+    State(st): State<Shared>,
+    axum::extract::Query(p): axum::extract::Query<PanicParams>,
+) -> Result<&'static str, ApiError> {
+    if p.place.as_deref() == Some("blocking") {
+        blocking(&st, |_| -> Result<(), ApiError> {
+            panic!("/debug/panic?in=blocking")
+        })
+        .await?;
+    }
+    panic!("/debug/panic")
 }
 
 /// The application: every route, auth and metrics.
@@ -222,8 +254,12 @@ fn router(state: Shared) -> Router {
         .route("/api/v1/series", get(prom::series).post(prom::series))
         .route("/api/v1/metadata", get(prom::metadata))
         .route("/api/v1/status/buildinfo", get(prom::buildinfo))
-        .route("/metrics", get(metrics::export))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route("/metrics", get(metrics::export));
+    // Debug builds only: lets the end-to-end tests check that a handler's panic is a 500.
+    #[cfg(debug_assertions)]
+    let protected = protected.route("/debug/panic", get(debug_panic));
+    let protected =
+        protected.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(protected)
@@ -307,6 +343,7 @@ impl DashboardServer {
         backend: &Backend,
         cfg: &JobConfig,
         token_file: Option<&Path>,
+        limits: &HttpLimits,
     ) -> Result<Self> {
         let state = Arc::new(state_for(backend, cfg, token_file)?);
         let listener = std::net::TcpListener::bind(listen).with_context(|| {
@@ -316,6 +353,7 @@ impl DashboardServer {
         Ok(DashboardServer(HttpThread::start(
             listener,
             router(state),
+            limits,
             "dashboards",
             2,
         )?))
@@ -336,10 +374,7 @@ fn warn_if_open(no_token: bool, addr: SocketAddr) {
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let state = Arc::new(open_state(args)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = http_thread::runtime("serve", 2)?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
@@ -348,8 +383,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // Tests and scripts read the address (port 0 picks one) from this first line.
         println!("listening on http://{addr}");
         warn_if_open(state.token.is_none(), addr);
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown())
+        http_thread::serve(listener, router(state), &args.http, shutdown())
             .await
             .context("serving HTTP")
     })

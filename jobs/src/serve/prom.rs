@@ -27,7 +27,7 @@ use pipeline::rowkey;
 use regex::Regex;
 use serde_json::{json, Value};
 
-use super::api::{all_devices, check_range, no_room_table, room_map};
+use super::api::{all_devices, check_range, no_room_table, room_map, MAX_RANGE_SECS};
 use super::{blocking, ApiError, AppState, Shared, StoreResult};
 
 /// Prometheus' own limit on points per series in a range query.
@@ -36,6 +36,11 @@ const MAX_RESOLUTION: f64 = 11_000.0;
 const MAX_SERIES: usize = 1_000;
 /// Prometheus' default lookback, in seconds.
 const DEFAULT_LOOKBACK: f64 = 300.0;
+/// Longest `lookback_delta`: a day. Each series reads `max(step, lookback_delta)` before
+/// `start`, so this bounds the work of one query with the range and step limits.
+const MAX_LOOKBACK: f64 = 86_400.0;
+/// Longest `step`: the longest range, which then holds one point.
+const MAX_STEP: f64 = MAX_RANGE_SECS as f64;
 
 /// An error in Prometheus' shape: `{"status":"error","errorType":…,"error":…}`.
 #[derive(Debug)]
@@ -149,16 +154,33 @@ impl PromParams {
     }
 }
 
-/// A Prometheus time: float epoch seconds or RFC 3339.
+/// A Prometheus time: float epoch seconds or RFC 3339, within the years 0000 to 9999.
 fn parse_prom_time(s: &str) -> Result<f64, String> {
+    use pipeline::time::{MAX_TIME, MIN_TIME};
     if let Ok(t) = s.trim().parse::<f64>() {
-        if t.is_finite() {
-            return Ok(t);
+        // Also refuses NaN and the infinities.
+        if !(MIN_TIME as f64..=MAX_TIME as f64).contains(&t) {
+            return Err(format!(
+                "time {s} is out of range: use epoch seconds from {MIN_TIME} to {MAX_TIME} \
+                 (years 0000 to 9999)"
+            ));
         }
+        return Ok(t);
     }
     pipeline::time::parse_time(s)
         .map(|t| t as f64)
         .map_err(|e| e.to_string())
+}
+
+/// `d` if it lies in `(0, max]`, else a 400 naming `name` and the limit.
+fn check_duration(d: f64, name: &str, max: f64) -> Result<f64, PromError> {
+    if d > 0.0 && d <= max {
+        Ok(d)
+    } else {
+        Err(bad_data(format!(
+            "parameter `{name}`: {d} s is out of range: use a positive duration of at most {max} s"
+        )))
+    }
 }
 
 /// A Prometheus duration: float seconds (`15`, `0.5`) or units (`1m30s`, `500ms`, `1h`, `7d`).
@@ -197,7 +219,12 @@ fn parse_duration(s: &str) -> Result<f64, String> {
         rest = &rest[unit_len..];
         total += n * unit;
     }
-    Ok(total)
+    // Enough digits overflow to infinity.
+    if total.is_finite() {
+        Ok(total)
+    } else {
+        Err(bad())
+    }
 }
 
 /// A label matcher operator.
@@ -613,14 +640,13 @@ pub(crate) async fn query_range(
             "zero or negative query resolution step widths are not accepted. Try a positive integer",
         ));
     }
+    let step = check_duration(step, "step", MAX_STEP)?;
     if (end - start) / step > MAX_RESOLUTION {
         return Err(bad_data(
             "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution (?step=XX)",
         ));
     }
-    if lookback <= 0.0 {
-        return Err(bad_data("lookback_delta must be positive"));
-    }
+    let lookback = check_duration(lookback, "lookback_delta", MAX_LOOKBACK)?;
     // The same limit as /api/v1/curve, on the range actually read.
     check_range(start.floor() as i64, end.floor() as i64 + 1).map_err(bad_data)?;
     let window = step.max(lookback);
@@ -663,12 +689,13 @@ pub(crate) async fn query(
     let expr = parse_query(params.required("query")?)?;
     let now = pipeline::time::now_ms() as f64 / 1000.0;
     let t = params.time("time")?.unwrap_or(now);
-    let lookback = params
-        .duration("lookback_delta")?
-        .unwrap_or(DEFAULT_LOOKBACK);
-    if lookback <= 0.0 {
-        return Err(bad_data("lookback_delta must be positive"));
-    }
+    let lookback = check_duration(
+        params
+            .duration("lookback_delta")?
+            .unwrap_or(DEFAULT_LOOKBACK),
+        "lookback_delta",
+        MAX_LOOKBACK,
+    )?;
     let sel = match expr {
         Expr::Scalar(v) => {
             return Ok(success(
@@ -869,6 +896,14 @@ mod tests {
         assert_eq!(parse_duration("1m30s").unwrap(), 90.0);
         assert_eq!(parse_duration("500ms").unwrap(), 0.5);
         assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("1e400").is_err());
+        assert!(parse_duration(&format!("{}y", "9".repeat(400))).is_err());
+        for t in ["-1e300", "1e300", "NaN", "inf", "9223372036854775807"] {
+            assert!(
+                parse_prom_time(t).unwrap_err().contains("253402300799"),
+                "{t}"
+            );
+        }
         assert_eq!(parse_prom_time("1724102400.5").unwrap(), 1724102400.5);
         assert_eq!(
             parse_prom_time("2024-08-19T21:20:00Z").unwrap(),
