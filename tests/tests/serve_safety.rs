@@ -1,9 +1,14 @@
 //! `hourglass serve`'s guard rails: bearer-token auth, 503 when the store is down, a clear
-//! error when the store directory is locked, `/metrics`, `/healthz` and the built-in page.
+//! error when the store directory is locked, `/metrics`, `/healthz` and the built-in page;
+//! hostile parameters, handler panics, idle and slow connections.
 
 mod serve_common;
 
-use serve_common::{agent, get, get_json, start, start_with, Server, H};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serve_common::{agent, error_of, get, get_json, start, start_limited, start_with, Server, H};
 
 fn status_with(server: &Server, path: &str, auth: Option<&str>) -> u16 {
     let mut req = agent().get(format!("{}{path}", server.url));
@@ -54,11 +59,13 @@ fn token_guards_every_endpoint_but_healthz() {
             401,
             "{path} without `Bearer `"
         );
-        let ok = status_with(&server, path, Some("Bearer s3cret-token"));
-        assert!(
-            ok == 200 || (path.contains("room") && ok == 501),
-            "{path} with the token: {ok}"
-        );
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            let ok = status_with(&server, path, Some(&format!("{scheme} s3cret-token")));
+            assert!(
+                ok == 200 || (path.contains("room") && ok == 501),
+                "{path} with the token after {scheme:?}: {ok}"
+            );
+        }
     }
     assert_eq!(status_with(&server, "/healthz", None), 200);
 }
@@ -189,4 +196,234 @@ fn page_and_chart_library_are_built_in() {
         .contains("uPlot"));
     assert_eq!(get(&server, "/assets/uPlot.min.css", &[]).0, 200);
     assert_eq!(get(&server, "/nope", &[]).0, 404);
+}
+
+/// Requests that once made the server allocate without bound and abort: each is now a 400
+/// naming the limit, and the server answers the next request.
+#[test]
+fn hostile_numbers_are_400s_naming_the_limit() {
+    let server = start();
+    let sel = r#"temp{device="dev00786"}"#;
+    let h = H.to_string();
+    let h_end = (H + 1800).to_string();
+    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        (
+            "/api/v1/curve",
+            &[
+                ("device", "dev00786"),
+                ("from", "9223372036854775800"),
+                ("to", "9223372036854775807"),
+            ],
+            "253402300799",
+        ),
+        (
+            "/api/v1/curve",
+            &[
+                ("device", "dev00786"),
+                ("from", "-9223372036854775808"),
+                ("to", "9223372036854775807"),
+            ],
+            "253402300799",
+        ),
+        (
+            "/api/v1/curve",
+            &[
+                ("device", "dev00786"),
+                ("from", "-62167219200"),
+                ("to", "253402300799"),
+            ],
+            "31 days",
+        ),
+        (
+            "/api/v1/curve",
+            &[
+                ("device", "dev00786"),
+                ("from", &h),
+                ("to", &h_end),
+                ("step", "9223372036854775807"),
+            ],
+            "31 days",
+        ),
+        (
+            "/api/v1/hour",
+            &[("device", "dev00786"), ("hour", "-9223372036854775808")],
+            "253402300799",
+        ),
+        (
+            "/api/v1/query_range",
+            &[
+                ("query", sel),
+                ("start", &h),
+                ("end", &h_end),
+                ("step", "1e300"),
+            ],
+            "step",
+        ),
+        (
+            "/api/v1/query_range",
+            &[
+                ("query", sel),
+                ("start", "-1e19"),
+                ("end", "9e18"),
+                ("step", "1e16"),
+            ],
+            "253402300799",
+        ),
+        (
+            "/api/v1/query",
+            &[("query", sel), ("time", "-1e300")],
+            "253402300799",
+        ),
+        (
+            "/api/v1/query",
+            &[("query", sel), ("time", "NaN")],
+            "253402300799",
+        ),
+        (
+            "/api/v1/query",
+            &[("query", sel), ("time", &h), ("lookback_delta", "1e15")],
+            "lookback_delta",
+        ),
+        (
+            "/api/v1/query",
+            &[("query", sel), ("time", &h), ("lookback_delta", "3e10")],
+            "86400",
+        ),
+        (
+            "/api/v1/query_range",
+            &[
+                ("query", sel),
+                ("start", &h),
+                ("end", &h_end),
+                ("step", "60"),
+                ("lookback_delta", "99999999999y"),
+            ],
+            "lookback_delta",
+        ),
+    ];
+    for (path, params, limit) in cases {
+        let (status, got) = get_json(&server, path, params);
+        assert_eq!(status, 400, "{path} {params:?}: {got}");
+        assert!(error_of(&got).contains(limit), "{path} {params:?}: {got}");
+    }
+    let (status, got) = get_json(
+        &server,
+        "/api/v1/curve",
+        &[("device", "dev00786"), ("from", &h), ("to", &h_end)],
+    );
+    assert_eq!(status, 200, "{got}");
+    assert!(!got["points"].as_array().expect("points").is_empty());
+}
+
+#[test]
+fn a_handler_panic_is_a_500_and_the_server_goes_on() {
+    let server = start();
+    for place in ["async", "blocking"] {
+        let (status, got) = get_json(&server, "/debug/panic", &[("in", place)]);
+        assert_eq!(status, 500, "{place}: {got}");
+        assert!(error_of(&got).contains("please report"), "{place}: {got}");
+        let (status, _) = get(&server, "/api/v1/devices", &[]);
+        assert_eq!(status, 200, "after a panic in {place}");
+    }
+}
+
+fn limited_server(extra: &[&str]) -> Server {
+    limited_server_with_fds(extra, None)
+}
+
+fn limited_server_with_fds(extra: &[&str], fds: Option<u32>) -> Server {
+    let mut args = vec![
+        "--store",
+        "store",
+        "--http-max-connections",
+        "4",
+        "--http-header-timeout",
+        "1",
+        "--http-idle-timeout",
+        "1",
+    ];
+    args.extend(extra);
+    start_limited(&args, true, fds)
+}
+
+fn addr(server: &Server) -> String {
+    server
+        .url
+        .strip_prefix("http://")
+        .expect("http URL")
+        .to_string()
+}
+
+#[test]
+fn idle_connections_beyond_the_limit_do_not_starve_a_request() {
+    // Fewer file descriptors than idle connections: without a limit below it, the server
+    // runs out of descriptors and never accepts the normal request.
+    let server = limited_server_with_fds(&[], Some(64));
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(addr(&server)).expect("connect"))
+        .collect();
+    let patient = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build();
+    let agent: ureq::Agent = patient.into();
+    let res = agent
+        .get(format!("{}/api/v1/devices", server.url))
+        .call()
+        .expect("a normal request is answered once idle connections are closed");
+    assert_eq!(res.status().as_u16(), 200);
+    drop(idle);
+}
+
+/// Reads `stream` until the server closes it, trickling a header byte between reads so that
+/// the connection is never idle; false if it is still open after 30 s.
+fn closed_by_server(mut stream: TcpStream, trickle: bool) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    let mut buf = [0u8; 1024];
+    for _ in 0..150 {
+        if trickle && stream.write_all(b"X").is_err() {
+            return true;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn a_slowloris_connection_is_closed() {
+    // Header timeout 1 s; the byte sent every 200 ms keeps the idle timeout from acting.
+    let server = limited_server(&[]);
+    let mut stream = TcpStream::connect(addr(&server)).expect("connect");
+    stream
+        .write_all(b"GET /api/v1/devices HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .expect("partial headers");
+    assert!(
+        closed_by_server(stream, true),
+        "a client sending its headers a byte at a time kept the connection 30 s"
+    );
+    assert_eq!(get(&server, "/healthz", &[]).0, 200);
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed() {
+    let server = limited_server(&[]);
+    let mut stream = TcpStream::connect(addr(&server)).expect("connect");
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    assert!(
+        closed_by_server(stream, false),
+        "an idle keep-alive connection stayed open 30 s"
+    );
 }

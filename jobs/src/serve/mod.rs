@@ -151,7 +151,9 @@ where
         .unwrap_or_else(|join| {
             Err(ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
-                message: format!("request handler failed: {join}"),
+                message: format!(
+                    "request handler failed ({join}); the server goes on: please report it"
+                ),
             })
         });
     if let Err(e) = &result {

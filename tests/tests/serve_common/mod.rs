@@ -93,12 +93,32 @@ pub fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
 /// Starts `hourglass serve` on a free port with `args`, in a scratch dir that holds a copy of
 /// the scenario store at `store/` when `with_store`.
 pub fn start_with(args: &[&str], with_store: bool) -> Server {
+    start_limited(args, with_store, None)
+}
+
+/// As [`start_with`], with the server's file descriptor limit lowered to `fds` when set.
+pub fn start_limited(args: &[&str], with_store: bool, fds: Option<u32>) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     if with_store {
         copy_dir(&scenario().join("store"), &dir.path().join("store"));
     }
     let stderr = std::fs::File::create(dir.path().join("serve.err")).expect("stderr file");
-    let mut child = hourglass_command(dir.path(), NOW, &["serve", "--listen", "127.0.0.1:0"])
+    let mut command = match fds {
+        None => hourglass_command(dir.path(), NOW, &["serve"]),
+        Some(n) => {
+            let mut c = std::process::Command::new("sh");
+            c.arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(e2e::hourglass_bin())
+                .arg("serve")
+                .current_dir(dir.path())
+                .env("HOURGLASS_NOW", NOW)
+                .env_remove("HOURGLASS_LOG");
+            c
+        }
+    };
+    let mut child = command
+        .args(["--listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(stderr)
