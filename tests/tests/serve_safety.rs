@@ -198,6 +198,9 @@ fn page_and_chart_library_are_built_in() {
     assert_eq!(get(&server, "/nope", &[]).0, 404);
 }
 
+/// A request's path and parameters, and what its 400 must name.
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
 /// Requests that once made the server allocate without bound and abort: each is now a 400
 /// naming the limit, and the server answers the next request.
 #[test]
@@ -206,7 +209,7 @@ fn hostile_numbers_are_400s_naming_the_limit() {
     let sel = r#"temp{device="dev00786"}"#;
     let h = H.to_string();
     let h_end = (H + 1800).to_string();
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    let cases: &[Case<'_>] = &[
         (
             "/api/v1/curve",
             &[
