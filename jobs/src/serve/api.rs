@@ -146,7 +146,7 @@ pub(crate) async fn curve(
                 .filter(|n| (1..=MAX_RANGE_SECS).contains(n))
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
-                        "parameter `step`: {s:?} is not a whole number of seconds from 1 to \
+                        "parameter `step`: {s:?} is not a positive whole number of seconds up to \
                          {MAX_RANGE_SECS} (31 days)"
                     ))
                 })?;
