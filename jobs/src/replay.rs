@@ -131,8 +131,16 @@ fn print_summary(s: &Summary, location: &str) {
     eprintln!(
         "replayed {} lines in {:.1}s ({:.0} readings/s): {} ok, {} rejected ({} of them future), \
          {} late beyond lateness; wrote {} narrow rows and {} wide cells to {}",
-        s.read, s.elapsed_s, s.readings_per_s, s.ok, s.rejected, s.future, s.late_dropped,
-        s.narrow_rows, s.wide_cells, location
+        s.read,
+        s.elapsed_s,
+        s.readings_per_s,
+        s.ok,
+        s.rejected,
+        s.future,
+        s.late_dropped,
+        s.narrow_rows,
+        s.wide_cells,
+        location
     );
 }
 

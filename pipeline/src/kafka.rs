@@ -21,7 +21,10 @@
 //! partition from ever counting as caught up.) A worker whose partitions are all idle follows the most
 //! advanced worker, so it holds nobody back. Each commit stores its partition's newest event
 //! time in the offset's metadata, so a restarted job resumes with the same per-partition
-//! watermarks and classifies late readings as an uninterrupted run would.
+//! watermarks and classifies late readings as an uninterrupted run would. A reading more than
+//! `max_future_skew_secs` ahead of the wall clock is rejected (kind `future`) before it can move
+//! its partition's newest event time: one device with a clock in the future would otherwise make
+//! every later reading of the partition late.
 //!
 //! # Commits
 //! Each reading is emitted at timely time = the watermark before it arrived. The feed records,

@@ -93,7 +93,8 @@ fn curve(dir: &Path, device: &str, from: i64, to: i64, source: &str) -> Vec<(i64
 }
 
 /// Every valid reading is in both tables, and the two future ones are dead letters.
-fn assert_future_lines_refused(dir: &Path, stats: &serde_json::Value, from: i64) {
+/// `first` is where the first future line is: its line number, or its Kafka offset.
+fn assert_future_lines_refused(dir: &Path, stats: &serde_json::Value, from: i64, first: u64) {
     let valid = DEVICES as u64 * PER_DEVICE as u64;
     assert_eq!(stats["late_dropped"], 0, "{stats}");
     assert_eq!(stats["ok"], valid, "{stats}");
@@ -105,14 +106,18 @@ fn assert_future_lines_refused(dir: &Path, stats: &serde_json::Value, from: i64)
         let narrow = curve(dir, device, from, from + 6 * 3600, "narrow");
         let auto = curve(dir, device, from, from + 6 * 3600, "auto");
         assert_eq!(narrow.len(), PER_DEVICE, "{device}");
-        assert_eq!(auto.len(), narrow.len(), "{device}: the wide table misses readings");
+        assert_eq!(
+            auto.len(),
+            narrow.len(),
+            "{device}: the wide table misses readings"
+        );
         assert!(auto == narrow, "{device}: the wide table's points differ");
     }
     let dead = read_jsonl(&dir.join("dead.jsonl"));
     // Workers write their dead letters in any order.
     let mut lines: Vec<u64> = dead.iter().filter_map(|d| d["line"].as_u64()).collect();
     lines.sort_unstable();
-    assert_eq!(lines, [1001, 1002], "{dead:?}");
+    assert_eq!(lines, [first, first + 1], "{dead:?}");
     for d in &dead {
         assert_eq!(d["kind"], "future", "{d}");
         let reason = d["reason"].as_str().expect("reason");
@@ -129,7 +134,7 @@ fn two_readings_from_the_future_do_not_wipe_the_wide_table() {
         let dir = tempfile::tempdir().expect("tempdir");
         recording_with_future_lines(dir.path(), "hostile.jsonl");
         let (stats, _) = replay(dir.path(), "hostile.jsonl", &["--workers", workers]);
-        assert_future_lines_refused(dir.path(), &stats, START);
+        assert_future_lines_refused(dir.path(), &stats, START, 1001);
     }
 }
 
@@ -150,7 +155,7 @@ fn future_lines_do_not_wreck_the_rebase_shift() {
         stderr.contains(&format!("shifting timestamps by {} h", shift / 3600)),
         "{stderr}"
     );
-    assert_future_lines_refused(dir.path(), &stats, START + shift);
+    assert_future_lines_refused(dir.path(), &stats, START + shift, 1001);
 }
 
 /// Cuts the gzip file `name` to `keep` of its bytes and counts the lines before the damage.
@@ -217,4 +222,66 @@ fn a_damaged_recording_is_reported_at_its_own_line_number() {
              damage:\n{stderr}"
         );
     }
+}
+
+const BROKER: &str = "127.0.0.1:9092";
+
+/// The same two readings published to Kafka: `hourglass run` refuses them against the wall
+/// clock. One partition, so that before the fix its watermark jumped to 2286 deterministically.
+#[test]
+fn the_kafka_feed_refuses_readings_from_the_future() {
+    use std::net::{SocketAddr, TcpStream};
+    let addr: SocketAddr = BROKER.parse().expect("broker address");
+    if TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).is_err() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+        assert!(!ci, "Kafka is not running on {BROKER}");
+        eprintln!("skipping: Kafka is not running on {BROKER}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = dir.path();
+    recording_with_future_lines(dir, "hostile.jsonl");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    let topic = format!("hg-hostile-clock-{}-{nanos}", std::process::id());
+    hourglass_ok(
+        dir,
+        &[
+            "produce",
+            "hostile.jsonl",
+            "--brokers",
+            BROKER,
+            "--topic",
+            &topic,
+            "--partitions",
+            "1",
+        ],
+    );
+    let config = format!(
+        "workers = 1\n[store]\nkind = \"embedded\"\ndir = \"store\"\n[source]\nbrokers = \
+         \"{BROKER}\"\ntopic = \"{topic}\"\ngroup_id = \"{topic}\"\nidle_partition_timeout_secs = 1\n"
+    );
+    std::fs::write(dir.join("job.toml"), config).expect("write job.toml");
+    hourglass_ok(
+        dir,
+        &[
+            "run",
+            "--config",
+            "job.toml",
+            "--exit-on-idle",
+            "5s",
+            "--stats-json",
+            "stats.json",
+            "--dead-letter",
+            "dead.jsonl",
+            "--late-output",
+            "late.jsonl",
+        ],
+    );
+    let text = std::fs::read_to_string(dir.join("stats.json")).expect("stats.json written");
+    let stats: serde_json::Value = serde_json::from_str(&text).expect("stats.json is JSON");
+    // A record's dead letter names its offset: lines 1001 and 1002 are offsets 1000 and 1001.
+    assert_future_lines_refused(dir, &stats, START, 1000);
 }
