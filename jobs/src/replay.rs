@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pipeline::config::JobConfig;
+use pipeline::config::{JobConfig, WindowConfig};
 use pipeline::control::JobControl;
-use pipeline::feed::{ReplayFeed, ReplayOptions};
+use pipeline::feed::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::graph::{self, GraphConfig, SideOutput};
 use pipeline::input::{self, LineReader};
 use pipeline::rowkey::hour_start;
@@ -74,8 +74,10 @@ fn parse_speed(s: &str) -> Result<Option<f64>> {
     }
 }
 
-/// Hours to add so that the newest reading of `path` falls in the current hour.
-fn rebase_shift(path: &Path, metric: &str) -> Result<i64> {
+/// Hours to add so that the newest reading of `path` falls in the current hour. Readings the
+/// replay refuses as `future` (see `FutureGuard`) do not count: one reading in 2286 would
+/// otherwise shift the whole recording centuries back, past the TTL.
+fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64> {
     if path == Path::new("-") {
         bail!(
             "--rebase-time reads the input twice and cannot be used with stdin; save it to a file"
@@ -83,15 +85,17 @@ fn rebase_shift(path: &Path, metric: &str) -> Result<i64> {
     }
     let mut lines = LineReader::new(input::open(path, None)?);
     let mut buf = Vec::new();
-    let mut newest = None;
+    let now = pipeline::time::now_ms() / 1000;
+    let mut guard = FutureGuard::new(window.future_skew_secs(), window.watermark_bound_secs);
     while let Some(line) = lines.next_line(&mut buf)? {
         if let Ok(r) = pipeline::decode::decode_line(line.number, &line.bytes, metric) {
-            newest = Some(newest.map_or(r.ts, |n: i64| n.max(r.ts)));
+            guard.check(&r.device, r.ts, now);
         }
         buf = line.bytes;
     }
-    let now = pipeline::time::now_ms() / 1000;
-    Ok(newest.map_or(0, |n| hour_start(now) - hour_start(n)))
+    Ok(guard
+        .newest()
+        .map_or(0, |n| hour_start(now) - hour_start(n)))
 }
 
 /// Loads the configuration and applies the flags.
@@ -126,10 +130,18 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
 
 fn print_summary(s: &Summary, location: &str) {
     eprintln!(
-        "replayed {} lines in {:.1}s ({:.0} readings/s): {} ok, {} rejected, {} late beyond lateness; \
-         wrote {} narrow rows and {} wide cells to {}",
-        s.read, s.elapsed_s, s.readings_per_s, s.ok, s.rejected, s.late_dropped, s.narrow_rows,
-        s.wide_cells, location
+        "replayed {} lines in {:.1}s ({:.0} readings/s): {} ok, {} rejected ({} of them future), \
+         {} late beyond lateness; wrote {} narrow rows and {} wide cells to {}",
+        s.read,
+        s.elapsed_s,
+        s.readings_per_s,
+        s.ok,
+        s.rejected,
+        s.future,
+        s.late_dropped,
+        s.narrow_rows,
+        s.wide_cells,
+        location
     );
 }
 
@@ -141,7 +153,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let shift = if args.rebase_time {
-        rebase_shift(&args.file, &cfg.metric)?
+        rebase_shift(&args.file, &cfg.metric, &cfg.window)?
     } else {
         0
     };
@@ -186,6 +198,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         ttl_secs: RETENTION_SECS,
         worker: 0,
         peers: workers,
+        max_future_skew: cfg.window.future_skew_secs(),
     };
     let stdin = args.file == Path::new("-");
     let total = std::fs::metadata(&args.file)

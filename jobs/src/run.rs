@@ -176,14 +176,15 @@ fn print_summary(s: &RunSummary, config: &Path) {
         _ => String::new(),
     };
     eprintln!(
-        "run ({}) stopped after {:.1}s: read {} records ({:.0}/s while consuming): {} ok, {} rejected, \
-         {} late beyond lateness; wrote {} narrow rows and {} wide cells{delays}",
+        "run ({}) stopped after {:.1}s: read {} records ({:.0}/s while consuming): {} ok, {} rejected \
+         ({} of them future), {} late beyond lateness; wrote {} narrow rows and {} wide cells{delays}",
         config.display(),
         c.elapsed_s,
         c.read,
         s.consume_per_s,
         c.ok,
         c.rejected,
+        c.future,
         c.late_dropped,
         c.narrow_rows,
         c.wide_cells,
@@ -456,6 +457,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         partitions,
         worker: 0,
         peers: workers,
+        max_future_skew: cfg.window.future_skew_secs(),
     };
     let status = Status::start(
         Duration::from_secs(cfg.status_interval_secs),

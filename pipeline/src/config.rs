@@ -21,6 +21,11 @@ const fn default_lateness() -> u64 {
 const fn default_early_fire() -> u64 {
     10
 }
+/// [`WindowConfig::max_future_skew_secs`]'s default, also used for 0.
+pub const DEFAULT_MAX_FUTURE_SKEW_SECS: u64 = 3600;
+const fn default_future_skew() -> u64 {
+    DEFAULT_MAX_FUTURE_SKEW_SECS
+}
 fn default_metric() -> String {
     "temp".to_string()
 }
@@ -118,6 +123,24 @@ pub struct WindowConfig {
     /// Processing-time period of early firings of open hours; 0 disables (default 10 s).
     #[serde(default = "default_early_fire")]
     pub early_fire_secs: u64,
+    /// A reading more than this far ahead of the wall clock (`run`; in `replay`, of the
+    /// recording's time: its watermark, and the wall clock) goes to the dead-letter output
+    /// (kind `future`) instead of moving event time; 0 means the default (3600 s). See
+    /// [`WindowConfig::future_skew_secs`].
+    #[serde(default = "default_future_skew")]
+    pub max_future_skew_secs: u64,
+}
+
+impl WindowConfig {
+    /// The allowed skew ahead in effect: [`WindowConfig::max_future_skew_secs`], or 3600 s
+    /// when it is 0.
+    pub const fn future_skew_secs(&self) -> u64 {
+        if self.max_future_skew_secs == 0 {
+            DEFAULT_MAX_FUTURE_SKEW_SECS
+        } else {
+            self.max_future_skew_secs
+        }
+    }
 }
 
 impl Default for WindowConfig {
@@ -126,6 +149,7 @@ impl Default for WindowConfig {
             watermark_bound_secs: default_bound(),
             allowed_lateness_secs: default_lateness(),
             early_fire_secs: default_early_fire(),
+            max_future_skew_secs: default_future_skew(),
         }
     }
 }
@@ -390,6 +414,15 @@ mod tests {
     fn example_config_parses_to_the_defaults() {
         let cfg = JobConfig::parse(EXAMPLE).unwrap();
         assert_eq!(cfg, JobConfig::default());
+    }
+
+    #[test]
+    fn future_skew_of_zero_is_the_default() {
+        let cfg = JobConfig::parse("[window]\nmax_future_skew_secs = 0\n").unwrap();
+        assert_eq!(cfg.window.future_skew_secs(), 3600);
+        let cfg = JobConfig::parse("[window]\nmax_future_skew_secs = 120\n").unwrap();
+        assert_eq!(cfg.window.future_skew_secs(), 120);
+        assert_eq!(JobConfig::default().window.future_skew_secs(), 3600);
     }
 
     #[test]

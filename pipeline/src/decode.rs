@@ -40,17 +40,38 @@ pub enum Reason {
         /// What is wrong with it.
         problem: String,
     },
+    /// The reading's time is more than the allowed skew ahead of a reference time (the wall
+    /// clock, or the watermark of a replay): a device clock running ahead, which must not move
+    /// event time for the whole fleet.
+    #[error(
+        "ts {ts} ({}) is more than {limit_secs} s ahead of {reference} {reference_ts} ({}): \
+         fix the device's clock, or raise window.max_future_skew_secs if readings really \
+         arrive this early",
+        crate::time::format_time(*.ts),
+        crate::time::format_time(*.reference_ts)
+    )]
+    Future {
+        /// The reading's event time, epoch seconds.
+        ts: i64,
+        /// What it was compared with: `the wall clock` or `the watermark`.
+        reference: String,
+        /// The reference time, epoch seconds.
+        reference_ts: i64,
+        /// The allowed skew, seconds.
+        limit_secs: u64,
+    },
 }
 
 impl Reason {
     /// Every kind of reason, as [`Reason::kind`] names it; [`Reason::kind_index`] indexes it.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         "too_long",
         "not_utf8",
         "invalid_json",
         "not_an_object",
         "missing_field",
         "bad_field",
+        "future",
     ];
 
     /// The position of this reason's kind in [`Reason::KINDS`].
@@ -62,6 +83,7 @@ impl Reason {
             Reason::NotAnObject => 3,
             Reason::MissingField(_) => 4,
             Reason::BadField { .. } => 5,
+            Reason::Future { .. } => 6,
         }
     }
 
@@ -280,6 +302,12 @@ mod tests {
             Reason::NotAnObject,
             Reason::MissingField(String::new()),
             bad("ts", "x"),
+            Reason::Future {
+                ts: 1,
+                reference: String::new(),
+                reference_ts: 0,
+                limit_secs: 0,
+            },
         ];
         assert_eq!(all.len(), Reason::KINDS.len());
         for (i, r) in all.iter().enumerate() {

@@ -90,6 +90,13 @@ impl<R: BufRead> LineReader<R> {
         LineReader { inner, line_no: 0 }
     }
 
+    /// How many lines were read so far: the number of the last one returned. When
+    /// [`LineReader::next_line`] fails, the damage is in line `lines_read() + 1`, whatever share
+    /// of the lines the caller keeps.
+    pub fn lines_read(&self) -> u64 {
+        self.line_no
+    }
+
     /// The next line, reusing `buf`'s allocation; `None` at the end of input.
     ///
     /// # Errors

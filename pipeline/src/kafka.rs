@@ -21,7 +21,10 @@
 //! partition from ever counting as caught up.) A worker whose partitions are all idle follows the most
 //! advanced worker, so it holds nobody back. Each commit stores its partition's newest event
 //! time in the offset's metadata, so a restarted job resumes with the same per-partition
-//! watermarks and classifies late readings as an uninterrupted run would.
+//! watermarks and classifies late readings as an uninterrupted run would. A reading more than
+//! `max_future_skew_secs` ahead of the wall clock is rejected (kind `future`) before it can move
+//! its partition's newest event time: one device with a clock in the future would otherwise make
+//! every later reading of the partition late.
 //!
 //! # Commits
 //! Each reading is emitted at timely time = the watermark before it arrived. The feed records,
@@ -55,8 +58,8 @@ use timely::dataflow::ProbeHandle;
 
 use crate::config::SourceConfig;
 use crate::control::JobControl;
-use crate::decode::decode_line;
-use crate::feed::Decoded;
+use crate::decode::{decode_line, Reason, Rejected};
+use crate::feed::{Clock, Decoded};
 use crate::schema::NARROW_TABLE;
 use crate::stats::{add, Stats};
 use crate::table::{Mutation, TableWriter};
@@ -420,6 +423,9 @@ pub struct KafkaOptions {
     pub worker: usize,
     /// Number of workers.
     pub peers: usize,
+    /// A reading more than this many seconds ahead of the wall clock is rejected (kind
+    /// `future`) and does not move its partition's watermark.
+    pub max_future_skew: u64,
 }
 
 /// Where a partition could be committed: the next offset, and the newest event time of the
@@ -654,6 +660,7 @@ pub struct KafkaFeed {
     commit_every: Duration,
     next_commit: Instant,
     expired_before: i64,
+    clock: Clock,
     local: [u64; 4],
     errors: u64,
     last_error_note: Option<Instant>,
@@ -894,6 +901,7 @@ impl KafkaFeed {
             // Hours the previous run had closed stay closed (see `CommitMeta`).
             watermark: resume_frontier.unwrap_or(0),
             expired_before,
+            clock: Clock::start(),
             local: [0; 4],
             errors: 0,
             last_error_note: None,
@@ -1061,6 +1069,25 @@ impl EventFeed for KafkaFeed {
         }
         self.local[READ] += 1;
         let mut decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
+        // A device clock running ahead must not move the partition's watermark: every other
+        // device's readings would become late.
+        if let Ok(r) = &decoded {
+            let now = self.clock.now_secs();
+            let skew = self.opts.max_future_skew;
+            if r.ts > now.saturating_add(i64::try_from(skew).unwrap_or(i64::MAX)) {
+                decoded = Err(Box::new(Rejected {
+                    line: offset.max(0) as u64,
+                    partition: None,
+                    reason: Reason::Future {
+                        ts: r.ts,
+                        reference: "the wall clock".to_string(),
+                        reference_ts: now,
+                        limit_secs: skew,
+                    },
+                    raw: raw.to_vec(),
+                }));
+            }
+        }
         if let Err(rejected) = &mut decoded {
             rejected.partition = Some(partition);
         }
@@ -1269,6 +1296,7 @@ mod tests {
             partitions: parts.len(),
             worker: 0,
             peers: 1,
+            max_future_skew: 3600,
         };
         let committer = OffsetCommitter {
             inner: Rc::new(CommitterInner {
@@ -1303,6 +1331,7 @@ mod tests {
             commit_every: Duration::from_secs(1),
             next_commit: now,
             expired_before: 0,
+            clock: Clock::start(),
             local: [0; 4],
             errors: 0,
             last_error_note: None,

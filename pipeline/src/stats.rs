@@ -84,6 +84,9 @@ impl BatchSizes {
     }
 }
 
+/// [`Reason::kind_index`] of the `future` kind.
+const FUTURE: usize = 6;
+
 /// Adds `n` to a counter.
 pub fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
@@ -98,6 +101,7 @@ impl Stats {
             read,
             ok: get(&self.ok),
             rejected: get(&self.rejected),
+            future: get(&self.rejected_by_kind[FUTURE]),
             late_dropped: get(&self.late_dropped),
             narrow_rows: get(&self.narrow_rows),
             wide_cells: get(&self.wide_cells),
@@ -120,6 +124,9 @@ pub struct Summary {
     pub ok: u64,
     /// Lines rejected to the dead-letter output.
     pub rejected: u64,
+    /// Of `rejected`, the readings too far ahead of the wall clock or the watermark (kind
+    /// `future`): a device clock running ahead.
+    pub future: u64,
     /// Readings beyond the allowed lateness.
     pub late_dropped: u64,
     /// Narrow rows written.
@@ -135,6 +142,11 @@ pub struct Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn future_is_the_future_kind() {
+        assert_eq!(Reason::KINDS[FUTURE], "future");
+    }
 
     #[test]
     fn batch_sizes_fall_in_their_buckets() {

@@ -86,6 +86,7 @@ fn stats_count_every_line() {
         sorted,
         [
             "elapsed_s",
+            "future",
             "late_dropped",
             "narrow_rows",
             "ok",

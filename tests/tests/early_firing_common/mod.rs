@@ -100,6 +100,7 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
             watermark_bound_secs: BOUND as u64,
             allowed_lateness_secs: 3600,
             early_fire_secs: 1,
+            ..WindowConfig::default()
         },
         flush_every: Duration::from_millis(200),
         registry: None,
