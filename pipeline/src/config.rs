@@ -65,7 +65,8 @@ pub struct JobConfig {
     /// Where `hourglass run` reads readings from.
     #[serde(default)]
     pub source: SourceConfig,
-    /// Timely worker threads of `hourglass run` (default: the number of cores).
+    /// Timely worker threads of `hourglass run`, 1 to [`MAX_WORKERS`] (default: the number of
+    /// cores, at most that).
     #[serde(default)]
     pub workers: Option<usize>,
     /// Seconds between two status lines of `hourglass run` (default 10).

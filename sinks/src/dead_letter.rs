@@ -412,6 +412,8 @@ mod tests {
         dl.flush().unwrap();
         let text = std::fs::read_to_string(dl.rejected_path().unwrap()).unwrap();
         assert_eq!(text.len(), written);
-        assert!(text.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+        assert!(text
+            .lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
     }
 }
