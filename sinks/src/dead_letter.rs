@@ -42,6 +42,14 @@ impl Open {
     }
 }
 
+impl Drop for Open {
+    fn drop(&mut self) {
+        // As `BufWriter` did: records already accepted are whole lines, worth keeping even on
+        // a path that did not flush (an error elsewhere, a panic unwinding).
+        let _ = self.write_pending();
+    }
+}
+
 /// A JSON Lines file created when the first record arrives.
 #[derive(Debug)]
 struct LazyFile {
@@ -415,5 +423,19 @@ mod tests {
         assert!(text
             .lines()
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    }
+
+    #[test]
+    fn records_not_flushed_yet_are_written_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dead.jsonl");
+        let dl = DeadLetters::new(path.clone(), dir.path().join("late.jsonl"));
+        dl.rejected(&decode_line(4, b"{", "temp").unwrap_err())
+            .unwrap();
+        assert!(std::fs::read(&path).unwrap().is_empty());
+        drop(dl);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(v["line"], 4);
     }
 }
