@@ -31,7 +31,7 @@ pub struct ReplayArgs {
     /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
     #[command(flatten)]
     pub backend: BackendArgs,
-    /// Timely worker threads [default: number of cores].
+    /// Timely worker threads, 1 to 256 [default: number of cores, at most 256].
     #[arg(long)]
     pub workers: Option<usize>,
     /// `max` (as fast as possible) or a factor of recorded time: `1` real time, `10` ten times
@@ -98,13 +98,23 @@ fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64>
         .map_or(0, |n| hour_start(now) - hour_start(n)))
 }
 
-/// Loads the configuration and applies the flags.
+/// One worker per core, within the range a job may start.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pipeline::config::MAX_WORKERS)
+}
+
+/// Loads the configuration and applies the flags, checking them (`--workers` among them).
 pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
     let mut cfg = match &args.config {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
     args.backend.apply(&mut cfg);
+    if let Some(workers) = args.workers {
+        pipeline::config::check_workers("--workers", workers)?;
+    }
     if let Some(registry) = &args.registry {
         cfg.registry = Some(registry.clone());
     }
@@ -148,10 +158,7 @@ fn print_summary(s: &Summary, location: &str) {
 /// Replays `args.file` into `backend`, one writer per worker.
 pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
     let speed = parse_speed(&args.speed)?;
-    let workers = args
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let workers = args.workers.unwrap_or_else(default_workers);
     let shift = if args.rebase_time {
         rebase_shift(&args.file, &cfg.metric, &cfg.window)?
     } else {

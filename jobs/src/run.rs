@@ -414,10 +414,8 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
     }
     let source = &cfg.source;
     let partitions = kafka::wait_for_partitions(source, &control)?;
-    let workers = cfg
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    // `JobConfig::validate` has checked a configured count against `MAX_WORKERS`.
+    let workers = cfg.workers.unwrap_or_else(crate::replay::default_workers);
     if workers > partitions {
         eprintln!(
             "note: {workers} workers but topic {} has {partitions} partitions: {} workers stay idle",
