@@ -74,15 +74,19 @@ fn a_damaged_journal_is_reported_left_unchanged_and_recovered_only_when_asked() 
     assert!(!dump.is_empty());
 }
 
-/// Every file under `dir` with its bytes, to compare a directory before and after.
-fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+/// Every file under `dir` with its length and a hash of its bytes, to compare a directory
+/// before and after.
+fn contents(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
             out.extend(contents(&path));
         } else {
-            out.push((path.clone(), std::fs::read(&path).unwrap()));
+            let bytes = std::fs::read(&path).unwrap();
+            let mut hash = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&bytes, &mut hash);
+            out.push((path, bytes.len(), std::hash::Hasher::finish(&hash)));
         }
     }
     out.sort();

@@ -11,6 +11,8 @@
 //! many `Item`s (tag 2) or `Clear`s (tag 4), then `End` (tag 3, u64 xxh3 of the items' bytes,
 //! magic `FJL\x03`). Integers are little-endian. A journal file is preallocated with zeros, so
 //! the written part ends where a zero tag starts and every byte after it is zero.
+//! The checksum covers a batch's items but not its seqno, so a flip in a seqno goes unseen here
+//! as it does in fjall.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -310,7 +312,17 @@ mod tests {
     #[test]
     fn every_single_bit_flip_in_the_data_is_found() {
         let (j, _) = journal();
+        // fjall's checksum covers the items, not the batch's seqno: a flip there is invisible.
+        let mut seqnos = Vec::new();
+        let mut pos = 0;
+        while let Ok((end, _)) = read_batch(&j, pos) {
+            seqnos.push(pos + 5..pos + 13);
+            pos = end;
+        }
         for bit in 0..(j.len() - 100) * 8 {
+            if seqnos.iter().any(|r| r.contains(&(bit / 8))) {
+                continue;
+            }
             let mut bad = j.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             let scan = scan_bytes(Path::new("0.jnl"), &bad);
@@ -326,6 +338,8 @@ mod tests {
         torn.resize(torn.len() + 50, 0);
         let damage = scan_bytes(Path::new("0.jnl"), &torn).damage.unwrap();
         assert!(damage.is_torn_tail());
-        assert_eq!((damage.offset as usize, damage.lost_bytes), (first, 10));
+        assert_eq!(damage.offset as usize, first);
+        // The written prefix ends in the seqno's zero high bytes, which look like padding.
+        assert_eq!(damage.lost_bytes, 6);
     }
 }
