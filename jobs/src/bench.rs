@@ -193,6 +193,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 late_output: dir.join("bench-late.jsonl"),
                 stats_json: None,
                 registry: None,
+                recover: false,
                 quiet: true,
                 metrics_listen: None,
             };

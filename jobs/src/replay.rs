@@ -62,6 +62,10 @@ pub struct ReplayArgs {
     /// port 0 picks a free port (printed on stderr).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// Open an embedded store whose journal is damaged by keeping the writes before the damage
+    /// and dropping the rest of that journal file (printed on stderr). Back the store up first.
+    #[arg(long)]
+    pub recover: bool,
 }
 
 fn parse_speed(s: &str) -> Result<Option<f64>> {
@@ -129,7 +133,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
 /// Runs `hourglass replay`.
 pub fn run(args: &ReplayArgs) -> Result<Summary> {
     let cfg = job_config(args)?;
-    let backend = crate::store::open(&cfg, &args.backend, false, true)?;
+    let backend = crate::store::open_for_writing(&cfg, &args.backend, args.recover)?;
     backend.ensure_tables()?;
     let summary = replay_into(args, &cfg, &backend)?;
     if !args.quiet {

@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Timeouts and connection limit of the `--serve` and `--metrics-listen` servers.
     #[command(flatten)]
     pub http: HttpLimits,
+    /// Open an embedded store whose journal is damaged by keeping the writes before the damage
+    /// and dropping the rest of that journal file (printed on stderr). Back the store up first.
+    #[arg(long)]
+    pub recover: bool,
 }
 
 /// The end-of-run summary: the replay's counters plus what only a Kafka job measures.
@@ -390,7 +394,7 @@ fn run_job(cfg: &JobConfig, args: &RunArgs, exit_on_idle: Option<Duration>) -> R
         eprintln!("metrics: http://{}/metrics", server.addr());
     }
     let signals = handle_signals(control.clone())?;
-    let backend = store::open(cfg, &BackendArgs::default(), false, true)?;
+    let backend = store::open_for_writing(cfg, &BackendArgs::default(), args.recover)?;
     if let Some(writers) = backend.writer_stats() {
         metrics.attach_writers(writers);
     }

@@ -9,7 +9,7 @@ use pipeline::config::{JobConfig, StoreKind};
 use pipeline::room::PreviousView;
 use pipeline::schema;
 use pipeline::table::{Row, ScanSpec, TableReader, TableWriter};
-use sinks::embedded::EmbeddedStore;
+use sinks::embedded::{EmbeddedStore, OpenMode};
 use sinks::hbase::{HbaseConfig, HbaseStore, HbaseWriter, WriterStats};
 
 /// How long interactive commands (queries, table admin) retry an unreachable HBase before
@@ -212,25 +212,58 @@ pub fn hbase_config(
     Ok(hb)
 }
 
-/// Opens the backend `cfg.store` names, with HBase retries as [`hbase_config`] says. The
-/// embedded store must exist unless `create` is set.
+/// Opens the backend `cfg.store` names, with HBase retries as [`hbase_config`] says. Without
+/// `create` (read-only commands) the embedded store must exist and is never changed (see
+/// [`OpenMode::ReadOnly`]); with it, it is opened for writing and a damaged journal is refused.
 pub fn open(
     cfg: &JobConfig,
     args: &BackendArgs,
     interactive: bool,
     create: bool,
 ) -> Result<Backend> {
+    let mode = if create {
+        OpenMode::ReadWrite
+    } else {
+        OpenMode::ReadOnly
+    };
+    open_as(cfg, args, interactive, mode)
+}
+
+/// [`open`] for a writing job: `recover` (its `--recover` flag) keeps the writes before damage
+/// in an embedded store's journal and drops the rest, saying what it drops.
+pub fn open_for_writing(cfg: &JobConfig, args: &BackendArgs, recover: bool) -> Result<Backend> {
+    let mode = if recover {
+        OpenMode::Recover
+    } else {
+        OpenMode::ReadWrite
+    };
+    open_as(cfg, args, false, mode)
+}
+
+fn open_as(
+    cfg: &JobConfig,
+    args: &BackendArgs,
+    interactive: bool,
+    mode: OpenMode,
+) -> Result<Backend> {
     match cfg.store.kind {
         StoreKind::Embedded => {
             let dir = &cfg.store.dir;
             anyhow::ensure!(
-                create || dir.exists(),
+                mode != OpenMode::ReadOnly || dir.exists(),
                 "no embedded store at {}: run `hourglass replay FILE` first, or pass --store DIR \
                  (or --hbase HOST:PORT)",
                 dir.display()
             );
+            let store = open_embedded_as(dir, mode)?;
+            for dropped in store.dropped_on_open() {
+                eprintln!(
+                    "warning: embedded store at {}: {dropped}; dropped",
+                    dir.display()
+                );
+            }
             Ok(Backend::Embedded {
-                store: open_embedded(dir)?,
+                store,
                 dir: dir.clone(),
             })
         }
@@ -241,9 +274,10 @@ pub fn open(
     }
 }
 
-/// Opens (or creates) the embedded store in `dir` with every hourglass table, measuring TTLs
+/// Opens the embedded store in `dir` with every hourglass table as `mode` says, measuring TTLs
 /// against [`pipeline::time::now_ms`] (so `HOURGLASS_NOW` applies).
-pub fn open_embedded(dir: &Path) -> Result<EmbeddedStore> {
-    EmbeddedStore::open_with_clock(dir, &schema::all_tables(), Arc::new(pipeline::time::now_ms))
+fn open_embedded_as(dir: &Path, mode: OpenMode) -> Result<EmbeddedStore> {
+    let clock = Arc::new(pipeline::time::now_ms);
+    EmbeddedStore::open_with_options(dir, &schema::all_tables(), clock, mode)
         .with_context(|| format!("opening the embedded store at {}", dir.display()))
 }

@@ -1,6 +1,7 @@
 //! The embedded store: HBase's table model (rows, families, qualifiers, timestamps, TTLs) on fjall.
 
 mod codec;
+mod journal;
 mod store;
 mod ttl;
 mod writer;
@@ -8,7 +9,8 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use store::EmbeddedStore;
+pub use journal::JournalDamage;
+pub use store::{EmbeddedStore, OpenMode};
 pub use writer::EmbeddedWriter;
 
 use std::path::{Path, PathBuf};
@@ -73,6 +75,29 @@ pub(crate) enum StoreError {
         doing: &'static str,
         /// fjall's description.
         detail: String,
+    },
+    /// A journal holds damage followed by intact writes that opening would drop.
+    #[error(
+        "embedded store at {dir} has a damaged journal: {damage}; the store was left unchanged. \
+         Restore it from a backup, or back the directory up and rerun `hourglass replay` or \
+         `hourglass run` with --recover to keep the writes before the damage and drop the rest"
+    )]
+    JournalDamaged {
+        /// The store directory.
+        dir: PathBuf,
+        /// What is damaged and what would be lost, one journal after another.
+        damage: String,
+    },
+    /// A read-only command was pointed at a directory that holds no embedded store.
+    #[error(
+        "no embedded store at {dir} ({why}); read-only commands never create one: pass the \
+         --store DIR that `hourglass replay` or `hourglass run` wrote"
+    )]
+    NotAStore {
+        /// The directory.
+        dir: PathBuf,
+        /// What is missing.
+        why: &'static str,
     },
     /// A stored key or value does not have the embedded store's layout.
     #[error(

@@ -1,6 +1,7 @@
 //! The store handle: opening, reads, TTL purges and durability.
 
 use super::codec;
+use super::journal::{self, JournalDamage, JournalScan};
 use super::ttl::{FamilyTtls, TtlFilterFactory};
 use super::writer::EmbeddedWriter;
 use super::StoreError;
@@ -66,6 +67,32 @@ pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     pub(crate) tables: Vec<Table>,
     pub(crate) now_ms: Clock,
+    /// What opening dropped from the journals.
+    pub(crate) dropped: Vec<JournalDamage>,
+    /// The copy a read-only open reads; declared after `db` so fjall closes before it goes.
+    _snapshot: Option<tempfile::TempDir>,
+}
+
+/// How [`EmbeddedStore::open_with_options`] treats the directory and damage in its journals.
+///
+/// Journal damage is handled as RocksDB's WAL recovery modes name it: by default
+/// `kTolerateCorruptedTailRecords` (an incomplete last write batch, as a crash leaves, is
+/// dropped; damage followed by intact batches fails the open), with [`OpenMode::Recover`]
+/// `kPointInTimeRecovery` within each journal file (replay stops at the damage and what follows
+/// in that file is dropped; later journal files are still replayed, as fjall does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenMode {
+    /// Open or create the store for writing; refuse a damaged journal.
+    #[default]
+    ReadWrite,
+    /// As `ReadWrite`, but truncate a damaged journal at the damage, dropping what follows.
+    Recover,
+    /// Read an existing store without changing a byte of it: refuse a directory that holds no
+    /// store or a damaged journal, and read a private snapshot (journals copied up to their
+    /// last intact batch, table files hard-linked, or copied across file systems). Writes
+    /// through such a handle go to the snapshot and are lost when it is dropped.
+    ReadOnly,
 }
 
 impl Inner {
@@ -187,7 +214,27 @@ impl EmbeddedStore {
         tables: &[TableSpec],
         now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
     ) -> Result<Self> {
+        Self::open_with_options(dir, tables, now_ms, OpenMode::ReadWrite)
+    }
+
+    /// Same as [`EmbeddedStore::open_with_clock`], with `mode` saying whether the store may be
+    /// created or changed and how journal damage is handled (see [`OpenMode`]). The journals
+    /// are checked before fjall replays them, because fjall silently truncates a journal at its
+    /// first unreadable record.
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open_with_clock`]; also `Error::Store` if a journal holds damage
+    /// followed by intact writes (unless `mode` is `Recover`), or, for `ReadOnly`, if `dir`
+    /// holds no store.
+    pub fn open_with_options(
+        dir: &Path,
+        tables: &[TableSpec],
+        now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+        mode: OpenMode,
+    ) -> Result<Self> {
         let ttls = family_ttls(tables)?;
+        let (snapshot, dropped) = prepare(dir, mode)?;
+        let fjall_dir = snapshot.as_ref().map_or(dir, |s| s.path());
         // Keyspaces get their filter by name, both when created and when recovered on reopen.
         let assigned: Vec<(&'static str, FamilyTtls)> = tables
             .iter()
@@ -195,7 +242,7 @@ impl EmbeddedStore {
             .zip(ttls.iter().cloned())
             .collect();
         let clock = now_ms.clone();
-        let db = Database::builder(dir)
+        let db = Database::builder(fjall_dir)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
                 let (name, families) = assigned.iter().find(|(name, _)| *name == keyspace)?;
                 if families.iter().all(|(_, ttl)| ttl.is_none()) {
@@ -223,8 +270,16 @@ impl EmbeddedStore {
                 dir: dir.to_path_buf(),
                 tables: handles,
                 now_ms,
+                dropped,
+                _snapshot: snapshot,
             }),
         })
+    }
+
+    /// What opening dropped from the journals: incomplete last write batches and, with
+    /// [`OpenMode::Recover`], everything after damage. Empty for a clean store.
+    pub fn dropped_on_open(&self) -> &[JournalDamage] {
+        &self.inner.dropped
     }
 
     /// A writer for one worker. It buffers mutations and commits them in fjall write batches of
@@ -297,6 +352,135 @@ impl EmbeddedStore {
             .persist(PersistMode::SyncAll)
             .map_err(|e| self.inner.fjall_error("persist", e))
     }
+}
+
+/// Checks the journals of the store in `dir` before fjall opens it. For `ReadOnly`, returns
+/// the snapshot fjall opens instead; otherwise cuts the journals that need it at their last
+/// intact batch (fjall would cut them there too, or fail on a checksum mismatch).
+fn prepare(dir: &Path, mode: OpenMode) -> Result<(Option<tempfile::TempDir>, Vec<JournalDamage>)> {
+    let is_store = dir.join("version").is_file() && dir.join("keyspaces").is_dir();
+    if !is_store {
+        if mode == OpenMode::ReadOnly {
+            let why = if dir.is_dir() {
+                "the directory has no fjall `version` file and `keyspaces` folder"
+            } else {
+                "the directory does not exist"
+            };
+            return Err(StoreError::NotAStore {
+                dir: dir.to_path_buf(),
+                why,
+            }
+            .into());
+        }
+        return Ok((None, Vec::new()));
+    }
+    let io = |doing: &'static str| {
+        move |source| StoreError::Io {
+            dir: dir.to_path_buf(),
+            doing,
+            source,
+        }
+    };
+    // A read-only open must not copy files a running writer is changing; fjall's lock says
+    // whether one is.
+    let lock = match mode {
+        OpenMode::ReadOnly => Some(lock_shared(dir)?),
+        _ => None,
+    };
+    let scans = journal::scan_dir(dir).map_err(io("journal check"))?;
+    let damage: Vec<&JournalDamage> = scans
+        .iter()
+        .filter_map(|s| s.damage.as_ref())
+        .filter(|d| !d.is_torn_tail())
+        .collect();
+    if !damage.is_empty() && mode != OpenMode::Recover {
+        let damage = damage.iter().map(ToString::to_string).collect::<Vec<_>>();
+        return Err(StoreError::JournalDamaged {
+            dir: dir.to_path_buf(),
+            damage: damage.join("; "),
+        }
+        .into());
+    }
+    let dropped: Vec<JournalDamage> = scans.iter().filter_map(|s| s.damage.clone()).collect();
+    for d in &dropped {
+        tracing::warn!(dir = %dir.display(), "{d}; dropping it");
+    }
+    if mode == OpenMode::ReadOnly {
+        let snapshot = snapshot(dir, &scans).map_err(io("snapshot for reading"))?;
+        drop(lock);
+        return Ok((Some(snapshot), dropped));
+    }
+    for scan in scans.iter().filter(|s| s.damage.is_some()) {
+        cut(scan).map_err(io("journal recovery"))?;
+    }
+    Ok((None, dropped))
+}
+
+/// Takes fjall's lock file of `dir` without writing to it, for as long as the file stays open.
+fn lock_shared(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("lock");
+    let file = std::fs::File::open(&path).map_err(|source| StoreError::Io {
+        dir: dir.to_path_buf(),
+        doing: "lock",
+        source,
+    })?;
+    match file.try_lock_shared() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+            dir: dir.to_path_buf(),
+        }
+        .into()),
+        Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Io {
+            dir: dir.to_path_buf(),
+            doing: "lock",
+            source,
+        }
+        .into()),
+    }
+}
+
+fn cut(scan: &JournalScan) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(&scan.file)?;
+    file.set_len(scan.valid_end)?;
+    file.sync_all()
+}
+
+/// Copies the store in `dir` into a new temporary directory for fjall to open and change:
+/// journals up to their last intact batch, table files (which fjall never rewrites, only
+/// creates and deletes) as hard links, everything else as copies.
+fn snapshot(dir: &Path, scans: &[JournalScan]) -> std::io::Result<tempfile::TempDir> {
+    let tmp = tempfile::Builder::new()
+        .prefix("hourglass-store-snapshot-")
+        .tempdir()?;
+    copy_tree(dir, tmp.path(), false)?;
+    for scan in scans {
+        let Some(name) = scan.file.file_name() else {
+            continue;
+        };
+        let mut from = std::fs::File::open(&scan.file)?;
+        let mut to = std::fs::File::create(tmp.path().join(name))?;
+        std::io::copy(&mut std::io::Read::take(&mut from, scan.valid_end), &mut to)?;
+    }
+    Ok(tmp)
+}
+
+fn copy_tree(from: &Path, to: &Path, in_tables: bool) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, name) = (entry.path(), entry.file_name());
+        let dst = to.join(&name);
+        if entry.file_type()?.is_dir() {
+            std::fs::create_dir(&dst)?;
+            copy_tree(&src, &dst, in_tables || name == "tables")?;
+        } else if src.extension().is_some_and(|e| e == "jnl") && !in_tables {
+            // Journals are copied by `snapshot`, up to their last intact batch.
+        } else if name == "lock" {
+            std::fs::File::create(&dst)?;
+        } else if !in_tables || std::fs::hard_link(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// Groups key-ordered stored cells into visible rows.

@@ -1,6 +1,6 @@
 //! Tests of the embedded store against HBase's semantics.
 
-use super::{EmbeddedStore, EmbeddedWriter};
+use super::{EmbeddedStore, EmbeddedWriter, OpenMode};
 use pipeline::schema::{self, Bloom, Compression, FamilySpec, TableSpec};
 use pipeline::table::{Cell, Mutation, Row, ScanSpec, TableReader, TableWriter};
 use pipeline::Error;
@@ -751,4 +751,66 @@ fn bench_writer_throughput() {
         let rows = store.dump(schema::NARROW_TABLE).unwrap().len();
         assert_eq!(rows, (readings * writers) as usize);
     }
+}
+
+/// A store in `dir` with ten write batches in its journal, closed; returns the journal's path.
+fn store_with_ten_batches(dir: &TempDir) -> std::path::PathBuf {
+    let (store, _) = open(dir);
+    for batch in 0..10u8 {
+        write(&store, vec![put_v(&[b'a' + batch], b"v")]);
+    }
+    drop(store);
+    dir.path().join("0.jnl")
+}
+
+fn open_as(dir: &TempDir, mode: OpenMode) -> pipeline::Result<EmbeddedStore> {
+    let (_, clock) = clock();
+    EmbeddedStore::open_with_options(dir.path(), &[table()], clock, mode)
+}
+
+#[test]
+fn a_damaged_journal_is_refused_unchanged_unless_recovering() {
+    let dir = TempDir::new().unwrap();
+    let journal = store_with_ten_batches(&dir);
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let written = bytes.iter().rposition(|&b| b != 0).unwrap();
+    bytes[written / 2] ^= 0x01;
+    std::fs::write(&journal, &bytes).unwrap();
+
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let err = open_as(&dir, mode).unwrap_err();
+        assert!(
+            matches!(&err, Error::Store { message, .. } if message.contains("damaged journal") && message.contains("--recover")),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(std::fs::read(&journal).unwrap(), bytes, "{mode:?}");
+    }
+
+    let store = open_as(&dir, OpenMode::Recover).unwrap();
+    let dropped = store.dropped_on_open();
+    assert_eq!(dropped.len(), 1);
+    assert!(dropped[0].lost_batches > 0 && dropped[0].lost_cells > 0);
+    let kept = store.dump(T).unwrap().len();
+    assert!(kept < 10, "{kept} rows kept");
+}
+
+#[test]
+fn read_only_opens_change_nothing_and_never_create_a_store() {
+    let dir = TempDir::new().unwrap();
+    let journal = store_with_ten_batches(&dir);
+    let before = std::fs::read(&journal).unwrap();
+    let store = open_as(&dir, OpenMode::ReadOnly).unwrap();
+    assert_eq!(store.dump(T).unwrap().len(), 10);
+    drop(store);
+    assert_eq!(std::fs::read(&journal).unwrap(), before);
+
+    let empty = TempDir::new().unwrap();
+    std::fs::write(empty.path().join("notes"), "x").unwrap();
+    let err = open_as(&empty, OpenMode::ReadOnly).unwrap_err();
+    assert!(
+        matches!(&err, Error::Store { message, .. } if message.contains("no embedded store")),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(empty.path()).unwrap().collect();
+    assert_eq!(left.len(), 1);
 }

@@ -1,0 +1,129 @@
+//! A damaged embedded store: read-only commands report the damage and change nothing, writing
+//! commands refuse it unless told to `--recover`, and read-only commands never create a store.
+
+use std::path::{Path, PathBuf};
+
+use e2e::{hourglass, hourglass_ok};
+
+/// Replays generated traffic into `dir/store` and returns the store's directory.
+fn replayed_store(dir: &Path) -> PathBuf {
+    hourglass_ok(
+        dir,
+        &[
+            "generate",
+            "--devices",
+            "20",
+            "--duration",
+            "2h",
+            "--out",
+            "in.jsonl",
+        ],
+    );
+    hourglass_ok(dir, &["replay", "in.jsonl", "--store", "store", "--quiet"]);
+    dir.join("store")
+}
+
+/// Flips one bit in the middle of the written part of the store's journal; returns its bytes.
+fn flip_a_bit(store: &Path) -> Vec<u8> {
+    let path = store.join("0.jnl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let written = bytes.iter().rposition(|&b| b != 0).unwrap();
+    bytes[written / 2] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    bytes
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_damaged_journal_is_reported_left_unchanged_and_recovered_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = replayed_store(tmp.path());
+    let damaged = flip_a_bit(&store);
+
+    let dump = hourglass(
+        tmp.path(),
+        &["tables", "dump", "ts_metric", "--store", "store"],
+    );
+    let err = stderr(&dump);
+    assert!(!dump.status.success(), "dump of a damaged store succeeded");
+    assert!(err.contains("damaged at byte"), "{err}");
+    assert!(err.contains("intact write batches"), "{err}");
+    assert_eq!(std::fs::read(store.join("0.jnl")).unwrap(), damaged);
+
+    let replay = hourglass(tmp.path(), &["replay", "in.jsonl", "--store", "store"]);
+    let err = stderr(&replay);
+    assert!(!replay.status.success(), "replay into a damaged store ran");
+    assert!(err.contains("--recover"), "{err}");
+    assert_eq!(std::fs::read(store.join("0.jnl")).unwrap(), damaged);
+
+    let recover = hourglass(
+        tmp.path(),
+        &["replay", "in.jsonl", "--store", "store", "--recover"],
+    );
+    let err = stderr(&recover);
+    assert!(recover.status.success(), "{err}");
+    assert!(err.contains("dropped"), "{err}");
+    assert!(err.contains("cells"), "{err}");
+    let dump = hourglass_ok(
+        tmp.path(),
+        &["tables", "dump", "ts_metric", "--store", "store"],
+    );
+    assert!(!dump.is_empty());
+}
+
+/// Every file under `dir` with its length and a hash of its bytes, to compare a directory
+/// before and after.
+fn contents(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(contents(&path));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            let mut hash = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&bytes, &mut hash);
+            out.push((path, bytes.len(), std::hash::Hasher::finish(&hash)));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn read_only_commands_leave_a_directory_that_is_not_a_store_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "not a store").unwrap();
+    let before = contents(&other);
+    for args in [
+        &["query", "latest", "--device", "dev-001", "--store", "other"][..],
+        &["tables", "dump", "ts_metric", "--store", "other"],
+    ] {
+        let out = hourglass(tmp.path(), args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr(&out).contains("no embedded store"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(contents(&other), before, "{args:?} changed the directory");
+    }
+}
+
+#[test]
+fn a_read_only_command_changes_no_byte_of_a_clean_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = replayed_store(tmp.path());
+    let before = contents(&store);
+    let dump = hourglass_ok(
+        tmp.path(),
+        &["tables", "dump", "ts_metric", "--store", "store"],
+    );
+    assert!(!dump.is_empty());
+    assert_eq!(contents(&store), before);
+}
