@@ -42,7 +42,7 @@ const DEFAULT_LOOKBACK: f64 = 300.0;
 pub(crate) struct PromError {
     status: StatusCode,
     error_type: &'static str,
-    message: String,
+    pub(crate) message: String,
 }
 
 fn bad_data(message: impl Into<String>) -> PromError {
@@ -150,7 +150,7 @@ impl PromParams {
 }
 
 /// A Prometheus time: float epoch seconds or RFC 3339.
-fn parse_prom_time(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_prom_time(s: &str) -> Result<f64, String> {
     if let Ok(t) = s.trim().parse::<f64>() {
         if t.is_finite() {
             return Ok(t);
@@ -162,7 +162,7 @@ fn parse_prom_time(s: &str) -> Result<f64, String> {
 }
 
 /// A Prometheus duration: float seconds (`15`, `0.5`) or units (`1m30s`, `500ms`, `1h`, `7d`).
-fn parse_duration(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<f64, String> {
     let bad = || format!("cannot read {s:?} as a duration: use seconds (60) or units (1m, 1h30m)");
     if let Ok(secs) = s.trim().parse::<f64>() {
         return if secs.is_finite() {
@@ -202,7 +202,7 @@ fn parse_duration(s: &str) -> Result<f64, String> {
 
 /// A label matcher operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     Eq,
     Ne,
     Re,
@@ -211,10 +211,10 @@ enum Op {
 
 /// One label matcher, its regex compiled (anchored, as Prometheus does).
 #[derive(Debug, Clone)]
-struct Matcher {
-    label: String,
-    op: Op,
-    value: String,
+pub(crate) struct Matcher {
+    pub(crate) label: String,
+    pub(crate) op: Op,
+    pub(crate) value: String,
     regex: Option<Regex>,
 }
 
@@ -248,9 +248,9 @@ impl Matcher {
 
 /// A vector selector: `metric{label op "value", …}`.
 #[derive(Debug, Clone)]
-struct Selector {
-    metric: Option<String>,
-    matchers: Vec<Matcher>,
+pub(crate) struct Selector {
+    pub(crate) metric: Option<String>,
+    pub(crate) matchers: Vec<Matcher>,
 }
 
 struct Parser<'a> {
@@ -354,7 +354,7 @@ impl Parser<'_> {
 }
 
 /// Parses a vector selector, or says what in `q` is not one.
-fn parse_selector(q: &str) -> Result<Selector, String> {
+pub(crate) fn parse_selector(q: &str) -> Result<Selector, String> {
     let mut p = Parser {
         s: q.as_bytes(),
         i: 0,
@@ -451,12 +451,12 @@ fn parse_scalar(q: &str) -> Option<f64> {
 }
 
 /// What a `query` parameter asks for.
-enum Expr {
+pub(crate) enum Expr {
     Scalar(f64),
     Selector(Selector),
 }
 
-fn parse_query(q: &str) -> Result<Expr, PromError> {
+pub(crate) fn parse_query(q: &str) -> Result<Expr, PromError> {
     if let Some(v) = parse_scalar(q) {
         return Ok(Expr::Scalar(v));
     }
