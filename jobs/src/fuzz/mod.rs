@@ -133,7 +133,7 @@ fn run(test: &str, corpus: &[Vec<u8>], mut check: impl FnMut(&[u8]) -> Verdict) 
         let verdict = catch_unwind(AssertUnwindSafe(|| check(input)))
             .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
         if let Err(problem) = verdict {
-            // One report per kind of problem: the first line, without the details that vary.
+            // One report per kind of problem: the start of its first line (details vary).
             let kind = |p: &str| {
                 p.lines()
                     .next()

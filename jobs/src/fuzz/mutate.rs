@@ -64,7 +64,7 @@ const NUMBERS: &[&str] = &[
 /// Strings that are empty, long, not ASCII, or separators and metacharacters of the formats.
 fn strings(rng: &mut ChaCha8Rng) -> String {
     let long = |n: usize| "x".repeat(n);
-    match rng.random_range(0..34) {
+    match rng.random_range(0..35) {
         0 => String::new(),
         1 => "_".into(),
         2 => "a_b".into(),
@@ -98,6 +98,8 @@ fn strings(rng: &mut ChaCha8Rng) -> String {
         30 => "[5m]".into(),
         31 => "&".into(),
         32 => "=".into(),
+        // Past f64's range: an overflow to infinity.
+        33 => "9".repeat(400),
         _ => "/../".into(),
     }
 }
