@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase fuzz
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -45,3 +45,20 @@ bench:
 bench-hbase:
 	scripts/services.sh up hbase
 	$(CARGO) run --release --locked -p hourglass-jobs -- bench replay --devices 10000 --duration 10m --hbase 127.0.0.1:9090 --json target/bench-replay-hbase.json
+
+# Seconds per fuzz target, and the address-space cap (KiB) under which a huge allocation is an
+# abort naming its size rather than the machine running out of memory.
+FUZZ_SECS ?= 1800
+FUZZ_MEM_KB ?= 8000000
+FUZZ_TARGETS = fuzz::decode::decoder fuzz::keys::key_codecs fuzz::prom::promql fuzz::http::http
+
+## Every fuzz target for FUZZ_SECS seconds each (release, overflow checks on), one process per
+## target so an abort stops only its own; prints executions per target. See docs/RELIABILITY.md.
+fuzz: export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS = true
+fuzz:
+	$(CARGO) test --release --locked -p hourglass-jobs --no-run
+	@status=0; for t in $(FUZZ_TARGETS); do \
+	  ( ulimit -v $(FUZZ_MEM_KB); HOURGLASS_FUZZ_SECS=$(FUZZ_SECS) \
+	    $(CARGO) test --release --locked -p hourglass-jobs $$t -- --exact --include-ignored --nocapture ) \
+	    || { status=1; echo "fuzz: $$t FAILED (above)"; }; \
+	done; exit $$status

@@ -2,6 +2,8 @@
 //! dashboard queries, manage tables and measure throughput.
 
 mod bench;
+#[cfg(test)]
+mod fuzz;
 mod generate;
 mod http_thread;
 mod job_metrics;

@@ -403,6 +403,21 @@ mod tests {
     }
 
     #[test]
+    fn values_are_the_nearest_double_of_their_text() {
+        // Found by the decoder fuzz target: a 1-ulp error changed the value on re-encoding.
+        for text in [
+            "-92233720368154775808",
+            "-9.223372036815477e19",
+            "0.1",
+            "1e-320",
+        ] {
+            let line = format!(r#"{{"device":"d","ts":1,"temp":{text}}}"#);
+            let r = decode_line(1, line.as_bytes(), "temp").expect("accepted");
+            assert_eq!(r.value, text.parse::<f64>().unwrap(), "{text}");
+        }
+    }
+
+    #[test]
     fn rejection_keeps_line_and_raw() {
         let err = decode_line(42, b"{oops", "temp").unwrap_err();
         assert_eq!(err.line, 42);

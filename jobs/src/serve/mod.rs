@@ -7,7 +7,7 @@
 mod api;
 mod metrics;
 mod page;
-mod prom;
+pub(crate) mod prom;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -47,7 +47,7 @@ const MAX_STEP: f64 = MAX_RANGE_SECS as f64;
 pub(crate) struct PromError {
     status: StatusCode,
     error_type: &'static str,
-    message: String,
+    pub(crate) message: String,
 }
 
 fn bad_data(message: impl Into<String>) -> PromError {
@@ -155,7 +155,7 @@ impl PromParams {
 }
 
 /// A Prometheus time: float epoch seconds or RFC 3339, within the years 0000 to 9999.
-fn parse_prom_time(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_prom_time(s: &str) -> Result<f64, String> {
     use pipeline::time::{MAX_TIME, MIN_TIME};
     if let Ok(t) = s.trim().parse::<f64>() {
         // Also refuses NaN and the infinities.
@@ -184,7 +184,7 @@ fn check_duration(d: f64, name: &str, max: f64) -> Result<f64, PromError> {
 }
 
 /// A Prometheus duration: float seconds (`15`, `0.5`) or units (`1m30s`, `500ms`, `1h`, `7d`).
-fn parse_duration(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<f64, String> {
     let bad = || format!("cannot read {s:?} as a duration: use seconds (60) or units (1m, 1h30m)");
     if let Ok(secs) = s.trim().parse::<f64>() {
         return if secs.is_finite() {
@@ -229,7 +229,7 @@ fn parse_duration(s: &str) -> Result<f64, String> {
 
 /// A label matcher operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     Eq,
     Ne,
     Re,
@@ -238,10 +238,10 @@ enum Op {
 
 /// One label matcher, its regex compiled (anchored, as Prometheus does).
 #[derive(Debug, Clone)]
-struct Matcher {
-    label: String,
-    op: Op,
-    value: String,
+pub(crate) struct Matcher {
+    pub(crate) label: String,
+    pub(crate) op: Op,
+    pub(crate) value: String,
     regex: Option<Regex>,
 }
 
@@ -275,9 +275,9 @@ impl Matcher {
 
 /// A vector selector: `metric{label op "value", …}`.
 #[derive(Debug, Clone)]
-struct Selector {
-    metric: Option<String>,
-    matchers: Vec<Matcher>,
+pub(crate) struct Selector {
+    pub(crate) metric: Option<String>,
+    pub(crate) matchers: Vec<Matcher>,
 }
 
 struct Parser<'a> {
@@ -381,7 +381,7 @@ impl Parser<'_> {
 }
 
 /// Parses a vector selector, or says what in `q` is not one.
-fn parse_selector(q: &str) -> Result<Selector, String> {
+pub(crate) fn parse_selector(q: &str) -> Result<Selector, String> {
     let mut p = Parser {
         s: q.as_bytes(),
         i: 0,
@@ -478,12 +478,12 @@ fn parse_scalar(q: &str) -> Option<f64> {
 }
 
 /// What a `query` parameter asks for.
-enum Expr {
+pub(crate) enum Expr {
     Scalar(f64),
     Selector(Selector),
 }
 
-fn parse_query(q: &str) -> Result<Expr, PromError> {
+pub(crate) fn parse_query(q: &str) -> Result<Expr, PromError> {
     if let Some(v) = parse_scalar(q) {
         return Ok(Expr::Scalar(v));
     }
