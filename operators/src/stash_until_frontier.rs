@@ -9,6 +9,9 @@ use timely::dataflow::operators::Capability;
 use timely::dataflow::StreamVec;
 use timely::ExchangeData;
 
+/// A time's capability and the updates gathered for it so far.
+type Stashed<D, R> = (Capability<u64>, Vec<(D, u64, R)>);
+
 /// Turns a stream of timed updates into complete per-time batches.
 pub trait StashUntilFrontier<'scope, D, R> {
     /// Exchanges `(data, time, diff)` updates (a differential collection's `inner` stream) by
@@ -68,7 +71,7 @@ where
             pact,
             "StashUntilFrontier",
             |_cap, _info| {
-                let mut stash: BTreeMap<u64, (Capability<u64>, Vec<(D, u64, R)>)> = BTreeMap::new();
+                let mut stash: BTreeMap<u64, Stashed<D, R>> = BTreeMap::new();
                 move |(input, frontier), output| {
                     input.for_each(|cap, data| {
                         let Some(least) = cap.retain_least(0) else {
