@@ -1,4 +1,5 @@
-//! Timely operators of hourglass: an event-time source, an event-time tumbling window and a batched sink.
+//! Timely operators of hourglass: an event-time source, an event-time tumbling window, newest per
+//! key, per-time batches of updates and a batched sink.
 //!
 //! The operators are generic: they know event times, keys and batches, not sensor readings.
 //! Timely timestamps are watermarks in event-time seconds, so a stream's frontier *is* its
@@ -6,14 +7,28 @@
 #![deny(missing_docs)]
 
 pub mod event_source;
+pub mod newest_per_key;
+pub mod stash_until_frontier;
 pub mod tumbling_window;
 pub mod write_batches;
 
 pub use event_source::{event_source, EventFeed, Poll};
+pub use newest_per_key::NewestPerKey;
+pub use stash_until_frontier::StashUntilFrontier;
 pub use tumbling_window::{Accumulate, Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};
 pub use write_batches::{BatchWriter, WriteBatches};
 
+use std::hash::{Hash, Hasher};
+
 use timely::dataflow::operators::{Capability, CapabilitySet};
+
+/// The hash the keyed operators route a key by: the same in every process, since
+/// `DefaultHasher::new()` has fixed keys, so a key goes to the same worker everywhere.
+pub fn key_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
 
 /// Moves held capabilities up to the input frontier, never below what they hold: data from a
 /// worker that is ahead arrives at times beyond the frontier, so `CapabilitySet::downgrade`

@@ -1,9 +1,8 @@
 //! An event-time tumbling window with early firings, allowed lateness and a side output for
 //! items beyond it.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use timely::dataflow::channels::pact::Exchange;
@@ -146,13 +145,6 @@ struct WindowSlot<K, V, A> {
     fired: bool,
 }
 
-fn key_hash<K: Hash>(key: &K) -> u64 {
-    // DefaultHasher::new() has fixed keys, so every process routes a key to the same worker.
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    h.finish()
-}
-
 impl<'scope, K, V> TumblingWindow<'scope, K, V> for StreamVec<'scope, u64, (K, u64, V)>
 where
     K: ExchangeData + Clone + Hash + Eq,
@@ -164,7 +156,7 @@ where
     ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>> {
         assert!(spec.width > 0, "window width must be positive");
         let scope = self.scope();
-        let pact = Exchange::new(|item: &(K, u64, V)| key_hash(&item.0));
+        let pact = Exchange::new(|item: &(K, u64, V)| crate::key_hash(&item.0));
         self.unary_frontier(pact, "TumblingWindow", move |_cap, info| {
             let activator = scope.activator_for(info.address);
             let mut slots: BTreeMap<u64, WindowSlot<K, V, A>> = BTreeMap::new();

@@ -362,7 +362,7 @@ fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> pipeline::Result<Vec<(
         .into_iter()
         .filter_map(|row| {
             let key = String::from_utf8(row.key).ok()?;
-            let (room, device) = key.split_once('_')?;
+            let (room, device) = pipeline::room::parse_room_key(&key)?;
             Some((room.to_string(), device.to_string()))
         })
         .collect())

@@ -1,0 +1,240 @@
+//! Passes on, per key, only items newer by event time than the key's newest so far.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::operators::CapabilitySet;
+use timely::dataflow::StreamVec;
+use timely::ExchangeData;
+
+/// Keeps each key's newest item by event time, as upserts.
+pub trait NewestPerKey<'scope, K, E, V> {
+    /// Exchanges `(key, event time, value)` items by key and passes on an item only if its event
+    /// time is after that of every item of its key passed on before: an older item or one with
+    /// the same event time cannot change the key's newest, so it goes no further (out-of-order
+    /// input never moves a key backwards).
+    ///
+    /// Of the items that pass, only the newest per key within each `coalesce` period (processing
+    /// time) is emitted, when the period ends or the input ends; `Duration::ZERO` emits at every
+    /// activation. A fast replay sends many items of a key per second, and an upsert needs only
+    /// the last.
+    ///
+    /// Each output is `(key, event time, value, time)`, `time` being the timely time at which the
+    /// item replaces the key's previous one: the item's arrival time, but never before that of
+    /// the key's previous output, since items from different workers arrive with unrelated
+    /// watermarks. Applied in `time` order, the outputs keep each key's newest item, which is what
+    /// differential's `arrange_from_upsert` needs. The output frontier is the input frontier,
+    /// held back while an item waits for its period to end.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use operators::NewestPerKey;
+    /// use timely::dataflow::operators::capture::Extract;
+    /// use timely::dataflow::operators::{Capture, ToStream};
+    ///
+    /// let captured = timely::example(|scope| {
+    ///     // (key, event time, value), all at time 0: "a" goes 5, 3 (older), 9; "b" goes 4, 4.
+    ///     vec![("a", 5i64, 'x'), ("a", 3, 'y'), ("b", 4, 'z'), ("a", 9, 'w'), ("b", 4, 'v')]
+    ///         .into_iter()
+    ///         .map(|(k, ts, v)| (k.to_string(), ts, v))
+    ///         .to_stream(scope)
+    ///         .newest_per_key(Duration::from_secs(60))
+    ///         .capture()
+    /// });
+    /// // Within one period only the newest per key is emitted, when the input ends.
+    /// assert_eq!(
+    ///     captured.extract(),
+    ///     vec![(0, vec![("a".to_string(), 9, 'w', 0), ("b".to_string(), 4, 'z', 0)])]
+    /// );
+    /// ```
+    fn newest_per_key(self, coalesce: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)>;
+}
+
+impl<'scope, K, E, V> NewestPerKey<'scope, K, E, V> for StreamVec<'scope, u64, (K, E, V)>
+where
+    K: ExchangeData + Clone + Hash + Eq,
+    E: ExchangeData + Clone + Ord,
+    V: ExchangeData,
+{
+    fn newest_per_key(self, coalesce: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)> {
+        let scope = self.scope();
+        let pact = Exchange::new(|item: &(K, E, V)| crate::key_hash(&item.0));
+        self.unary_frontier(pact, "NewestPerKey", move |_cap, info| {
+            let activator = scope.activator_for(info.address);
+            // Per key: the newest event time passed on, and the timely time it was given.
+            let mut newest: HashMap<K, (E, u64)> = HashMap::new();
+            let mut pending: HashMap<K, (E, V, u64)> = HashMap::new();
+            let mut held = CapabilitySet::new();
+            let mut last_emit = Instant::now();
+            move |(input, frontier), output| {
+                input.for_each(|cap, data| {
+                    let Some(&arrived) = cap.least() else { return };
+                    for (key, ts, value) in data.drain(..) {
+                        let previous = match newest.get(&key) {
+                            Some((seen, _)) if *seen >= ts => continue,
+                            Some((_, time)) => Some(*time),
+                            None => None,
+                        };
+                        let time = previous.map_or(arrived, |t| t.max(arrived));
+                        newest.insert(key.clone(), (ts.clone(), time));
+                        pending.insert(key, (ts, value, time));
+                    }
+                    if let Some(c) = cap.retain_least(0) {
+                        held.insert(c);
+                    }
+                });
+                let frontier = frontier.frontier();
+                let due = frontier.is_empty() || last_emit.elapsed() >= coalesce;
+                if !pending.is_empty() && due {
+                    if let Some(cap) = crate::least(&held) {
+                        let mut session = output.session(cap);
+                        for (key, (ts, value, time)) in pending.drain() {
+                            session.give((key, ts, value, time));
+                        }
+                    }
+                    last_emit = Instant::now();
+                }
+                if pending.is_empty() {
+                    crate::downgrade_to_frontier(&mut held, &frontier);
+                } else {
+                    activator.activate_after(coalesce);
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use timely::dataflow::operators::capture::Extract;
+    use timely::dataflow::operators::{Capture, Input, Probe};
+    use timely::dataflow::InputHandle;
+
+    type Out = (String, i64, u32, u64);
+
+    /// Feeds `(time, key, event time, value)` in order and returns what was emitted, sorted.
+    fn run(coalesce: Duration, items: Vec<(u64, &'static str, i64, u32)>) -> Vec<(u64, Vec<Out>)> {
+        timely::execute_directly(move |worker| {
+            let mut input = InputHandle::new();
+            let captured = worker.dataflow(|scope| {
+                scope
+                    .input_from(&mut input)
+                    .newest_per_key(coalesce)
+                    .capture()
+            });
+            for (time, key, ts, value) in items {
+                if *input.time() < time {
+                    input.advance_to(time);
+                    // The output frontier waits for a coalescing period, so step a fixed
+                    // number of times: single-threaded, that surely delivers what was sent.
+                    for _ in 0..10 {
+                        worker.step();
+                    }
+                }
+                input.send((key.to_string(), ts, value));
+            }
+            input.close();
+            while worker.step() {}
+            let mut out = captured.extract();
+            for (_, batch) in out.iter_mut() {
+                batch.sort();
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn an_older_or_equal_item_never_replaces_the_newest() {
+        let out = run(
+            Duration::ZERO,
+            vec![
+                (0, "a", 10, 1),
+                (1, "a", 5, 2),
+                (2, "a", 10, 3),
+                (3, "a", 11, 4),
+            ],
+        );
+        let emitted: Vec<_> = out.into_iter().flat_map(|(_, batch)| batch).collect();
+        assert_eq!(
+            emitted,
+            vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 11, 4, 3)]
+        );
+    }
+
+    #[test]
+    fn a_newer_item_is_never_stamped_before_the_one_it_replaces() {
+        // Two inputs stand for two workers with unrelated watermarks: "a" at event time 20
+        // arrives at time 5, then "a" at event time 30 arrives at time 2.
+        let out = timely::execute_directly(|worker| {
+            use timely::dataflow::operators::Concat;
+            let (mut ahead, mut behind) = (InputHandle::new(), InputHandle::new());
+            let (probe, captured) = worker.dataflow(|scope| {
+                let out = scope
+                    .input_from(&mut ahead)
+                    .concat(scope.input_from(&mut behind))
+                    .newest_per_key(Duration::ZERO);
+                let (probe, out) = out.probe();
+                (probe, out.capture())
+            });
+            ahead.advance_to(5);
+            ahead.send(("a".to_string(), 20i64, 1u32));
+            ahead.flush();
+            behind.advance_to(2);
+            worker.step_while(|| probe.less_than(&2));
+            // Single-threaded, so a few steps surely deliver the first item before the second.
+            for _ in 0..10 {
+                worker.step();
+            }
+            behind.send(("a".to_string(), 30, 2));
+            drop((ahead, behind));
+            while worker.step() {}
+            captured.extract()
+        });
+        let mut emitted: Vec<_> = out.into_iter().flat_map(|(_, batch)| batch).collect();
+        emitted.sort();
+        assert_eq!(
+            emitted,
+            vec![("a".to_string(), 20, 1, 5), ("a".to_string(), 30, 2, 5)]
+        );
+    }
+
+    #[test]
+    fn each_key_keeps_its_own_newest() {
+        let out = run(
+            Duration::ZERO,
+            vec![
+                (0, "a", 10, 1),
+                (0, "b", 3, 2),
+                (1, "b", 2, 3),
+                (1, "a", 12, 4),
+            ],
+        );
+        assert_eq!(
+            out,
+            vec![
+                (0, vec![("a".into(), 10, 1, 0), ("b".into(), 3, 2, 0)]),
+                (1, vec![("a".into(), 12, 4, 1)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn within_a_period_only_the_last_newer_item_is_emitted_when_the_input_ends() {
+        let out = run(
+            Duration::from_secs(3600),
+            vec![
+                (0, "a", 10, 1),
+                (1, "a", 12, 2),
+                (2, "a", 11, 3),
+                (3, "a", 13, 4),
+            ],
+        );
+        // Emitted at the least time held (the first arrival), stamped with its own arrival.
+        assert_eq!(out, vec![(0, vec![("a".into(), 13, 4, 3)])]);
+    }
+}

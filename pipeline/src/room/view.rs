@@ -1,0 +1,194 @@
+//! The room view's dataflow: newest reading per device, joined with the registry, written as
+//! puts and deletes of `ts_room_latest`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
+use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
+use differential_dataflow::AsCollection;
+use operators::{key_hash, NewestPerKey, StashUntilFrontier};
+use timely::dataflow::operators::vec::Map;
+use timely::dataflow::operators::{Concat, ToStream};
+use timely::dataflow::{ProbeHandle, StreamVec};
+
+use super::previous::{seed_reading, PreviousView};
+use super::registry_source::{registry_source, RegistryInput};
+use super::{room_key, RoomRow, OWN_ROOM_QUALIFIER, VALUE_QUALIFIER};
+use crate::reading::{format_value, Reading};
+use crate::schema::{FAMILY, ROOM_TABLE};
+use crate::table::{Cell, Mutation};
+
+/// A device's latest reading: event time, metric text, the reading's own `room` field.
+type Latest = (i64, String, Option<String>);
+
+/// What a batch does to one row: the newest inserted `(ts, value, own room)`, the newest
+/// retracted ts.
+type RowChange = (Option<(i64, String, Option<String>)>, Option<i64>);
+
+/// How long the newest reading of a device may wait before it updates the view.
+const COALESCE: Duration = Duration::from_millis(500);
+
+/// Builds the room view from `readings` and the registry of `registry` (a file reloaded when it
+/// changes, or a topic followed; no source: rooms come from the readings only).
+/// `readings_probe` must observe the `readings` stream: the registry follows its frontier and
+/// closes with it.
+/// `previous` is the view a previous run left in the table (see [`PreviousView`]).
+pub fn room_view<'scope>(
+    readings: StreamVec<'scope, u64, Reading>,
+    registry: RegistryInput,
+    readings_probe: ProbeHandle<u64>,
+    previous: &PreviousView,
+) -> StreamVec<'scope, u64, Mutation> {
+    let scope = readings.scope();
+
+    // The previous run's rows, on worker 0 at the first time: as readings of their devices
+    // (with the room those readings reported, `t:o`), and, subtracted, as the view's starting
+    // point.
+    let stored = if scope.index() == 0 {
+        previous.take()
+    } else {
+        Vec::new()
+    };
+    let seeds: Vec<Reading> = stored.iter().filter_map(seed_reading).collect();
+    let readings = readings.concat(seeds.to_stream(scope));
+    let stored = stored
+        .into_iter()
+        .map(|row| (row, 0u64, -1isize))
+        .to_stream(scope)
+        .as_collection();
+
+    // Only the newest reading per device within each coalescing period becomes an upsert: a
+    // replay at full speed sends many readings of a device per second, and the arrangement
+    // needs only the last.
+    let upserts = readings
+        .map(|r| {
+            let room = r.room();
+            (r.device, r.ts, (format_value(r.value), room))
+        })
+        .newest_per_key(COALESCE)
+        .map(|(device, ts, (value, room), time)| (device, Some((ts, value, room)), time));
+    let latest = arrange_from_upsert::<
+        ValBuilder<String, Latest, u64, isize>,
+        ValSpine<String, Latest, u64, isize>,
+        String,
+        Latest,
+    >(upserts, "LatestPerDevice")
+    .as_collection(|device: &String, latest: &Latest| (device.clone(), latest.clone()));
+
+    let registry = registry_source(scope, registry, readings_probe).as_collection();
+    let registered = latest
+        .clone()
+        .join_map(registry.clone(), |device, (ts, value, own), room| {
+            (
+                room.clone(),
+                device.clone(),
+                *ts,
+                value.clone(),
+                own.clone(),
+            )
+        });
+    let unregistered = latest
+        .antijoin(registry.map(|(device, _room)| device))
+        .flat_map(|(device, (ts, value, own))| {
+            own.map(|room| (room.clone(), device, ts, value, Some(room)))
+        });
+
+    // Consolidated, so the antijoin's retraction of a registered device nets out instead of
+    // reaching the table as a delete; then routed by row, so a row's put and delete are written
+    // by one worker in order (the embedded store's row delete is not a timestamped tombstone).
+    // A time's retraction and insertion of a row meet only once the frontier has passed it.
+    registered
+        .concat(unregistered)
+        .concat(stored)
+        .consolidate()
+        .inner
+        .stash_until_frontier(
+            |(room, device, ..): &RoomRow| key_hash(room) ^ key_hash(device).rotate_left(1),
+            to_mutations,
+        )
+}
+
+/// Turns one batch of changes of the view into puts and deletes.
+fn to_mutations(mut updates: Vec<(RoomRow, u64, isize)>) -> Vec<Mutation> {
+    // Consolidate identical rows; what nets to zero did not change.
+    updates.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let mut net: Vec<(RoomRow, isize)> = Vec::with_capacity(updates.len());
+    for (row, _time, diff) in updates {
+        match net.last_mut() {
+            Some((last, d)) if *last == row => *d += diff,
+            _ => net.push((row, diff)),
+        }
+    }
+    net.retain(|(_, d)| *d != 0);
+    // Per (room, device): an insertion is a put; only a retraction is a delete. A delete is
+    // bounded by the retracted reading's time, so it can never remove a newer put.
+    let mut by_row: HashMap<(String, String), RowChange> = HashMap::new();
+    for ((room, device, ts, value, own), diff) in net {
+        let entry = by_row.entry((room, device)).or_default();
+        if diff > 0 {
+            if entry.0.as_ref().is_none_or(|(t, ..)| ts > *t) {
+                entry.0 = Some((ts, value, own));
+            }
+        } else {
+            entry.1 = Some(entry.1.map_or(ts, |t| t.max(ts)));
+        }
+    }
+    let mut out: Vec<Mutation> = by_row
+        .into_iter()
+        .map(|((room, device), change)| {
+            let row = room_key(&room, &device);
+            match change {
+                (Some((ts, value, own)), _) => {
+                    let cell = |qualifier: &[u8], value: Vec<u8>| Cell {
+                        family: FAMILY.into(),
+                        qualifier: qualifier.to_vec(),
+                        ts_ms: ts * 1000,
+                        value,
+                    };
+                    Mutation::Put {
+                        table: ROOM_TABLE,
+                        row,
+                        cells: vec![
+                            cell(VALUE_QUALIFIER, value.into_bytes()),
+                            cell(OWN_ROOM_QUALIFIER, own.unwrap_or_default().into_bytes()),
+                        ],
+                    }
+                }
+                (None, deleted) => Mutation::DeleteRow {
+                    table: ROOM_TABLE,
+                    row,
+                    ts_ms: deleted.unwrap_or(0) * 1000,
+                },
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.row().cmp(b.row()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::room::tests::row;
+
+    #[test]
+    fn a_move_deletes_the_old_row_and_an_update_only_puts() {
+        let muts = to_mutations(vec![
+            (row("a", "d1", 10, "1"), 5, -1),
+            (row("b", "d1", 10, "1"), 5, 1),
+            (row("a", "d2", 10, "1"), 5, -1),
+            (row("a", "d2", 20, "2"), 5, 1),
+            (row("a", "d3", 7, "3"), 5, 1),
+            (row("a", "d3", 7, "3"), 5, -1),
+        ]);
+        assert_eq!(muts.len(), 3);
+        assert!(
+            matches!(&muts[0], Mutation::DeleteRow { row, ts_ms: 10_000, .. } if row == b"a_d1")
+        );
+        assert!(
+            matches!(&muts[1], Mutation::Put { row, cells, .. } if row == b"a_d2" && cells[0].ts_ms == 20_000)
+        );
+        assert!(matches!(&muts[2], Mutation::Put { row, .. } if row == b"b_d1"));
+    }
+}
