@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::codec::hourly::HOUR_SECS;
 use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
 use crate::rows;
@@ -141,7 +142,9 @@ pub fn curve_points(
     };
     // Every hour's wide row in one multi-get.
     let wide = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let hours: Vec<i64> = (rowkey::hour_start(from)..to).step_by(3600).collect();
+        let hours: Vec<i64> = (rowkey::hour_start(from)..to)
+            .step_by(HOUR_SECS as usize)
+            .collect();
         let keys: Vec<Vec<u8>> = hours.iter().map(|&h| rowkey::wide_key(device, h)).collect();
         let mut points = Vec::new();
         for (h, row) in hours.into_iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
@@ -163,7 +166,7 @@ pub fn curve_points(
         CurveSource::Narrow => narrow(from, to),
         CurveSource::Wide => wide(from, to),
         CurveSource::Auto => {
-            let first_whole = rowkey::hour_start(from + 3599);
+            let first_whole = rowkey::hour_start(from + HOUR_SECS - 1);
             let last_whole_end = rowkey::hour_start(to);
             if first_whole >= last_whole_end {
                 return narrow(from, to);

@@ -156,6 +156,7 @@ fn seed_reading((room, device, ts, value, own): &RoomRow) -> Option<Reading> {
             Some(own) => serde_json::json!({ "room": own }).to_string(),
             None => "{}".to_string(),
         },
+        room: own.clone(),
     })
 }
 
