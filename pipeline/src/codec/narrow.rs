@@ -221,22 +221,29 @@ mod tests {
     #[test]
     fn narrow_key_matches_seed_layout() {
         // Java: String.format("%02d", b) + "_" + id + "_" + (Long.MAX_VALUE - 1724102400L)
-        assert_eq!(
-            narrow_key(KeyScheme::Salted, "dev00786", 1724102400),
-            b"00_dev00786_9223372035130673407".to_vec()
-        );
-        assert_eq!(
-            narrow_key(KeyScheme::Salted, "Room-42:probe-9", 1724102400),
-            b"14_Room-42:probe-9_9223372035130673407".to_vec()
-        );
-        assert_eq!(
-            narrow_key(KeyScheme::Plain, "dev1", 1724102400),
-            b"dev1_1724102400".to_vec()
-        );
-        assert_eq!(
-            narrow_key(KeyScheme::Salted, "a", 0),
-            b"01_a_9223372036854775807".to_vec()
-        );
+        let cases: [(KeyScheme, &str, i64, &[u8]); 4] = [
+            (
+                KeyScheme::Salted,
+                "dev00786",
+                1724102400,
+                b"00_dev00786_9223372035130673407",
+            ),
+            (
+                KeyScheme::Salted,
+                "Room-42:probe-9",
+                1724102400,
+                b"14_Room-42:probe-9_9223372035130673407",
+            ),
+            (KeyScheme::Plain, "dev1", 1724102400, b"dev1_1724102400"),
+            (KeyScheme::Salted, "a", 0, b"01_a_9223372036854775807"),
+        ];
+        for (scheme, device, ts, key) in cases {
+            assert_eq!(
+                narrow_key(scheme, device, ts),
+                key,
+                "{scheme:?} {device} {ts}"
+            );
+        }
     }
 
     #[test]
