@@ -22,6 +22,28 @@ pub struct WindowSpec {
     pub early_fire: Option<Duration>,
 }
 
+impl WindowSpec {
+    /// Start of the window holding event time `ts`.
+    pub fn window_start(&self, ts: u64) -> u64 {
+        ts - ts % self.width
+    }
+
+    /// The watermark from which the window starting at `start` is final: its end plus the
+    /// allowed lateness. Items arriving then are dropped, and nothing changes the window again.
+    pub fn closes_at(&self, start: u64) -> u64 {
+        start
+            .saturating_add(self.width)
+            .saturating_add(self.allowed_lateness)
+    }
+
+    /// Whether the window starting at `start` is final at `watermark` (see
+    /// [`WindowSpec::closes_at`]). Whoever must know which windows a run has closed (a restart
+    /// resuming from a committed offset) asks this, so it cannot disagree with the operator.
+    pub fn is_final(&self, start: u64, watermark: u64) -> bool {
+        watermark >= self.closes_at(start)
+    }
+}
+
 /// Why a pane was emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Firing {
@@ -171,9 +193,8 @@ where
                     let mut late = Vec::new();
                     let mut dropped = Vec::new();
                     for (key, ts, value) in data.drain(..) {
-                        let start = ts - ts % spec.width;
-                        let end = start.saturating_add(spec.width);
-                        if watermark >= end.saturating_add(spec.allowed_lateness) {
+                        let start = spec.window_start(ts);
+                        if spec.is_final(start, watermark) {
                             dropped.push(WindowOutput::Dropped {
                                 key,
                                 ts,
@@ -256,13 +277,7 @@ where
                 if early_due {
                     last_early = Instant::now();
                 }
-                slots.retain(|&start, _| {
-                    !passed(
-                        start
-                            .saturating_add(spec.width)
-                            .saturating_add(spec.allowed_lateness),
-                    )
-                });
+                slots.retain(|&start, _| !passed(spec.closes_at(start)));
                 if slots.is_empty() {
                     caps.downgrade(&[] as &[u64]);
                 } else {

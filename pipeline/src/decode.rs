@@ -178,10 +178,11 @@ fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
 
     // The room view's row key is `<room>_<device>`: a room must be a room id (no '_'), or the
     // row would show up under another room's prefix.
-    match fields.get("room") {
-        None | Some(Value::Null) => {}
+    let room = match fields.get("room") {
+        None | Some(Value::Null) => None,
         Some(Value::String(room)) => {
             crate::registry::validate_room(room).map_err(|e| bad("room", e.to_string()))?;
+            Some(room.clone())
         }
         Some(other) => {
             return Err(bad(
@@ -189,14 +190,16 @@ fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
                 format!("expected a room id string, got {}", kind(other)),
             ))
         }
-    }
+    };
 
+    // The one serialisation of the other fields: the narrow row stores this text as is.
     let extra = compact_json(&fields);
     Ok(Reading {
         device,
         ts,
         value,
         extra,
+        room,
     })
 }
 

@@ -10,21 +10,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use operators::{
-    event_source, BatchWriter, EventFeed, TumblingWindow, WindowOutput, WindowSpec, WriteBatches,
-};
+use operators::{event_source, BatchWriter, EventFeed, TumblingWindow, WindowOutput, WriteBatches};
 use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 
+use crate::codec::narrow::KeyScheme;
+use crate::codec::{hourly, narrow};
 use crate::config::WindowConfig;
 use crate::control::JobControl;
 use crate::decode::Rejected;
 use crate::feed::Decoded;
 use crate::registry::RegistrySource;
 use crate::room;
-use crate::rowkey::KeyScheme;
-use crate::rows;
 use crate::schema::NARROW_TABLE;
 use crate::stats::{add, Stats};
 use crate::summary::HourAccumulator;
@@ -91,10 +89,9 @@ impl BatchWriter<Mutation> for CountingWriter {
                 if *table == NARROW_TABLE {
                     narrow += 1;
                 } else {
-                    // Point cells only; summary cells have non-numeric qualifiers.
                     wide += cells
                         .iter()
-                        .filter(|c| c.qualifier.first().is_some_and(u8::is_ascii_digit))
+                        .filter(|c| hourly::point_offset(&c.qualifier).is_some())
                         .count() as u64;
                 }
             }
@@ -192,12 +189,10 @@ pub fn build_with_probe<'scope, F>(
     F: EventFeed<Item = Decoded>,
 {
     let scheme = cfg.scheme;
-    let spec = WindowSpec {
-        width: 3600,
-        allowed_lateness: cfg.window.allowed_lateness_secs,
-        early_fire: (cfg.window.early_fire_secs > 0)
-            .then(|| Duration::from_secs(cfg.window.early_fire_secs)),
-    };
+    let spec = hourly::hourly_window(
+        cfg.window.allowed_lateness_secs,
+        (cfg.window.early_fire_secs > 0).then(|| Duration::from_secs(cfg.window.early_fire_secs)),
+    );
 
     let decoded = event_source(scope, "ReadLines", feed, 1024);
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
@@ -231,14 +226,16 @@ pub fn build_with_probe<'scope, F>(
         readings_probe,
         &cfg.previous_view,
     );
-    let narrow = readings.clone().map(move |r| rows::narrow_put(scheme, &r));
+    let narrow = readings
+        .clone()
+        .map(move |r| narrow::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
         .tumbling_window::<HourAccumulator>(spec)
         .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
             WindowOutput::Pane(p) => {
                 let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();
-                Ok(rows::wide_put(
+                Ok(hourly::wide_put(
                     &p.key,
                     p.window_start as i64,
                     &items,
@@ -281,4 +278,65 @@ pub fn build_with_probe<'scope, F>(
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )
         .probe_with(probe);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::table::{Cell, Row};
+
+    struct NoWriter;
+
+    impl TableWriter for NoWriter {
+        fn write(&mut self, _: Vec<Mutation>) -> crate::Result<()> {
+            Ok(())
+        }
+        fn flush(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn counted_wide_cells_are_the_points_a_query_reads() {
+        let summary = crate::summary::HourSummary::of_points(&[(3601, 1.5)]);
+        let Mutation::Put {
+            table,
+            row,
+            mut cells,
+        } = hourly::wide_put("d", 3600, &[(3601, 1.5), (7199, 2.0)], summary.as_ref())
+        else {
+            panic!("wide_put makes a put")
+        };
+        // Cells of a row that hourglass does not write: neither points nor summary cells.
+        for q in ["3600", "9x", "05"] {
+            cells.push(Cell {
+                family: crate::schema::FAMILY.into(),
+                qualifier: q.into(),
+                ts_ms: 0,
+                value: b"1".to_vec(),
+            });
+        }
+        let read = hourly::points_from_wide(
+            3600,
+            &Row {
+                key: row.clone(),
+                cells: cells.clone(),
+            },
+        )
+        .unwrap()
+        .len();
+        let stats = Arc::new(Stats::default());
+        let mut counting = CountingWriter {
+            writer: Box::new(NoWriter),
+            stats: stats.clone(),
+            unflushed: 0,
+        };
+        counting
+            .write(vec![Mutation::Put { table, row, cells }])
+            .unwrap();
+        assert_eq!(read, 2);
+        assert_eq!(stats.wide_cells.load(Ordering::Relaxed), read as u64);
+    }
 }

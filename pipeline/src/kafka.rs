@@ -439,7 +439,7 @@ type Position = (i64, Option<i64>);
 /// its end plus the allowed lateness). (b) makes restarts exact for the wide rows' hour
 /// summaries, which the window computes from the whole hour: a restarted job re-reads every
 /// reading of each hour it may still change, so it rebuilds that hour's window completely.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct OffsetLedger {
     /// Emission time → per local partition, the position after the readings emitted then.
     pending: BTreeMap<u64, Vec<Option<Position>>>,
@@ -449,9 +449,8 @@ struct OffsetLedger {
     open: Vec<BTreeMap<i64, Position>>,
     /// Per local partition, the committed next offset.
     committed: Vec<Option<i64>>,
-    /// An hour starting at `s` is final once the frontier reaches `s + final_after`
-    /// (width + allowed lateness).
-    final_after: u64,
+    /// The hourly window's spec, which says when an hour is final.
+    window: operators::WindowSpec,
     /// The newest durable frontier taken in: hours final before it stay final after a restart.
     frontier: u64,
 }
@@ -470,7 +469,7 @@ impl OffsetLedger {
             durable: vec![None; partitions],
             open: vec![BTreeMap::new(); partitions],
             committed: vec![None; partitions],
-            final_after: 3600 + allowed_lateness,
+            window: crate::codec::hourly::hourly_window(allowed_lateness, None),
             frontier: 0,
         }
     }
@@ -514,9 +513,9 @@ impl OffsetLedger {
         }
         if let Some(f) = frontier {
             self.frontier = self.frontier.max(f);
-            let final_after = self.final_after;
+            let window = self.window;
             for open in &mut self.open {
-                open.retain(|&h, _| (h.max(0) as u64).saturating_add(final_after) > f);
+                open.retain(|&h, _| !window.is_final(h.max(0) as u64, f));
             }
         }
     }
@@ -1096,7 +1095,10 @@ impl EventFeed for KafkaFeed {
         part.last_seen = now;
         let before = part.newest;
         // The start of the reading's hour (`None`: a rejected record).
-        let start = decoded.as_ref().ok().map(|r| r.ts - r.ts.rem_euclid(3600));
+        let start = decoded
+            .as_ref()
+            .ok()
+            .map(|r| crate::codec::hourly::hour_start(r.ts));
         let mut skip = false;
         if let Some((durable, frontier)) = part.resume {
             if offset >= durable {
@@ -1112,9 +1114,8 @@ impl EventFeed for KafkaFeed {
             } else {
                 // Before `durable`, the previous run's dead letters are flushed: skip rejected
                 // records, and readings of the hours it had closed.
-                let final_after = 3600 + self.opts.allowed_lateness;
-                skip =
-                    start.is_none_or(|s| (s.max(0) as u64).saturating_add(final_after) <= frontier);
+                let window = crate::codec::hourly::hourly_window(self.opts.allowed_lateness, None);
+                skip = start.is_none_or(|s| window.is_final(s.max(0) as u64, frontier));
             }
         }
         if let Ok(r) = &decoded {

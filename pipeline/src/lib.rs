@@ -1,6 +1,7 @@
 //! Domain types, row-key codec, table schemas, job configuration and the dataflow graph of hourglass.
 #![deny(missing_docs)]
 
+pub mod codec;
 pub mod config;
 pub mod control;
 pub mod decode;

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::codec::hourly::HOUR_SECS;
 use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
 use crate::rows;
@@ -149,7 +150,7 @@ pub fn curve_points(
     };
     // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.
     let wide = |first: i64, from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let hours = (i128::from(to) - i128::from(first) + 3599) / 3600;
+        let hours = (i128::from(to) - i128::from(first) + HOUR_SECS as i128 - 1) / HOUR_SECS as i128;
         if hours > i128::from(MAX_WIDE_HOURS) {
             return Err(crate::Error::Invalid(format!(
                 "the range [{from}, {to}) spans {hours} hours, more than the limit of \
@@ -158,7 +159,7 @@ pub fn curve_points(
             )));
         }
         let mut points = Vec::new();
-        let all: Vec<i64> = (0..hours as i64).map(|k| first + k * 3600).collect();
+        let all: Vec<i64> = (0..hours as i64).map(|k| first + k * HOUR_SECS).collect();
         for day in all.chunks(HOURS_PER_GET) {
             let keys: Vec<Vec<u8>> = day.iter().map(|&h| rowkey::wide_key(device, h)).collect();
             for (&h, row) in day.iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
@@ -186,7 +187,7 @@ pub fn curve_points(
         CurveSource::Narrow => narrow(from, to),
         CurveSource::Wide => wide(rowkey::hour_start(from), from, to),
         CurveSource::Auto => {
-            let first_whole = rowkey::hour_start(from + 3599);
+            let first_whole = rowkey::hour_start(from + HOUR_SECS - 1);
             let last_whole_end = rowkey::hour_start(to);
             if first_whole >= last_whole_end {
                 return narrow(from, to);

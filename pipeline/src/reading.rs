@@ -12,23 +12,35 @@ pub struct Reading {
     /// The primary metric (finite).
     pub value: f64,
     /// Every other field of the input object as compact JSON (`{}` if none), keys sorted.
+    ///
+    /// Produced once, by decoding, and stored as is in the narrow row's `t:x`.
     pub extra: String,
+    /// The `room` field (also in `extra`), if the reading carries one as a string: kept apart
+    /// so that the room view needs no second parse of `extra`.
+    #[serde(default)]
+    pub room: Option<String>,
 }
 
 impl Reading {
     /// The `room` field, if the reading carries one as a string.
     pub fn room(&self) -> Option<String> {
-        // Borrowing and skipping every other field: this runs for every reading of the view.
-        #[derive(Deserialize)]
-        struct RoomOnly<'a> {
-            #[serde(borrow)]
-            room: Option<std::borrow::Cow<'a, str>>,
-        }
-        serde_json::from_str::<RoomOnly<'_>>(&self.extra)
-            .ok()?
-            .room
-            .map(std::borrow::Cow::into_owned)
+        self.room.clone()
     }
+}
+
+/// The `room` field of `extra` (compact JSON of a reading's other fields), if it is a string:
+/// for readings recovered from storage, whose room is only in `t:x`.
+pub fn room_of_extra(extra: &str) -> Option<String> {
+    // Borrowing and skipping every other field.
+    #[derive(Deserialize)]
+    struct RoomOnly<'a> {
+        #[serde(borrow)]
+        room: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<RoomOnly<'_>>(extra)
+        .ok()?
+        .room
+        .map(std::borrow::Cow::into_owned)
 }
 
 /// The shortest decimal text that parses back to exactly `v` (`25.5`, `-3`, `1e-7`).

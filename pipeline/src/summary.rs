@@ -1,5 +1,5 @@
-//! Summaries of a device's hour, kept in the window and written as non-numeric cells of the
-//! wide row: `n`, `min`, `max`, `sum`, `first`, `last`.
+//! Summaries of a device's hour, kept in the window and written as the summary cells of the
+//! wide row (`codec::hourly`): `n`, `min`, `max`, `sum`, `first`, `last`.
 //!
 //! The window keeps one [`HourAccumulator`] per device and open hour (until the watermark passes
 //! the hour's end plus the allowed lateness): a 3600-bit set of the seconds already seen and six
@@ -9,15 +9,9 @@
 use operators::Accumulate;
 use serde::{Deserialize, Serialize};
 
-use crate::reading::format_value;
-use crate::rowkey;
-use crate::schema::FAMILY;
-use crate::table::{Cell, Row};
+use crate::codec::hourly::HOUR_SECS;
 
-const WORDS: usize = 3600usize.div_ceil(64);
-
-/// The summary cells' qualifiers, in the order written.
-pub const QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
+const WORDS: usize = (HOUR_SECS as usize).div_ceil(64);
 
 /// Statistics of the readings of one device in one hour.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -64,7 +58,7 @@ impl Accumulate<f64> for HourAccumulator {
     type Summary = HourSummary;
 
     fn accept(&mut self, ts: u64, value: &f64) -> bool {
-        let offset = (ts % 3600) as usize;
+        let offset = (ts % HOUR_SECS as u64) as usize;
         let (word, bit) = (offset / 64, 1u64 << (offset % 64));
         if self.seen[word] & bit != 0 {
             return false;
@@ -130,49 +124,6 @@ impl HourSummary {
         }
         (acc.summary.n > 0).then_some(acc.summary)
     }
-
-    /// The summary cells of the hour starting at `hour_start`, stamped like every cell of the
-    /// wide row ([`rowkey::wide_cell_ts_ms`]): each rewrite has the same timestamp and the latest
-    /// write is visible.
-    pub fn cells(&self, hour_start: i64) -> Vec<Cell> {
-        let ts_ms = rowkey::wide_cell_ts_ms(hour_start);
-        let values = [
-            self.n.to_string(),
-            format_value(self.min),
-            format_value(self.max),
-            format_value(self.sum),
-            format_value(self.first),
-            format_value(self.last),
-        ];
-        QUALIFIERS
-            .iter()
-            .zip(values)
-            .map(|(q, v)| Cell {
-                family: FAMILY.into(),
-                qualifier: q.as_bytes().to_vec(),
-                ts_ms,
-                value: v.into_bytes(),
-            })
-            .collect()
-    }
-
-    /// Reads the summary cells of a wide row, if it has them all.
-    pub fn from_row(row: &Row) -> Option<Self> {
-        let get = |q: &str| -> Option<f64> {
-            std::str::from_utf8(&row.cell(FAMILY, q.as_bytes())?.value)
-                .ok()?
-                .parse()
-                .ok()
-        };
-        Some(HourSummary {
-            n: get("n")? as u32,
-            min: get("min")?,
-            max: get("max")?,
-            sum: get("sum")?,
-            first: get("first")?,
-            last: get("last")?,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -219,7 +170,7 @@ mod tests {
             HourSummary::of_points(&[(3605, 1.0), (3610, 5.0), (3620, 7.0)]),
             Some(s)
         );
-        let row = Row {
+        let row = crate::table::Row {
             key: b"d_3600".to_vec(),
             cells: s.cells(3600),
         };

@@ -35,7 +35,7 @@ proptest! {
         // Model: the last write of a (device, ts) wins, as in the store.
         let mut model: BTreeMap<(String, i64), f64> = BTreeMap::new();
         for (device, offset, v) in &readings {
-            let r = Reading { device: device.clone(), ts: BASE + offset, value: f64::from(*v) / 2.0, extra: "{}".into() };
+            let r = Reading { device: device.clone(), ts: BASE + offset, value: f64::from(*v) / 2.0, extra: "{}".into(), room: None };
             model.insert((r.device.clone(), r.ts), r.value);
             writer.write(vec![narrow_put(scheme, &r)]).unwrap();
         }

@@ -88,6 +88,7 @@ pub(super) fn seed_reading((room, device, ts, value, own): &RoomRow) -> Option<R
             Some(own) => serde_json::json!({ "room": own }).to_string(),
             None => "{}".to_string(),
         },
+        room: own.clone(),
     })
 }
 

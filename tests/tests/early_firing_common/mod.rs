@@ -146,6 +146,7 @@ fn reading(ts: i64, value: f64) -> Reading {
         ts,
         value,
         extra: "{}".into(),
+        room: None,
     }
 }
 

@@ -1,0 +1,232 @@
+//! The hourly wide table (`ts_metric_hourly`): the hour, the row key, the point and summary
+//! cells, and the one rule that tells them apart.
+//!
+//! Row key `<device>_<hourStart>`. A point is `t:<offset>`, the metric text of the reading at
+//! `hourStart + offset`, `offset` in `0..3600` written as plain decimal; the summary is `t:n`,
+//! `t:min`, `t:max`, `t:sum`, `t:first`, `t:last` ([`SUMMARY_QUALIFIERS`]). Every cell of a row
+//! is stamped with the hour's last millisecond ([`wide_cell_ts_ms`]), so each write of the row is
+//! one atomic HBase `Put`.
+
+use std::time::Duration;
+
+use operators::WindowSpec;
+
+use super::{cell, parse_value};
+use crate::reading::format_value;
+use crate::schema::{FAMILY, HOURLY_TABLE};
+use crate::summary::HourSummary;
+use crate::table::{Cell, Mutation, Row};
+use crate::Result;
+
+/// The width of a wide row and of the window that fills it: one hour, in seconds.
+pub const HOUR_SECS: i64 = 3600;
+
+/// The summary cells' qualifiers, in the order written.
+pub const SUMMARY_QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
+
+/// Start of the hour containing `ts` (epoch seconds).
+pub fn hour_start(ts: i64) -> i64 {
+    ts - ts.rem_euclid(HOUR_SECS)
+}
+
+/// The window that fills the wide rows: hourly, accepting readings `allowed_lateness` seconds
+/// after the hour's end. Its [`WindowSpec::is_final`] is also the rule by which a Kafka restart
+/// knows which hours the previous run closed.
+pub fn hourly_window(allowed_lateness: u64, early_fire: Option<Duration>) -> WindowSpec {
+    WindowSpec {
+        width: HOUR_SECS as u64,
+        allowed_lateness,
+        early_fire,
+    }
+}
+
+/// The wide row key of `device`'s hour starting at `hour_start`: `<device>_<hourStart>`.
+pub fn wide_key(device: &str, hour_start: i64) -> Vec<u8> {
+    format!("{device}_{hour_start}").into_bytes()
+}
+
+/// The timestamp (ms) of every cell of the wide row of the hour starting at `hour_start`: the
+/// hour's last millisecond.
+///
+/// One timestamp per row makes each write of a row (a window pane: its new points and the
+/// updated summary) one HBase `Put`, which HBase applies atomically, so a `Get` never sees points
+/// without the summary that counts them. The row also expires as a whole (TTL from the hour's
+/// end). Points are never rewritten (a repeated second is a duplicate) and the summary's rewrites
+/// share the timestamp, so the latest write is the visible one.
+pub fn wide_cell_ts_ms(hour_start: i64) -> i64 {
+    (hour_start + HOUR_SECS) * 1000 - 1
+}
+
+/// The qualifier of the point at `ts` in its wide row: the second offset `0`..`3599` as text.
+pub fn wide_qualifier(ts: i64) -> Vec<u8> {
+    ts.rem_euclid(HOUR_SECS).to_string().into_bytes()
+}
+
+/// The second offset of a point cell, or `None` for any other cell (the summary's).
+///
+/// The one rule telling points from summary cells, for everything that reads or counts wide
+/// cells: a point's qualifier is exactly what [`wide_qualifier`] writes, an offset in
+/// `0..3600` as decimal text without sign or leading zeros.
+pub fn point_offset(qualifier: &[u8]) -> Option<i64> {
+    let canonical = match qualifier {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.len() < 4 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    let offset: i64 = std::str::from_utf8(qualifier).ok()?.parse().ok()?;
+    (canonical && offset < HOUR_SECS).then_some(offset)
+}
+
+/// The wide-table put of some readings `(ts, value)` of `device` in the hour at `hour_start`,
+/// with the hour's summary cells when given. All cells share the row's timestamp.
+pub fn wide_put(
+    device: &str,
+    hour_start: i64,
+    items: &[(i64, f64)],
+    summary: Option<&HourSummary>,
+) -> Mutation {
+    let ts_ms = wide_cell_ts_ms(hour_start);
+    let mut cells: Vec<Cell> = items
+        .iter()
+        .map(|&(ts, v)| cell(wide_qualifier(ts), ts_ms, format_value(v).into_bytes()))
+        .collect();
+    if let Some(s) = summary {
+        cells.extend(s.cells(hour_start));
+    }
+    Mutation::Put {
+        table: HOURLY_TABLE,
+        row: wide_key(device, hour_start),
+        cells,
+    }
+}
+
+/// The `(ts, value)` points of a wide row, ascending; summary cells are skipped.
+///
+/// # Errors
+/// [`crate::Error::Invalid`] if a point's value is not a number.
+pub fn points_from_wide(hour_start: i64, row: &Row) -> Result<Vec<(i64, f64)>> {
+    let mut points = Vec::with_capacity(row.cells.len());
+    for c in row.cells.iter().filter(|c| c.family == FAMILY) {
+        if let Some(offset) = point_offset(&c.qualifier) {
+            points.push((hour_start + offset, parse_value(&c.value)?));
+        }
+    }
+    points.sort_by_key(|p| p.0);
+    Ok(points)
+}
+
+impl HourSummary {
+    /// The summary cells of the hour starting at `hour_start`, stamped like every cell of the
+    /// wide row ([`wide_cell_ts_ms`]): each rewrite has the same timestamp and the latest write
+    /// is visible.
+    pub fn cells(&self, hour_start: i64) -> Vec<Cell> {
+        let ts_ms = wide_cell_ts_ms(hour_start);
+        let values = [
+            self.n.to_string(),
+            format_value(self.min),
+            format_value(self.max),
+            format_value(self.sum),
+            format_value(self.first),
+            format_value(self.last),
+        ];
+        SUMMARY_QUALIFIERS
+            .iter()
+            .zip(values)
+            .map(|(q, v)| cell(q.as_bytes().to_vec(), ts_ms, v.into_bytes()))
+            .collect()
+    }
+
+    /// Reads the summary cells of a wide row, if it has them all.
+    pub fn from_row(row: &Row) -> Option<Self> {
+        let get = |q: &str| -> Option<f64> {
+            std::str::from_utf8(&row.cell(FAMILY, q.as_bytes())?.value)
+                .ok()?
+                .parse()
+                .ok()
+        };
+        Some(HourSummary {
+            n: get("n")? as u32,
+            min: get("min")?,
+            max: get("max")?,
+            sum: get("sum")?,
+            first: get("first")?,
+            last: get("last")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn put_row(m: Mutation) -> Row {
+        let Mutation::Put { row, cells, .. } = m else {
+            panic!("wide_put makes a put, got {m:?}")
+        };
+        Row { key: row, cells }
+    }
+
+    #[test]
+    fn wide_key_and_qualifier() {
+        assert_eq!(
+            wide_key("dev00786", hour_start(1724104799)),
+            b"dev00786_1724101200".to_vec()
+        );
+        assert_eq!(wide_qualifier(1724104799), b"3599".to_vec());
+        assert_eq!(wide_qualifier(1724101200), b"0".to_vec());
+        assert_eq!(wide_cell_ts_ms(1724101200), 1724104799999);
+    }
+
+    #[test]
+    fn summary_qualifiers_are_not_points_and_only_written_offsets_are() {
+        for q in SUMMARY_QUALIFIERS {
+            assert_eq!(point_offset(q.as_bytes()), None, "{q}");
+        }
+        for q in ["3600", "+5", "05", "-0", "9x", "", "00", "12345"] {
+            assert_eq!(point_offset(q.as_bytes()), None, "{q:?}");
+        }
+        assert_eq!(point_offset(b"0"), Some(0));
+        assert_eq!(point_offset(b"3599"), Some(3599));
+    }
+
+    #[test]
+    fn every_cell_of_a_wide_row_has_the_hours_last_millisecond() {
+        let points = [(3601, 1.5), (7199, 2.0)];
+        let summary = HourSummary::of_points(&points).unwrap();
+        let row = put_row(wide_put("d", 3600, &points, Some(&summary)));
+        assert_eq!(row.key, b"d_3600");
+        assert_eq!(row.cells.len(), 2 + SUMMARY_QUALIFIERS.len());
+        assert!(row.cells.iter().all(|c| c.ts_ms == 7_199_999), "{row:?}");
+        assert_eq!(points_from_wide(3600, &row).unwrap(), points);
+        assert_eq!(HourSummary::from_row(&row), Some(summary));
+    }
+
+    proptest! {
+        #[test]
+        fn points_and_summary_round_trip(
+            hour in 0i64..3_000_000, offsets in proptest::collection::btree_set(0i64..3600, 0..40),
+            v in -1e6f64..1e6,
+        ) {
+            let hour = hour * HOUR_SECS;
+            let points: Vec<(i64, f64)> =
+                offsets.iter().map(|&o| (hour + o, v + o as f64)).collect();
+            let summary = HourSummary::of_points(&points);
+            let row = put_row(wide_put("dev-1", hour, &points, summary.as_ref()));
+            prop_assert_eq!(points_from_wide(hour, &row).unwrap(), points.clone());
+            prop_assert_eq!(HourSummary::from_row(&row), summary);
+            let point_cells = row.cells.iter().filter(|c| point_offset(&c.qualifier).is_some());
+            prop_assert_eq!(point_cells.count(), points.len());
+            for &(ts, _) in &points {
+                prop_assert_eq!(hour_start(ts), hour);
+            }
+        }
+
+        #[test]
+        fn hour_start_is_the_window_start(ts in 0i64..9_999_999_999, lateness in 0u64..10_000) {
+            let spec = hourly_window(lateness, None);
+            prop_assert_eq!(hour_start(ts) as u64, spec.window_start(ts as u64));
+            prop_assert!(hour_start(ts) <= ts && ts < hour_start(ts) + HOUR_SECS);
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! One codec per table: how a reading becomes the cells of a table, and back.
+//!
+//! [`narrow`] owns the narrow table (`ts_metric`), [`hourly`] the wide table (`ts_metric_hourly`)
+//! with the hour itself and the rule that tells point cells from summary cells; [`key`] holds
+//! what both row keys share (Java's salt, device ids). The room view's key lives with the view.
+
+pub mod hourly;
+pub mod key;
+pub mod narrow;
+
+use crate::schema::FAMILY;
+use crate::table::Cell;
+use crate::{Error, Result};
+
+/// A cell of the single family, as every table's codec writes it.
+fn cell(qualifier: Vec<u8>, ts_ms: i64, value: Vec<u8>) -> Cell {
+    Cell {
+        family: FAMILY.to_string(),
+        qualifier,
+        ts_ms,
+        value,
+    }
+}
+
+/// Reads a cell value written by [`crate::reading::format_value`].
+///
+/// # Errors
+/// [`Error::Invalid`] if the value is not a number.
+fn parse_value(bytes: &[u8]) -> Result<f64> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "cell value {:?} is not a number",
+                String::from_utf8_lossy(bytes)
+            ))
+        })
+}
