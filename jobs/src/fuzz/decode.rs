@@ -120,6 +120,7 @@ fn the_checks_catch_a_reading_that_does_not_round_trip() {
         ts: 1_724_101_200,
         value: 20.5,
         extra: r#"{"room":"r1"}"#.into(),
+        room: Some("r1".into()),
     };
     assert_eq!(check_reading(&good), Ok(()));
     let bad_extra = Reading {

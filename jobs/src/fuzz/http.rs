@@ -185,8 +185,14 @@ fn check(addr: SocketAddr, last: &std::path::Path, input: &[u8]) -> Verdict {
 fn http() {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = scenario_store(&dir.path().join("store"));
-    let server = DashboardServer::start("127.0.0.1:0", &backend, &JobConfig::default(), None)
-        .expect("dashboard server");
+    let server = DashboardServer::start(
+        "127.0.0.1:0",
+        &backend,
+        &JobConfig::default(),
+        None,
+        &crate::http_thread::HttpLimits::default(),
+    )
+    .expect("dashboard server");
     let last =
         std::env::temp_dir().join(format!("hourglass-fuzz-http-{}.last", std::process::id()));
     println!(

@@ -72,6 +72,7 @@ fn check_pair(d: &str, ts: i64, value: f64) -> Verdict {
             ts,
             value,
             extra: "{}".into(),
+            room: None,
         };
         let Mutation::Put { row, cells, .. } = narrow_put(scheme, &reading) else {
             return Err("narrow_put made a delete".into());
