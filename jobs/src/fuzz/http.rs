@@ -181,7 +181,6 @@ fn check(addr: SocketAddr, last: &std::path::Path, input: &[u8]) -> Verdict {
 }
 
 #[test]
-#[ignore = "finds the open huge-allocation and overflow crashes of issue 14 (see docs/RELIABILITY.md); un-ignore once they are fixed"]
 fn http() {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = scenario_store(&dir.path().join("store"));

@@ -92,7 +92,6 @@ fn check(input: &[u8]) -> Verdict {
 }
 
 #[test]
-#[ignore = "finds the open parse_scalar panic on non-ASCII queries (docs/RELIABILITY.md); un-ignore once it is fixed"]
 fn promql() {
     run("fuzz::prom::promql", &corpus(), check);
 }

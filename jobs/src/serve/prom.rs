@@ -459,6 +459,11 @@ fn parse_scalar(q: &str) -> Option<f64> {
             terms.push(product?);
             break;
         };
+        // Only an ASCII operator may follow: slicing past any other first byte could split a
+        // multi-byte character (found by the promql fuzz target: `1\u{2c1}1`).
+        if !matches!(op, b'*' | b'/' | b'+' | b'-') {
+            return None;
+        }
         rest = rest[1..].trim_start();
         match op {
             b'*' | b'/' => pending = Some(op),
@@ -888,6 +893,8 @@ mod tests {
         assert_eq!(parse_scalar(" 2 * 3 - 1 / 2 "), Some(5.5));
         assert_eq!(parse_scalar("temp"), None);
         assert_eq!(parse_scalar("1 +"), None);
+        // A number followed by a multi-byte character is no scalar, not a panic.
+        assert_eq!(parse_scalar("1\u{2c1}1"), None);
     }
 
     #[test]
