@@ -150,7 +150,8 @@ pub fn curve_points(
     };
     // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.
     let wide = |first: i64, from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let hours = (i128::from(to) - i128::from(first) + HOUR_SECS as i128 - 1) / HOUR_SECS as i128;
+        let hours =
+            (i128::from(to) - i128::from(first) + HOUR_SECS as i128 - 1) / HOUR_SECS as i128;
         if hours > i128::from(MAX_WIDE_HOURS) {
             return Err(crate::Error::Invalid(format!(
                 "the range [{from}, {to}) spans {hours} hours, more than the limit of \
