@@ -38,7 +38,9 @@
 //! except for hours the previous run had already closed: the commit's metadata also holds the
 //! durable frontier and offset, so that a restart keeps those hours closed (see `CommitMeta`).
 //! Commits are synchronous, every `commit_interval_ms`; after the dataflow has drained,
-//! [`OffsetCommitter::finish`] commits the rest. Nothing is committed once the job has failed.
+//! [`OffsetCommitter::finish`] commits the rest. A feed that is told to stop (SIGTERM, idle)
+//! first holds its watermark until the durable frontier reaches it, so that final commit also
+//! passes the hours the watermark made final. Nothing is committed once the job has failed.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -663,6 +665,8 @@ pub struct KafkaFeed {
     local: [u64; 4],
     errors: u64,
     last_error_note: Option<Instant>,
+    /// When the feed was asked to stop (SIGTERM, idle), if it was.
+    stopping_since: Option<Instant>,
     done: bool,
 }
 
@@ -739,6 +743,10 @@ impl std::fmt::Display for CommitMeta {
 
 /// How long the final offset commit is tried again after errors.
 const FINAL_COMMIT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// How long a stopping feed keeps its watermark for the durable frontier to reach it (see
+/// [`KafkaFeed::ready_to_stop`]).
+const STOP_DRAIN_FOR: Duration = Duration::from_secs(10);
 
 /// How long a worker keeps asking for its group's committed offsets while the brokers answer
 /// with errors (a group coordinator that is moving or still loading answers `NotCoordinator`
@@ -904,6 +912,7 @@ impl KafkaFeed {
             local: [0; 4],
             errors: 0,
             last_error_note: None,
+            stopping_since: None,
             done: false,
         };
         feed.update_watermark(now);
@@ -976,6 +985,44 @@ impl KafkaFeed {
         self.shared.worker_watermarks[self.opts.worker].store(self.watermark, Ordering::Relaxed);
     }
 
+    /// A stopping feed reads nothing more but holds its watermark until the durable frontier
+    /// has reached the lowest watermark among this process's running workers, for at most
+    /// [`STOP_DRAIN_FOR`]: the ledger then sees every hour that watermark made final, so the
+    /// final commit passes their readings. Dropping the watermark at once would drain the
+    /// dataflow without the ledger ever seeing a frontier newer than its last periodic commit,
+    /// and a restart would re-read up to `commit_interval_ms` of stream more than needed.
+    fn ready_to_stop(&mut self, now: Instant) -> bool {
+        if self.control.error().is_some() {
+            return true;
+        }
+        let since = *self.stopping_since.get_or_insert(now);
+        let target = self
+            .shared
+            .worker_watermarks
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(self.watermark);
+        let inner = &self.committer.inner;
+        let frontier = inner.probe.with_frontier(|f| f.first().copied());
+        if frontier.is_none_or(|f| f >= target) {
+            inner.ledger.borrow_mut().advance(frontier);
+            return true;
+        }
+        if now.duration_since(since) >= STOP_DRAIN_FOR {
+            tracing::warn!(
+                worker = self.opts.worker,
+                ?frontier,
+                watermark = target,
+                "stopping before the durable frontier reached the watermark; a restart re-reads \
+                 more of the stream"
+            );
+            return true;
+        }
+        false
+    }
+
     fn finish(&mut self) -> Poll<Decoded> {
         self.publish();
         if !self.done {
@@ -1022,8 +1069,16 @@ impl EventFeed for KafkaFeed {
     type Item = Decoded;
 
     fn poll(&mut self) -> Poll<Decoded> {
-        if self.done || self.parts.is_empty() || self.control.stopped() {
+        if self.done || self.parts.is_empty() {
             return self.finish();
+        }
+        if self.control.stopped() || self.stopping_since.is_some() {
+            self.publish();
+            return if self.ready_to_stop(Instant::now()) {
+                self.finish()
+            } else {
+                Poll::Pending(EMPTY_POLL_WAIT)
+            };
         }
         if self.local[READ] >= 4096 {
             self.publish();
@@ -1041,7 +1096,8 @@ impl EventFeed for KafkaFeed {
                             worker = self.opts.worker,
                             "no input for the idle time; stopping"
                         );
-                        return self.finish();
+                        self.stopping_since = Some(now);
+                        return Poll::Pending(Duration::ZERO);
                     }
                 }
                 return Poll::Pending(EMPTY_POLL_WAIT);
@@ -1336,6 +1392,7 @@ mod tests {
             local: [0; 4],
             errors: 0,
             last_error_note: None,
+            stopping_since: None,
             done: false,
         }
     }

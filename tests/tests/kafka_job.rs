@@ -442,17 +442,24 @@ fn sigkill_at_random_points_loses_nothing() {
             kills < 20,
             "the producer is still running after {kills} kills"
         );
-        let mut job = run_job(&dir, &config, &[]);
         // Kill points count from the start of consumption (the store's recovery after a kill
-        // takes seconds in a debug build). A job takes up to ~10 s (fetch, watermark, hours
-        // becoming final, early firings) before its first commit; the third run lives longer.
-        wait_until_consuming(&mut job);
-        let live = if kills == 2 {
-            rng.millis(15_000, 20_000)
+        // takes seconds in a debug build). The third run is killed at a random point after its
+        // first offset commit, so the final run has offsets to resume from however slow the
+        // machine is (a job needs the watermark to pass an hour's end plus the lateness before
+        // it can commit anything).
+        let mut job;
+        if kills == 2 {
+            job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
+            let (addr, log) = metrics_address(&mut job);
+            scrape_until(&addr, &log, "a first offset commit", |m| {
+                m.all("hourglass_job_committed_offset").any(|s| s.value > 0.0)
+            });
+            std::thread::sleep(rng.millis(0, 3000));
         } else {
-            rng.millis(500, 8000)
-        };
-        std::thread::sleep(live);
+            job = run_job(&dir, &config, &[]);
+            wait_until_consuming(&mut job);
+            std::thread::sleep(rng.millis(500, 8000));
+        }
         if let Some(status) = job.try_wait().expect("polling the job") {
             panic!("the job exited by itself ({status})");
         }
@@ -522,19 +529,27 @@ fn sigterm_mid_stream_exits_0_and_loses_nothing() {
     );
     let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
     let producer = produce(&dir, &file, &topic, &["--rate", "4000"]);
-    let job = run_job(&dir, &config, &[]);
-    std::thread::sleep(Duration::from_secs(10));
+    let mut job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
+    let (addr, log) = metrics_address(&mut job);
+    // SIGTERM once the watermark has made the first three hours final (their end plus the
+    // default hour of lateness): from then on the job holds offsets it may commit. Waiting for
+    // that, rather than for a fixed time, keeps the test meaningful on a loaded machine, where
+    // start-up alone can take seconds.
+    let start = 1_724_101_200.0; // START, epoch seconds
+    let m = scrape_until(&addr, &log, "three hours final", |m| {
+        m.get("hourglass_job_watermark_seconds", &[])
+            .is_some_and(|w| w >= start + 4.0 * 3600.0)
+    });
+    let read_then = value(&m, "hourglass_job_records_read_total", &[]) as u64;
     let stopped_at = Instant::now();
     sigterm(&job);
-    let out = job.wait_with_output().expect("waiting for the job");
+    let status = job.wait().expect("waiting for the job");
     let took = stopped_at.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("SIGTERM → exit took {took:?}");
-    assert!(
-        out.status.success(),
-        "run after SIGTERM: {}\n{stderr}",
-        out.status
-    );
+    // The stderr reader ends at the job's exit; give it a moment to take the last lines.
+    std::thread::sleep(Duration::from_millis(200));
+    let stderr = log.lock().expect("log lock").clone();
+    eprintln!("SIGTERM after {read_then} records → exit took {took:?}");
+    assert!(status.success(), "run after SIGTERM: {status}\n{stderr}");
     // A liveness bound, not a speed claim: the stop must not wait for the stream to end.
     assert!(
         took < Duration::from_secs(30),
