@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use pipeline::control::JobControl;
 use pipeline::decode::Reason;
-use pipeline::kafka::KafkaShared;
+use pipeline::source::kafka::KafkaShared;
 use pipeline::stats::{Stats, BATCH_SIZE_BOUNDS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pipeline::config::SourceConfig;
 use pipeline::registry::Registry;
-use pipeline::registry_topic::{block_on, RegistryTopic};
+use pipeline::source::kafka::{block_on, RegistryTopic};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
@@ -265,7 +265,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         .file
         .as_ref()
         .context("a recording to publish is required (or --registry FILE / --delete DEVICE)")?;
-    let mut input = pipeline::input::open(file, None)?;
+    let mut input = pipeline::source::replay::input::open(file, None)?;
     let started = Instant::now();
     if let Pace::Rate(_, at) = &mut pace {
         *at = started;
@@ -347,7 +347,7 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
     anyhow::ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
     let created = create_topic(&cfg, &args.topic, partitions, true)?;
     if !created {
-        let policy = pipeline::registry_topic::cleanup_policy(&cfg, &args.topic)?;
+        let policy = pipeline::source::kafka::cleanup_policy(&cfg, &args.topic)?;
         if !policy
             .as_deref()
             .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use pipeline::config::{JobConfig, WindowConfig};
 use pipeline::control::JobControl;
-use pipeline::feed::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::graph::{self, GraphConfig, SideOutput};
-use pipeline::input::{self, LineReader};
 use pipeline::rowkey::hour_start;
 use pipeline::schema::RETENTION_SECS;
+use pipeline::source::replay::input::{self, LineReader};
+use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
 use sinks::dead_letter::DeadLetters;
 

@@ -1,7 +1,7 @@
 //! `hourglass run`: the long-running job, Kafka → timely dataflow → tables.
 //!
 //! Each worker reads its partitions (`partition % workers == worker`), and commits offsets only
-//! once the readings before them are durable in both tables (see `pipeline::kafka`). SIGINT or
+//! once the readings before them are durable in both tables (see `pipeline::source::kafka`). SIGINT or
 //! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
 //! are committed and the job exits 0. A second signal exits at once (130): nothing is committed
 //! past what is stored, so a restart loses nothing. With `--metrics-listen` (or
@@ -17,10 +17,10 @@ use anyhow::{bail, ensure, Context, Result};
 use operators::{EventFeed, Poll};
 use pipeline::config::{JobConfig, EXAMPLE};
 use pipeline::control::JobControl;
-use pipeline::feed::Decoded;
 use pipeline::graph::{self, GraphConfig, SideOutput};
-use pipeline::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::schema::RETENTION_SECS;
+use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
+use pipeline::source::Decoded;
 use pipeline::stats::{Stats, Summary};
 use rdkafka::consumer::BaseConsumer;
 use serde::Serialize;

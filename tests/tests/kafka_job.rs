@@ -452,7 +452,8 @@ fn sigkill_at_random_points_loses_nothing() {
             job = run_job(&dir, &config, &["--metrics-listen", "127.0.0.1:0"]);
             let (addr, log) = metrics_address(&mut job);
             scrape_until(&addr, &log, "a first offset commit", |m| {
-                m.all("hourglass_job_committed_offset").any(|s| s.value > 0.0)
+                m.all("hourglass_job_committed_offset")
+                    .any(|s| s.value > 0.0)
             });
             std::thread::sleep(rng.millis(0, 3000));
         } else {
@@ -687,9 +688,9 @@ fn registry_topic_rooms_moves_tombstones_and_bad_records() {
         brokers: BROKER.into(),
         ..Default::default()
     };
-    let admin = pipeline::registry_topic::admin_config(&source);
+    let admin = pipeline::source::kafka::admin_config(&source);
     assert_eq!(
-        pipeline::registry_topic::cleanup_policy(&admin, &registry).expect("describe topic"),
+        pipeline::source::kafka::cleanup_policy(&admin, &registry).expect("describe topic"),
         Some("compact".to_string())
     );
 
@@ -825,7 +826,7 @@ fn registry_of_topic(topic: &str) -> BTreeMap<String, String> {
         brokers: BROKER.into(),
         ..Default::default()
     };
-    pipeline::registry_topic::RegistryTopic::open(&source, topic)
+    pipeline::source::kafka::RegistryTopic::open(&source, topic)
         .expect("open the topic")
         .read_to_end(Duration::from_secs(60))
         .expect("the topic read to its end")
@@ -1315,7 +1316,7 @@ fn add_partitions(topic: &str, partitions: usize) {
         .set("bootstrap.servers", BROKER)
         .create()
         .expect("admin client");
-    let results = pipeline::registry_topic::block_on(admin.create_partitions(
+    let results = pipeline::source::kafka::block_on(admin.create_partitions(
         [&NewPartitions::new(topic, partitions)],
         &AdminOptions::new(),
     ))

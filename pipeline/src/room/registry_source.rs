@@ -11,7 +11,7 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 use crate::control::JobControl;
 use crate::graph::SideOutput;
 use crate::registry::{self, Registry, RegistrySource};
-use crate::registry_topic::RegistryTopic;
+use crate::source::kafka::RegistryTopic;
 use crate::stats::{add, Stats};
 
 /// A change of the registry: (device, room), +1 or -1.

@@ -8,9 +8,6 @@
 //! added to the topic while the job runs are found within [`PARTITION_CHECK_EVERY`] and read
 //! from their beginning.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
@@ -22,66 +19,20 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::client::{admin_config, block_on, registry_config, rejected_setting};
+use super::metadata::{partition_count, TopicProblem};
+use super::retry::{ErrorNote, ADMIN_TIMEOUT};
 use crate::config::SourceConfig;
-use crate::kafka::{partition_count, TopicProblem};
 use crate::registry::{parse_record, Registry, RejectedRecord};
 use crate::{Error, Result};
 
-/// How long start-up calls to the brokers (metadata, watermarks) may take.
-const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a running reader looks for partitions added to its topic.
 pub const PARTITION_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// How long that look may hold the worker that reads the registry.
 const PARTITION_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Runs a future to completion on this thread (rdkafka's admin client resolves its futures from
-/// its own thread, so no runtime is needed).
-pub fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
-
 fn topic_error(brokers: &str, topic: &str, message: String) -> Error {
-    Error::Io {
-        path: format!("kafka registry topic {topic} at {brokers}"),
-        source: std::io::Error::other(message),
-    }
-}
-
-/// The librdkafka settings of an admin client of `source`'s brokers: its passthrough table
-/// (security, …) and its brokers.
-pub fn admin_config(source: &SourceConfig) -> ClientConfig {
-    let mut cfg = ClientConfig::new();
-    for (key, value) in &source.rdkafka {
-        cfg.set(key, value);
-    }
-    cfg.set("bootstrap.servers", &source.brokers);
-    cfg
-}
-
-/// The librdkafka settings of a registry reader: as [`admin_config`], nothing committed. The
-/// group `<source.group_id>.registry` is only there because librdkafka's `assign` wants one: it
-/// is never joined and nothing is committed to it.
-pub fn client_config(source: &SourceConfig) -> ClientConfig {
-    let mut cfg = admin_config(source);
-    cfg.set("group.id", format!("{}.registry", source.group_id))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false");
-    cfg
+    super::client::topic_error("registry topic", topic, brokers, message)
 }
 
 /// The topic's `cleanup.policy` as the brokers report it (`None`: not reported).
@@ -92,7 +43,7 @@ pub fn cleanup_policy(cfg: &ClientConfig, topic: &str) -> Result<Option<String>>
     let admin: AdminClient<DefaultClientContext> = cfg
         .create()
         .map_err(|e| Error::Config(format!("Kafka admin client: {e}")))?;
-    let opts = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
+    let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
     let results = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))
         .map_err(|e| Error::Invalid(format!("describing topic {topic}: {e}")))?;
     for result in results {
@@ -142,7 +93,7 @@ pub struct RegistryTopic {
     brokers: String,
     /// Per partition: the high watermark at open while it has not been reached.
     behind: Vec<Option<i64>>,
-    last_error_note: Option<Instant>,
+    error_note: ErrorNote,
     /// When the topic's partitions were last counted.
     last_partition_check: Instant,
 }
@@ -163,11 +114,11 @@ impl RegistryTopic {
     /// # Errors
     /// An invalid client setting, the topic does not exist, or the brokers did not answer.
     pub fn open(source: &SourceConfig, topic: &str) -> Result<Self> {
-        let consumer: BaseConsumer<RegistryContext> = client_config(source)
+        let consumer: BaseConsumer<RegistryContext> = registry_config(source)
             .set("client.id", "hourglass-registry")
             .create_with_context(RegistryContext)
-            .map_err(|e| Error::Config(format!("source.rdkafka: {e}")))?;
-        let partitions = match partition_count(&consumer, topic, BROKER_TIMEOUT) {
+            .map_err(rejected_setting)?;
+        let partitions = match partition_count(&consumer, topic, ADMIN_TIMEOUT) {
             Ok(partitions) => partitions,
             Err(problem @ TopicProblem::Metadata(_)) => {
                 return Err(topic_error(&source.brokers, topic, problem.to_string()))
@@ -203,7 +154,7 @@ impl RegistryTopic {
         let mut assign = TopicPartitionList::new();
         for p in 0..partitions as i32 {
             let (low, high) = consumer
-                .fetch_watermarks(topic, p, BROKER_TIMEOUT)
+                .fetch_watermarks(topic, p, ADMIN_TIMEOUT)
                 .map_err(|e| {
                     topic_error(
                         &source.brokers,
@@ -225,7 +176,7 @@ impl RegistryTopic {
             topic: topic.to_string(),
             brokers: source.brokers.clone(),
             behind,
-            last_error_note: None,
+            error_note: ErrorNote::default(),
             last_partition_check: Instant::now(),
         })
     }
@@ -361,12 +312,8 @@ impl RegistryTopic {
                     self.reached(partition, offset + 1);
                 }
                 Some(Err(e)) => {
-                    if self
-                        .last_error_note
-                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
-                    {
+                    if self.error_note.due() {
                         tracing::warn!(topic = %self.topic, error = %e, "device registry topic: consumer error (retrying)");
-                        self.last_error_note = Some(Instant::now());
                     }
                     return out;
                 }

@@ -1,0 +1,139 @@
+//! Produce → durable delays: a histogram shared by the workers, and the table writer that
+//! measures them.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use super::metadata::KafkaShared;
+use crate::schema::NARROW_TABLE;
+use crate::table::{Mutation, TableWriter};
+use crate::Result;
+
+/// Produce-to-durable delays, in milliseconds, with 1 ms buckets up to 10 minutes.
+#[derive(Debug)]
+pub struct DelayHistogram {
+    buckets: Mutex<Vec<u64>>,
+}
+
+const DELAY_BUCKETS: usize = 600_000;
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        DelayHistogram {
+            buckets: Mutex::new(vec![0; DELAY_BUCKETS + 1]),
+        }
+    }
+}
+
+impl DelayHistogram {
+    /// Records delays (negative ones, from clock skew, count as 0; longer than 10 min as 10 min).
+    pub fn record(&self, delays_ms: impl IntoIterator<Item = i64>) {
+        if let Ok(mut b) = self.buckets.lock() {
+            for d in delays_ms {
+                b[(d.max(0) as usize).min(DELAY_BUCKETS)] += 1;
+            }
+        }
+    }
+
+    /// Number of recorded delays and the `q` quantiles (`0.0..=1.0`) in milliseconds, `None`
+    /// when nothing was recorded.
+    pub fn quantiles(&self, qs: &[f64]) -> (u64, Vec<Option<u64>>) {
+        let Ok(b) = self.buckets.lock() else {
+            return (0, vec![None; qs.len()]);
+        };
+        let total: u64 = b.iter().sum();
+        let out = qs
+            .iter()
+            .map(|q| {
+                if total == 0 {
+                    return None;
+                }
+                let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+                let mut seen = 0;
+                b.iter()
+                    .position(|&n| {
+                        seen += n;
+                        seen >= rank
+                    })
+                    .map(|i| i as u64)
+            })
+            .collect();
+        (total, out)
+    }
+}
+
+/// A [`TableWriter`] that measures produce → durable delays of narrow rows (see
+/// [`KafkaFeed::timed_writer`]). Narrow rows reach a worker's writer in the order its feed
+/// read them, so the n-th narrow row flushed belongs to the n-th reading read.
+pub struct TimedWriter {
+    inner: Box<dyn TableWriter>,
+    arrivals: Arc<Mutex<VecDeque<i64>>>,
+    shared: Arc<KafkaShared>,
+    unflushed: usize,
+}
+
+impl TimedWriter {
+    /// Wraps `inner`; `arrivals` holds the produce times (ms) of the readings read, in order.
+    pub(super) fn new(
+        inner: Box<dyn TableWriter>,
+        arrivals: Arc<Mutex<VecDeque<i64>>>,
+        shared: Arc<KafkaShared>,
+    ) -> Self {
+        TimedWriter {
+            inner,
+            arrivals,
+            shared,
+            unflushed: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for TimedWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedWriter")
+            .field("unflushed", &self.unflushed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TableWriter for TimedWriter {
+    fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
+        self.unflushed += mutations
+            .iter()
+            .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == NARROW_TABLE))
+            .count();
+        self.inner.write(mutations)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.inner.flush()?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let produced: Vec<i64> = match self.arrivals.lock() {
+            Ok(mut q) => {
+                let n = self.unflushed.min(q.len());
+                q.drain(..n).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        self.unflushed = 0;
+        self.shared
+            .delays
+            .record(produced.into_iter().map(|p| now - p));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_quantiles() {
+        let h = DelayHistogram::default();
+        assert_eq!(h.quantiles(&[0.5]), (0, vec![None]));
+        h.record((1..=100).chain([-5, 10_000_000]));
+        let (n, q) = h.quantiles(&[0.0, 0.5, 0.99, 1.0]);
+        assert_eq!(n, 102);
+        assert_eq!(q, vec![Some(0), Some(50), Some(100), Some(600_000)]);
+    }
+}

@@ -1,0 +1,153 @@
+//! Per worker, which offsets may be committed: what is durable, and where the hours that are
+//! not final yet begin (see [`OffsetLedger`]).
+
+use std::collections::BTreeMap;
+
+/// Where a partition could be committed: the next offset, and the newest event time of the
+/// readings before it (stored with the commit, restored on restart).
+pub(super) type Position = (i64, Option<i64>);
+
+/// Per worker: which offsets are durable and which readings' hours are still open.
+///
+/// A partition is committed up to the lower of (a) the next offset after everything durable and
+/// (b) the first offset of a reading whose hour is not final yet (the frontier has not passed
+/// its end plus the allowed lateness). (b) makes restarts exact for the wide rows' hour
+/// summaries, which the window computes from the whole hour: a restarted job re-reads every
+/// reading of each hour it may still change, so it rebuilds that hour's window completely.
+#[derive(Debug)]
+pub(super) struct OffsetLedger {
+    /// Emission time → per local partition, the position after the readings emitted then.
+    pending: BTreeMap<u64, Vec<Option<Position>>>,
+    /// Per local partition, the position after everything durable.
+    durable: Vec<Option<Position>>,
+    /// Per local partition: start of each hour not final yet → the position of its first reading.
+    open: Vec<BTreeMap<i64, Position>>,
+    /// Per local partition, the committed next offset.
+    pub(super) committed: Vec<Option<i64>>,
+    /// The hourly window's spec, which says when an hour is final.
+    window: operators::WindowSpec,
+    /// The newest durable frontier taken in: hours final before it stay final after a restart.
+    pub(super) frontier: u64,
+}
+
+fn merge(slot: &mut Option<Position>, next: Position) {
+    *slot = Some(match *slot {
+        Some((o, ts)) => (o.max(next.0), ts.max(next.1)),
+        None => next,
+    });
+}
+
+impl OffsetLedger {
+    pub(super) fn new(partitions: usize, allowed_lateness: u64) -> Self {
+        OffsetLedger {
+            pending: BTreeMap::new(),
+            durable: vec![None; partitions],
+            open: vec![BTreeMap::new(); partitions],
+            committed: vec![None; partitions],
+            window: crate::codec::hourly::hourly_window(allowed_lateness, None),
+            frontier: 0,
+        }
+    }
+
+    /// Records the record at `offset` of local partition `local`, emitted at `time`; `hour` is
+    /// the start of its reading's hour (`None` for a rejected record); `before` and `after` are
+    /// the partition's newest event time before and after it.
+    pub(super) fn record(
+        &mut self,
+        time: u64,
+        local: usize,
+        offset: i64,
+        hour: Option<i64>,
+        before: Option<i64>,
+        after: Option<i64>,
+    ) {
+        if let Some(h) = hour {
+            self.open[local].entry(h).or_insert((offset, before));
+        }
+        let n = self.durable.len();
+        let slots = match self.pending.last_entry() {
+            Some(e) if *e.key() == time => e.into_mut(),
+            _ => self.pending.entry(time).or_insert_with(|| vec![None; n]),
+        };
+        merge(&mut slots[local], (offset + 1, after));
+    }
+
+    /// Takes in the probe's frontier: what was emitted before it is durable, and hours that
+    /// end (plus lateness) before it are final. `None` (the dataflow drained) makes everything
+    /// durable but no hour final: the watermark did not get there.
+    pub(super) fn advance(&mut self, frontier: Option<u64>) {
+        while let Some(entry) = self.pending.first_entry() {
+            if frontier.is_some_and(|f| *entry.key() >= f) {
+                break;
+            }
+            for (local, slot) in entry.remove().into_iter().enumerate() {
+                if let Some(next) = slot {
+                    merge(&mut self.durable[local], next);
+                }
+            }
+        }
+        if let Some(f) = frontier {
+            self.frontier = self.frontier.max(f);
+            let window = self.window;
+            for open in &mut self.open {
+                open.retain(|&h, _| !window.is_final(h.max(0) as u64, f));
+            }
+        }
+    }
+
+    /// `(local partition, position, durable next offset)` to commit: see the type's docs.
+    pub(super) fn to_commit(&self) -> Vec<(usize, Position, i64)> {
+        (0..self.durable.len())
+            .filter_map(|local| {
+                let durable = self.durable[local]?;
+                let first_open = self.open[local].values().min_by_key(|p| p.0).copied();
+                let pos = match first_open {
+                    Some(open) if open.0 < durable.0 => open,
+                    _ => durable,
+                };
+                self.committed[local]
+                    .is_none_or(|c| pos.0 > c)
+                    .then_some((local, pos, durable.0))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 1724101200;
+
+    #[test]
+    fn ledger_commits_only_what_the_probe_passed() {
+        let mut l = OffsetLedger::new(2, 0);
+        l.record(0, 0, 4, Some(H), None, Some(H + 10));
+        l.record(0, 1, 2, None, None, None);
+        l.record(70, 0, 8, Some(H + 3600), Some(H + 10), Some(H + 3601));
+        l.record(100, 1, 3, Some(H + 3600), None, Some(H + 3700));
+        assert!(l.to_commit().is_empty());
+        // Frontier at 70: time 0 is durable, 70 is not; hour H is not final before H + 3600.
+        l.advance(Some(70));
+        assert_eq!(l.to_commit(), vec![(0, (4, None), 5), (1, (3, None), 3)]);
+        // Everything durable; hour H is final, hour H + 3600 is not: up to its first reading.
+        l.advance(Some(H as u64 + 3600));
+        assert_eq!(
+            l.to_commit(),
+            vec![(0, (8, Some(H + 10)), 9), (1, (3, None), 4)]
+        );
+        assert_eq!(l.frontier, H as u64 + 3600);
+        l.committed = vec![Some(8), Some(3)];
+        assert!(l.to_commit().is_empty());
+        // Drained: no hour becomes final by that alone.
+        l.advance(None);
+        assert!(l.to_commit().is_empty());
+        l.advance(Some(H as u64 + 7200));
+        assert_eq!(
+            l.to_commit(),
+            vec![(0, (9, Some(H + 3601)), 9), (1, (4, Some(H + 3700)), 4)]
+        );
+        assert!(l.pending.is_empty());
+        assert_eq!(l.frontier, H as u64 + 7200);
+    }
+}
