@@ -2,6 +2,7 @@
 //! ([`kafka`]); each source is an [`operators::EventFeed`] of [`Decoded`] items.
 
 mod clock;
+mod counts;
 pub mod kafka;
 pub mod replay;
 

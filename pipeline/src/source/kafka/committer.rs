@@ -17,7 +17,7 @@
 //! first holds its watermark until the durable frontier reaches it, so that final commit also
 //! passes the hours the watermark made final. Nothing is committed once the job has failed.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -151,30 +151,14 @@ impl OffsetCommitter {
         &self.inner.consumer
     }
 
-    /// Records a record read: see [`OffsetLedger::record`].
-    pub(super) fn record(
-        &self,
-        time: u64,
-        local: usize,
-        offset: i64,
-        hour: Option<i64>,
-        before: Option<i64>,
-        after: Option<i64>,
-    ) {
-        self.inner
-            .ledger
-            .borrow_mut()
-            .record(time, local, offset, hour, before, after);
+    /// The ledger of what may be committed, for the feed to record what it reads.
+    pub(super) fn ledger(&self) -> RefMut<'_, OffsetLedger> {
+        self.inner.ledger.borrow_mut()
     }
 
     /// The durable frontier: the probe's (`None` once the dataflow has drained).
     pub(super) fn durable_frontier(&self) -> Option<u64> {
         self.inner.probe.with_frontier(|f| f.first().copied())
-    }
-
-    /// Takes in the durable frontier `frontier`: see [`OffsetLedger::advance`].
-    pub(super) fn advance(&self, frontier: Option<u64>) {
-        self.inner.ledger.borrow_mut().advance(frontier);
     }
 
     /// Commits, synchronously, every partition up to its durable readings but not past the
@@ -188,7 +172,7 @@ impl OffsetCommitter {
         // Read the probe before the error flag: a failed sink records its error before it
         // lets its frontier advance.
         let frontier = self.durable_frontier();
-        self.advance(frontier);
+        self.ledger().advance(frontier);
         tracing::trace!(?frontier, "durable frontier");
         if inner.control.error().is_some() {
             return Ok(0);

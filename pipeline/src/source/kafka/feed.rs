@@ -45,8 +45,9 @@ use super::retry::{is_fatal, ErrorNote};
 use crate::config::SourceConfig;
 use crate::control::JobControl;
 use crate::decode::{decode_line, Reason, Rejected};
+use crate::source::counts::Counts;
 use crate::source::{Clock, Decoded};
-use crate::stats::{add, Stats};
+use crate::stats::Stats;
 use crate::table::TableWriter;
 use crate::Result;
 
@@ -110,9 +111,8 @@ pub struct KafkaFeed {
     idle_timeout: Duration,
     commit_every: Duration,
     next_commit: Instant,
-    expired_before: i64,
     clock: Clock,
-    local: [u64; 4],
+    counts: Counts,
     errors: u64,
     error_note: ErrorNote,
     /// When the feed was asked to stop (SIGTERM, idle), if it was.
@@ -129,11 +129,6 @@ impl std::fmt::Debug for KafkaFeed {
             .finish_non_exhaustive()
     }
 }
-
-const READ: usize = 0;
-const OK: usize = 1;
-const REJECTED: usize = 2;
-const EXPIRED: usize = 3;
 
 impl KafkaFeed {
     /// Connects worker `opts.worker`, assigns its partitions and positions each at its committed
@@ -198,11 +193,28 @@ impl KafkaFeed {
                 "assigned"
             );
         }
-        let expired_before = (crate::time::now_ms() / 1000).saturating_sub(opts.ttl_secs as i64);
-        let mut feed = KafkaFeed {
-            idle_timeout: Duration::from_secs(source.idle_partition_timeout_secs),
-            commit_every: Duration::from_millis(source.commit_interval_ms),
-            next_commit: now,
+        // Hours the previous run had closed stay closed (see `CommitMeta`).
+        let watermark = resume_frontier.unwrap_or(0);
+        let mut feed = KafkaFeed::new(opts, parts, watermark, committer, shared, stats, control);
+        feed.update_watermark(now);
+        Ok(feed)
+    }
+
+    /// A feed of `parts`, starting at `watermark`.
+    fn new(
+        opts: KafkaOptions,
+        parts: Vec<PartState>,
+        watermark: u64,
+        committer: OffsetCommitter,
+        shared: Arc<KafkaShared>,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+    ) -> Self {
+        KafkaFeed {
+            idle_timeout: Duration::from_secs(opts.source.idle_partition_timeout_secs),
+            commit_every: Duration::from_millis(opts.source.commit_interval_ms),
+            next_commit: Instant::now(),
+            counts: Counts::new(opts.ttl_secs),
             opts,
             committer,
             shared,
@@ -210,18 +222,13 @@ impl KafkaFeed {
             control,
             parts,
             arrivals: Arc::new(Mutex::new(VecDeque::new())),
-            // Hours the previous run had closed stay closed (see `CommitMeta`).
-            watermark: resume_frontier.unwrap_or(0),
-            expired_before,
+            watermark,
             clock: Clock::start(),
-            local: [0; 4],
             errors: 0,
             error_note: ErrorNote::default(),
             stopping_since: None,
             done: false,
-        };
-        feed.update_watermark(now);
-        Ok(feed)
+        }
     }
 
     /// The handle that commits this feed's durable offsets.
@@ -236,13 +243,7 @@ impl KafkaFeed {
     }
 
     fn publish(&mut self) {
-        let s = &self.stats;
-        for (i, counter) in [&s.read, &s.ok, &s.rejected, &s.expired]
-            .into_iter()
-            .enumerate()
-        {
-            add(counter, std::mem::take(&mut self.local[i]));
-        }
+        self.counts.publish(&self.stats);
     }
 
     /// Recomputes the watermark: see the module docs.
@@ -306,7 +307,7 @@ impl KafkaFeed {
             .min(self.watermark);
         let frontier = self.committer.durable_frontier();
         if frontier.is_none_or(|f| f >= target) {
-            self.committer.advance(frontier);
+            self.committer.ledger().advance(frontier);
             return true;
         }
         if now.duration_since(since) >= STOP_DRAIN_FOR {
@@ -372,7 +373,7 @@ impl EventFeed for KafkaFeed {
                 Poll::Pending(EMPTY_POLL_WAIT)
             };
         }
-        if self.local[READ] >= 4096 {
+        if self.counts.read >= 4096 {
             self.publish();
         }
         let now = Instant::now();
@@ -414,7 +415,7 @@ impl EventFeed for KafkaFeed {
         while let [rest @ .., b'\n' | b'\r'] = raw {
             raw = rest;
         }
-        self.local[READ] += 1;
+        self.counts.read += 1;
         let mut decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
         // A device clock running ahead must not move the partition's watermark: every other
         // device's readings would become late.
@@ -475,22 +476,20 @@ impl EventFeed for KafkaFeed {
         } else {
             match &decoded {
                 Ok(r) => {
-                    self.local[OK] += 1;
-                    if r.ts < self.expired_before {
-                        self.local[EXPIRED] += 1;
-                    }
+                    self.counts.accepted(r.ts);
                     let produced = msg.timestamp().to_millis().unwrap_or(0);
                     if let Ok(mut q) = self.arrivals.lock() {
                         q.push_back(produced);
                     }
                 }
-                Err(_) => self.local[REJECTED] += 1,
+                Err(_) => self.counts.rejected(),
             }
         }
         let hour = start.filter(|_| !skip);
         let after = part.newest;
         self.shared.positions[partition as usize].store(offset + 1, Ordering::Relaxed);
         self.committer
+            .ledger()
             .record(emitted_at, local, offset, hour, before, after);
         drop(msg);
         self.update_watermark(now);
@@ -538,35 +537,25 @@ mod tests {
             Arc::default(),
             shared.clone(),
         );
-        KafkaFeed {
+        let parts = parts
+            .iter()
+            .map(|&(partition, newest, idle_for)| PartState {
+                partition,
+                newest,
+                last_seen: now - Duration::from_secs(idle_for),
+                resume: None,
+                skipped: 0,
+            })
+            .collect();
+        KafkaFeed::new(
             opts,
+            parts,
+            0,
             committer,
             shared,
-            stats: Arc::default(),
-            control: Arc::default(),
-            parts: parts
-                .iter()
-                .map(|&(partition, newest, idle_for)| PartState {
-                    partition,
-                    newest,
-                    last_seen: now - Duration::from_secs(idle_for),
-                    resume: None,
-                    skipped: 0,
-                })
-                .collect(),
-            arrivals: Arc::default(),
-            watermark: 0,
-            idle_timeout: Duration::from_secs(60),
-            commit_every: Duration::from_secs(1),
-            next_commit: now,
-            expired_before: 0,
-            clock: Clock::start(),
-            local: [0; 4],
-            errors: 0,
-            error_note: ErrorNote::default(),
-            stopping_since: None,
-            done: false,
-        }
+            Arc::default(),
+            Arc::default(),
+        )
     }
 
     #[test]

@@ -11,8 +11,9 @@ use super::input::{self, LineReader};
 use crate::control::JobControl;
 use crate::decode::{decode_line, Reason, Rejected};
 use crate::reading::Reading;
+use crate::source::counts::Counts;
 use crate::source::{Clock, Decoded};
-use crate::stats::{add, Stats};
+use crate::stats::Stats;
 
 /// How a worker replays its share of a recording.
 #[derive(Debug, Clone)]
@@ -47,10 +48,9 @@ pub struct ReplayFeed {
     control: Arc<JobControl>,
     buf: Vec<u8>,
     max_ts: Option<i64>,
-    expired_before: i64,
     pace: Option<(Instant, i64)>,
     held: Option<Decoded>,
-    local: [u64; 4],
+    counts: Counts,
     guard: FutureGuard,
     clock: Clock,
     /// A reading held by the guard, with the rejection it becomes unless the next confirms it.
@@ -67,11 +67,6 @@ impl std::fmt::Debug for ReplayFeed {
     }
 }
 
-const READ: usize = 0;
-const OK: usize = 1;
-const REJECTED: usize = 2;
-const EXPIRED: usize = 3;
-
 impl ReplayFeed {
     /// Opens the input for worker `opts.worker`. Only worker 0 counts bytes for progress.
     ///
@@ -84,22 +79,10 @@ impl ReplayFeed {
     ) -> crate::Result<Self> {
         let counting = (opts.worker == 0).then(|| stats.clone());
         let reader = input::open(&opts.path, counting)?;
-        let expired_before = (crate::time::now_ms() / 1000).saturating_sub(opts.ttl_secs as i64);
         Ok(ReplayFeed {
             lines: Some(LineReader::new(reader)),
-            stats,
-            control,
             buf: Vec::with_capacity(512),
-            max_ts: None,
-            expired_before,
-            pace: None,
-            held: None,
-            local: [0; 4],
-            guard: FutureGuard::new(opts.max_future_skew, opts.watermark_bound),
-            clock: Clock::start(),
-            ahead: None,
-            ready: None,
-            opts,
+            ..ReplayFeed::empty(opts, stats, control)
         })
     }
 
@@ -111,10 +94,9 @@ impl ReplayFeed {
             control,
             buf: Vec::new(),
             max_ts: None,
-            expired_before: 0,
             pace: None,
             held: None,
-            local: [0; 4],
+            counts: Counts::new(opts.ttl_secs),
             guard: FutureGuard::new(opts.max_future_skew, opts.watermark_bound),
             clock: Clock::start(),
             ahead: None,
@@ -124,26 +106,17 @@ impl ReplayFeed {
     }
 
     fn publish(&mut self) {
-        let s = &self.stats;
-        for (i, counter) in [&s.read, &s.ok, &s.rejected, &s.expired]
-            .into_iter()
-            .enumerate()
-        {
-            add(counter, std::mem::take(&mut self.local[i]));
-        }
+        self.counts.publish(&self.stats);
     }
 
     fn accept(&mut self, mut r: Reading) -> Decoded {
         r.ts = (r.ts + self.opts.shift).max(0);
-        self.local[OK] += 1;
-        if r.ts < self.expired_before {
-            self.local[EXPIRED] += 1;
-        }
+        self.counts.accepted(r.ts);
         Ok(r)
     }
 
     fn refuse(&mut self, rejected: Box<Rejected>) -> Decoded {
-        self.local[REJECTED] += 1;
+        self.counts.rejected();
         Err(rejected)
     }
 
@@ -178,7 +151,7 @@ impl ReplayFeed {
                 self.buf = line.bytes;
                 continue;
             }
-            self.local[READ] += 1;
+            self.counts.read += 1;
             if line.len > line.bytes.len() {
                 return Some(self.refuse(Box::new(Rejected {
                     line: line.number,
@@ -260,7 +233,7 @@ impl EventFeed for ReplayFeed {
     type Item = Decoded;
 
     fn poll(&mut self) -> Poll<Decoded> {
-        if self.local[READ] >= 4096 {
+        if self.counts.read >= 4096 {
             self.publish();
         }
         if self.control.stopped() {
