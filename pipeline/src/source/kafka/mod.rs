@@ -1,11 +1,11 @@
 //! The Kafka source: records of a topic → decoded readings, with a per-partition watermark and
 //! offsets committed only once the tables hold what they cover; and the device registry topic.
 //!
-//! One file per concern: the librdkafka settings of every client ([`client`]), the topic's
-//! partitions and the state the workers share ([`metadata`]), the offsets that may be committed
-//! ([`ledger`]), committing them ([`committer`]), the feed itself ([`feed`]: assignment and
-//! watermark), produce → durable delays ([`delay`]), retrying broker calls ([`retry`]) and the
-//! registry topic ([`registry_topic`]).
+//! One file per concern: the librdkafka settings of every client (`client.rs`), the topic's
+//! partitions and the state the workers share (`metadata.rs`), the offsets that may be committed
+//! (`ledger.rs`), committing them and resuming from them (`committer.rs`), the feed itself
+//! (`feed.rs`: assignment and watermark), produce → durable delays (`delay.rs`), retrying broker
+//! calls (`retry.rs`) and the registry topic (`registry_topic.rs`).
 
 mod client;
 mod committer;
