@@ -215,8 +215,8 @@ impl OffsetCommitter {
     ///
     /// # Errors
     /// As [`OffsetCommitter::commit_durable`].
-    /// A failed commit is tried again for up to [`FINAL_COMMIT_RETRY_FOR`] (a group coordinator
-    /// that is moving answers `NotCoordinator` for a while).
+    /// A failed commit is tried again for up to `FINAL_COMMIT_RETRY_FOR` (30 s: a group
+    /// coordinator that is moving answers `NotCoordinator` for a while).
     pub fn finish(&self) -> Result<()> {
         retrying(
             "the final offset commit",

@@ -74,7 +74,7 @@ pub struct KafkaOptions {
     pub exit_on_idle: Option<Duration>,
     /// Readings whose cells would already be expired by this TTL (seconds) are counted.
     pub ttl_secs: u64,
-    /// Number of partitions of the topic (see [`wait_for_partitions`]).
+    /// Number of partitions of the topic (see [`super::wait_for_partitions`]).
     pub partitions: usize,
     /// This worker's index.
     pub worker: usize,
