@@ -63,8 +63,9 @@ impl DelayHistogram {
 }
 
 /// A [`TableWriter`] that measures produce → durable delays of narrow rows (see
-/// [`KafkaFeed::timed_writer`](super::KafkaFeed::timed_writer)). Narrow rows reach a worker's writer in the order its feed
-/// read them, so the n-th narrow row flushed belongs to the n-th reading read.
+/// [`KafkaFeed::timed_writer`](super::KafkaFeed::timed_writer)). Narrow rows reach a worker's
+/// writer in the order its feed read them, so the n-th narrow row flushed belongs to the n-th
+/// reading read.
 pub struct TimedWriter {
     inner: Box<dyn TableWriter>,
     arrivals: Arc<Mutex<VecDeque<i64>>>,
