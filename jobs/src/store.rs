@@ -157,7 +157,7 @@ pub enum Reader {
 }
 
 impl TableReader for Reader {
-    fn get(&self, table: &str, row: &[u8]) -> pipeline::Result<Option<Row>> {
+    fn get(&self, table: &str, row: &[u8]) -> sinks::Result<Option<Row>> {
         match self {
             Reader::Embedded(store) => store.get(table, row),
             Reader::Hbase(store) => store.get(table, row),
@@ -166,14 +166,14 @@ impl TableReader for Reader {
 
     // Forwarded, not left to the trait's default: HBase answers a multi-get with one `getRows`
     // call, where the default would make one Get per row.
-    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> pipeline::Result<Vec<Option<Row>>> {
+    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> sinks::Result<Vec<Option<Row>>> {
         match self {
             Reader::Embedded(store) => store.get_many(table, rows),
             Reader::Hbase(store) => store.get_many(table, rows),
         }
     }
 
-    fn scan(&self, table: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
+    fn scan(&self, table: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {
         match self {
             Reader::Embedded(store) => store.scan(table, spec),
             Reader::Hbase(store) => store.scan(table, spec),

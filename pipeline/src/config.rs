@@ -9,6 +9,8 @@ use crate::registry::RegistrySource;
 use crate::rowkey::KeyScheme;
 use crate::{Error, Result};
 
+pub use sinks::config::{StoreConfig, StoreKind};
+
 /// The example configuration shipped in `config/hourglass.example.toml`.
 pub const EXAMPLE: &str = include_str!("../../config/hourglass.example.toml");
 
@@ -28,9 +30,6 @@ const fn default_future_skew() -> u64 {
 }
 fn default_metric() -> String {
     "temp".to_string()
-}
-fn default_dir() -> PathBuf {
-    PathBuf::from("./hourglass-data")
 }
 const fn default_status_interval() -> u64 {
     10
@@ -151,42 +150,6 @@ impl Default for WindowConfig {
             allowed_lateness_secs: default_lateness(),
             early_fire_secs: default_early_fire(),
             max_future_skew_secs: default_future_skew(),
-        }
-    }
-}
-
-/// Which backend holds the tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKind {
-    /// The embedded LSM store in `dir` (default).
-    #[default]
-    Embedded,
-    /// HBase through its Thrift gateway at `hbase`.
-    Hbase,
-}
-
-/// Where the tables live.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// Backend (default `embedded`).
-    #[serde(default)]
-    pub kind: StoreKind,
-    /// Directory of the embedded store (default `./hourglass-data`).
-    #[serde(default = "default_dir")]
-    pub dir: PathBuf,
-    /// HBase Thrift1 gateway `host:port`, for `kind = "hbase"`.
-    #[serde(default)]
-    pub hbase: Option<String>,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            kind: StoreKind::default(),
-            dir: default_dir(),
-            hbase: None,
         }
     }
 }
@@ -329,12 +292,7 @@ impl JobConfig {
                 self.metric
             )));
         }
-        if self.store.kind == StoreKind::Hbase && self.store.hbase.is_none() {
-            return Err(Error::Config(
-                "store.kind = \"hbase\" needs store.hbase = \"host:port\" (the Thrift1 gateway)"
-                    .into(),
-            ));
-        }
+        self.store.validate()?;
         if let Some(workers) = self.workers {
             check_workers("workers", workers)?;
         }

@@ -1235,7 +1235,7 @@ impl std::fmt::Debug for TimedWriter {
 }
 
 impl TableWriter for TimedWriter {
-    fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
+    fn write(&mut self, mutations: Vec<Mutation>) -> sinks::Result<()> {
         self.unflushed += mutations
             .iter()
             .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == NARROW_TABLE))
@@ -1243,7 +1243,7 @@ impl TableWriter for TimedWriter {
         self.inner.write(mutations)
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&mut self) -> sinks::Result<()> {
         self.inner.flush()?;
         let now = chrono::Utc::now().timestamp_millis();
         let produced: Vec<i64> = match self.arrivals.lock() {

@@ -117,7 +117,7 @@ impl ApiError {
     fn from_store(e: &pipeline::Error) -> Self {
         match e {
             pipeline::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            pipeline::Error::Store { .. } => ApiError {
+            pipeline::Error::Store(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },

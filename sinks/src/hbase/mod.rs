@@ -107,12 +107,3 @@ pub enum Error {
 
 /// Result with the HBase [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl From<Error> for pipeline::Error {
-    fn from(e: Error) -> Self {
-        pipeline::Error::Store {
-            retriable: is_retriable(&e),
-            message: e.to_string(),
-        }
-    }
-}
