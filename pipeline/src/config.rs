@@ -420,6 +420,67 @@ mod tests {
     }
 
     #[test]
+    fn hbase_client_settings_reach_the_hbase_client() {
+        use sinks::hbase::HbaseConfig;
+        use std::time::Duration;
+
+        let cfg = JobConfig::parse(
+            "[store]\nkind = \"hbase\"\nhbase = \"h:9090\"\n[store.hbase_client]\n\
+             thrift2 = \"g:9\"\nbatch_rows = 10\nbatch_bytes = 2048\nscan_caching = 7\n\
+             read_connections = 3\nconnect_timeout_secs = 2\nrpc_timeout_secs = 9\n\
+             idle_reconnect_secs = 30\nretry_initial_backoff_ms = 50\n\
+             retry_max_backoff_ms = 400\nretry_max_elapsed_secs = 20\n",
+        )
+        .unwrap();
+        let hb = HbaseConfig::from_store(&cfg.store).unwrap();
+        assert_eq!(
+            (hb.thrift1.as_str(), hb.thrift2.as_str()),
+            ("h:9090", "g:9")
+        );
+        assert_eq!((hb.batch_rows, hb.batch_bytes), (10, 2048));
+        assert_eq!((hb.scan_caching, hb.read_connections), (7, 3));
+        assert_eq!(hb.connect_timeout, Duration::from_secs(2));
+        assert_eq!(hb.rpc_timeout, Duration::from_secs(9));
+        assert_eq!(hb.idle_reconnect, Duration::from_secs(30));
+        assert_eq!(hb.retry.initial_backoff, Duration::from_millis(50));
+        assert_eq!(hb.retry.max_backoff, Duration::from_millis(400));
+        assert_eq!(hb.retry.max_elapsed, Some(Duration::from_secs(20)));
+
+        // Left out, every setting is what the HBase client used before it could be set.
+        let cfg = JobConfig::parse("[store]\nkind = \"hbase\"\nhbase = \"h:9090\"\n").unwrap();
+        assert_eq!(
+            HbaseConfig::from_store(&cfg.store).unwrap(),
+            HbaseConfig::new("h:9090")
+        );
+
+        for (text, key) in [
+            ("batch_rows = 0", "store.hbase_client.batch_rows = 0"),
+            ("batch_bytes = 0", "store.hbase_client.batch_bytes"),
+            ("batch_bytes = 100000000", "at most 67108864"),
+            (
+                "read_connections = 0",
+                "store.hbase_client.read_connections",
+            ),
+            (
+                "rpc_timeout_secs = 0",
+                "store.hbase_client.rpc_timeout_secs",
+            ),
+            ("retry_max_elapsed_secs = 0", "retry_max_elapsed_secs"),
+            (
+                "retry_initial_backoff_ms = 500\nretry_max_backoff_ms = 100",
+                "cannot be shorter",
+            ),
+            ("thrift2 = \"9091\"", "store.hbase_client.thrift2"),
+            ("batch_row = 5", "batch_row"),
+            ("batch_rows = -1", "batch_rows"),
+        ] {
+            let text = format!("[store.hbase_client]\n{text}\n");
+            let err = JobConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
     fn source_settings_are_checked() {
         let cfg = JobConfig::parse(
             "[source]\ntopic = \"t\"\n[source.rdkafka]\n\"security.protocol\" = \"SASL_SSL\"\n",

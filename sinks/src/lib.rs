@@ -8,7 +8,10 @@ pub mod dead_letter;
 pub mod embedded;
 pub mod hbase;
 pub mod schema;
+mod seam;
 pub mod table;
+
+pub use seam::{open, Admin, Clock, OpenOptions, Reader, Store, WriterFactory};
 
 /// Errors of the storage crate.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +23,16 @@ pub enum Error {
     /// The embedded store failed; none of these heal by retrying the same call.
     #[error(transparent)]
     Embedded(#[from] embedded::StoreError),
+    /// A read-only command was pointed at an embedded store directory that does not exist.
+    #[error(
+        "no embedded store at {}: run `hourglass replay FILE` first, or pass --store DIR (or \
+         --hbase HOST:PORT)",
+        dir.display()
+    )]
+    NoEmbeddedStore {
+        /// The directory.
+        dir: std::path::PathBuf,
+    },
     /// A call was refused before it reached the backend (unknown table, bad row key, …).
     #[error("{0}")]
     Invalid(String),
@@ -43,7 +56,11 @@ impl Error {
     pub fn is_retriable(&self) -> bool {
         match self {
             Error::Hbase(e) => hbase::is_retriable(e),
-            Error::Embedded(_) | Error::Invalid(_) | Error::Config(_) | Error::Io { .. } => false,
+            Error::Embedded(_)
+            | Error::NoEmbeddedStore { .. }
+            | Error::Invalid(_)
+            | Error::Config(_)
+            | Error::Io { .. } => false,
         }
     }
 }

@@ -10,6 +10,7 @@ mod writer;
 mod tests;
 
 pub use journal::JournalDamage;
+pub(crate) use store::system_now_ms;
 pub use store::{EmbeddedStore, OpenMode};
 pub use writer::EmbeddedWriter;
 

@@ -426,6 +426,24 @@ fn thrift2_defaults_to_the_thrift1_host() {
     let cfg = HbaseConfig::new("h:1").with_thrift2("g:2");
     assert_eq!((cfg.thrift1.as_str(), cfg.thrift2.as_str()), ("h:1", "g:2"));
     assert_eq!((cfg.batch_rows, cfg.batch_bytes), (1000, 4 << 20));
+    // The defaults the client had before `[store.hbase_client]` could change them.
+    assert_eq!((cfg.scan_caching, cfg.read_connections), (1000, 16));
+    assert_eq!(
+        (cfg.connect_timeout, cfg.rpc_timeout, cfg.idle_reconnect),
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+            Duration::from_secs(45)
+        )
+    );
+    assert_eq!(
+        cfg.retry,
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            max_elapsed: None,
+        }
+    );
 }
 
 fn described(ttl: Option<u64>, compression: &str, bloom: &str, versions: u32) -> FamilyDescription {
