@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::generate::{self, GenerateArgs};
 use crate::replay::{self, ReplayArgs};
-use crate::store::{Backend, BackendArgs};
+use crate::store::BackendArgs;
 use std::sync::atomic::Ordering;
 
 /// Benchmarks.
@@ -199,13 +199,10 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             };
             let cfg = replay::job_config(&args)?;
             let backend = crate::store::open(&cfg, &args.backend, false, true)?;
-            if let Backend::Hbase { cfg: hb, .. } = &backend {
-                sinks::hbase::admin::create_tables(hb, &pipeline::schema::all_tables())?;
-            }
+            backend.admin().create_tables()?;
             let summary = replay::replay_into(&args, &cfg, &backend)?;
-            let batches = match &backend {
-                Backend::Embedded { .. } => serde_json::Value::Null,
-                Backend::Hbase { cfg: hb, stats } => {
+            let batches = match (backend.hbase_config(), backend.writer_stats()) {
+                (Some(hb), Some(stats)) => {
                     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
                     let calls = get(&stats.calls).max(1);
                     serde_json::json!({
@@ -223,6 +220,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                         "retries": get(&stats.retries),
                     })
                 }
+                _ => serde_json::Value::Null,
             };
             let result = serde_json::json!({
                 "bench": if hbase.is_some() { "replay-hbase" } else { "replay-embedded" },

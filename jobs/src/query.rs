@@ -12,7 +12,9 @@ use pipeline::schema;
 use pipeline::table::TableReader;
 use pipeline::time::{format_time, parse_time};
 
-use crate::store::{BackendArgs, Reader};
+use sinks::Reader;
+
+use crate::store::BackendArgs;
 
 /// Output format of query answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

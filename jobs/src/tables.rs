@@ -8,10 +8,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use pipeline::config::JobConfig;
 use pipeline::schema;
-use sinks::hbase::admin::{self, Created};
-use sinks::hbase::HbaseConfig;
+use sinks::hbase::admin::Created;
 
-use crate::store::BackendArgs;
+use crate::store::{Backend, BackendArgs};
 
 /// Where HBase is, for the admin commands.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,12 +28,19 @@ pub struct HbaseArgs {
 }
 
 impl HbaseArgs {
-    fn config(&self) -> Result<HbaseConfig> {
-        let mut cfg = load_config(self.config.as_ref())?;
-        if let Some(addr) = &self.hbase {
-            cfg.store.hbase = Some(addr.clone());
-        }
-        crate::store::hbase_config(&cfg, self.thrift2.as_deref(), true)
+    /// HBase as the flags and the config name it, whatever the config's `store.kind`.
+    fn open(&self) -> Result<Backend> {
+        let cfg = load_config(self.config.as_ref())?;
+        let backend = BackendArgs {
+            store: None,
+            hbase: self.hbase.clone().or_else(|| cfg.store.hbase.clone()),
+            thrift2: self.thrift2.clone(),
+        };
+        anyhow::ensure!(
+            backend.hbase.is_some(),
+            "store.kind = \"hbase\" needs an address: pass --hbase HOST:PORT or set store.hbase"
+        );
+        crate::store::open(&cfg, &backend, true, false)
     }
 }
 
@@ -79,8 +85,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             }
         }
         TablesCommand::Create(args) => {
-            let cfg = args.config()?;
-            for (table, created) in admin::create_tables(&cfg, &schema::all_tables())? {
+            for (table, created) in args.open()?.admin().create_tables()? {
                 let what = match created {
                     Created::Created => "created",
                     Created::AlreadyExists => "exists with the same schema; left as is",
@@ -89,8 +94,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             }
         }
         TablesCommand::Describe(args) => {
-            let cfg = args.config()?;
-            for t in admin::describe_tables(&cfg, &schema::all_tables())? {
+            for t in args.open()?.admin().describe_tables()? {
                 writeln!(out, "table {}", t.name)?;
                 for f in &t.families {
                     let ttl = f.ttl_secs.map_or("FOREVER".into(), |s| s.to_string());
@@ -127,10 +131,9 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                         schema::HOURLY_TABLE
                     )
                 })?;
-            let mut cfg = load_config(config.as_ref())?;
-            backend.apply(&mut cfg);
+            let cfg = load_config(config.as_ref())?;
             let db = crate::store::open(&cfg, &backend, true, false)?;
-            db.for_each_row(spec.name, |row| {
+            db.admin().dump(spec.name, |row| -> Result<()> {
                 for c in &row.cells {
                     writeln!(
                         out,

@@ -9,6 +9,8 @@ use crate::registry::RegistrySource;
 use crate::rowkey::KeyScheme;
 use crate::{Error, Result};
 
+pub use sinks::config::{StoreConfig, StoreKind};
+
 /// The example configuration shipped in `config/hourglass.example.toml`.
 pub const EXAMPLE: &str = include_str!("../../config/hourglass.example.toml");
 
@@ -28,9 +30,6 @@ const fn default_future_skew() -> u64 {
 }
 fn default_metric() -> String {
     "temp".to_string()
-}
-fn default_dir() -> PathBuf {
-    PathBuf::from("./hourglass-data")
 }
 const fn default_status_interval() -> u64 {
     10
@@ -151,42 +150,6 @@ impl Default for WindowConfig {
             allowed_lateness_secs: default_lateness(),
             early_fire_secs: default_early_fire(),
             max_future_skew_secs: default_future_skew(),
-        }
-    }
-}
-
-/// Which backend holds the tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKind {
-    /// The embedded LSM store in `dir` (default).
-    #[default]
-    Embedded,
-    /// HBase through its Thrift gateway at `hbase`.
-    Hbase,
-}
-
-/// Where the tables live.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// Backend (default `embedded`).
-    #[serde(default)]
-    pub kind: StoreKind,
-    /// Directory of the embedded store (default `./hourglass-data`).
-    #[serde(default = "default_dir")]
-    pub dir: PathBuf,
-    /// HBase Thrift1 gateway `host:port`, for `kind = "hbase"`.
-    #[serde(default)]
-    pub hbase: Option<String>,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            kind: StoreKind::default(),
-            dir: default_dir(),
-            hbase: None,
         }
     }
 }
@@ -329,12 +292,7 @@ impl JobConfig {
                 self.metric
             )));
         }
-        if self.store.kind == StoreKind::Hbase && self.store.hbase.is_none() {
-            return Err(Error::Config(
-                "store.kind = \"hbase\" needs store.hbase = \"host:port\" (the Thrift1 gateway)"
-                    .into(),
-            ));
-        }
+        self.store.validate()?;
         if let Some(workers) = self.workers {
             check_workers("workers", workers)?;
         }
@@ -459,6 +417,67 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("store.hbase"), "{err}");
+    }
+
+    #[test]
+    fn hbase_client_settings_reach_the_hbase_client() {
+        use sinks::hbase::HbaseConfig;
+        use std::time::Duration;
+
+        let cfg = JobConfig::parse(
+            "[store]\nkind = \"hbase\"\nhbase = \"h:9090\"\n[store.hbase_client]\n\
+             thrift2 = \"g:9\"\nbatch_rows = 10\nbatch_bytes = 2048\nscan_caching = 7\n\
+             read_connections = 3\nconnect_timeout_secs = 2\nrpc_timeout_secs = 9\n\
+             idle_reconnect_secs = 30\nretry_initial_backoff_ms = 50\n\
+             retry_max_backoff_ms = 400\nretry_max_elapsed_secs = 20\n",
+        )
+        .unwrap();
+        let hb = HbaseConfig::from_store(&cfg.store).unwrap();
+        assert_eq!(
+            (hb.thrift1.as_str(), hb.thrift2.as_str()),
+            ("h:9090", "g:9")
+        );
+        assert_eq!((hb.batch_rows, hb.batch_bytes), (10, 2048));
+        assert_eq!((hb.scan_caching, hb.read_connections), (7, 3));
+        assert_eq!(hb.connect_timeout, Duration::from_secs(2));
+        assert_eq!(hb.rpc_timeout, Duration::from_secs(9));
+        assert_eq!(hb.idle_reconnect, Duration::from_secs(30));
+        assert_eq!(hb.retry.initial_backoff, Duration::from_millis(50));
+        assert_eq!(hb.retry.max_backoff, Duration::from_millis(400));
+        assert_eq!(hb.retry.max_elapsed, Some(Duration::from_secs(20)));
+
+        // Left out, every setting is what the HBase client used before it could be set.
+        let cfg = JobConfig::parse("[store]\nkind = \"hbase\"\nhbase = \"h:9090\"\n").unwrap();
+        assert_eq!(
+            HbaseConfig::from_store(&cfg.store).unwrap(),
+            HbaseConfig::new("h:9090")
+        );
+
+        for (text, key) in [
+            ("batch_rows = 0", "store.hbase_client.batch_rows = 0"),
+            ("batch_bytes = 0", "store.hbase_client.batch_bytes"),
+            ("batch_bytes = 100000000", "at most 67108864"),
+            (
+                "read_connections = 0",
+                "store.hbase_client.read_connections",
+            ),
+            (
+                "rpc_timeout_secs = 0",
+                "store.hbase_client.rpc_timeout_secs",
+            ),
+            ("retry_max_elapsed_secs = 0", "retry_max_elapsed_secs"),
+            (
+                "retry_initial_backoff_ms = 500\nretry_max_backoff_ms = 100",
+                "cannot be shorter",
+            ),
+            ("thrift2 = \"9091\"", "store.hbase_client.thrift2"),
+            ("batch_row = 5", "batch_row"),
+            ("batch_rows = -1", "batch_rows"),
+        ] {
+            let text = format!("[store.hbase_client]\n{text}\n");
+            let err = JobConfig::parse(&text).unwrap_err().to_string();
+            assert!(err.contains(key), "{text:?}: {err}");
+        }
     }
 
     #[test]

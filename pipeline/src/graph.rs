@@ -290,10 +290,10 @@ mod tests {
     struct NoWriter;
 
     impl TableWriter for NoWriter {
-        fn write(&mut self, _: Vec<Mutation>) -> crate::Result<()> {
+        fn write(&mut self, _: Vec<Mutation>) -> sinks::Result<()> {
             Ok(())
         }
-        fn flush(&mut self) -> crate::Result<()> {
+        fn flush(&mut self) -> sinks::Result<()> {
             Ok(())
         }
     }

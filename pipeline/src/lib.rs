@@ -1,9 +1,10 @@
-//! Domain types, row-key codec, table schemas, job configuration and the dataflow graph of hourglass.
+//! Domain types, row-key codec, job configuration and the dataflow graph of hourglass.
 #![deny(missing_docs)]
 
 pub mod codec;
 pub mod config;
 pub mod control;
+pub mod dead_letter;
 pub mod decode;
 pub mod graph;
 pub mod query;
@@ -12,25 +13,23 @@ pub mod registry;
 pub mod room;
 pub mod rowkey;
 pub mod rows;
-pub mod schema;
 pub mod source;
 pub mod stats;
 pub mod summary;
-pub mod table;
 pub mod time;
 
-/// Errors of the pipeline crate and of the storage backends that implement its traits.
+// The table model and the schemas belong to the storage crate; these paths keep
+// `pipeline::table::…` and `pipeline::schema::…` working for the dataflow and its users.
+pub use sinks::{schema, table};
+
+/// Errors of the pipeline crate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The storage backend failed. `retriable` tells whether the same call may succeed later.
-    #[error("store error: {message}")]
-    Store {
-        /// What failed and what to do about it.
-        message: String,
-        /// Whether retrying the same call may succeed.
-        retriable: bool,
-    },
+    /// The storage backend failed; [`sinks::Error::is_retriable`] tells whether the same call
+    /// may succeed later.
+    #[error("store error: {0}")]
+    Store(sinks::Error),
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -50,3 +49,16 @@ pub enum Error {
 
 /// Result with the pipeline [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<sinks::Error> for Error {
+    /// Keeps the storage crate's own argument, configuration and file errors what they are (a
+    /// query with a bad argument is the caller's fault, not an unavailable store).
+    fn from(e: sinks::Error) -> Self {
+        match e {
+            sinks::Error::Invalid(message) => Error::Invalid(message),
+            sinks::Error::Config(message) => Error::Config(message),
+            sinks::Error::Io { path, source } => Error::Io { path, source },
+            other => Error::Store(other),
+        }
+    }
+}

@@ -214,16 +214,16 @@ mod tests {
     }
 
     impl TableReader for Empty {
-        fn get(&self, _: &str, _: &[u8]) -> Result<Option<Row>> {
+        fn get(&self, _: &str, _: &[u8]) -> sinks::Result<Option<Row>> {
             self.keys.set(self.keys.get() + 1);
             Ok(None)
         }
-        fn get_many(&self, _: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+        fn get_many(&self, _: &str, keys: &[Vec<u8>]) -> sinks::Result<Vec<Option<Row>>> {
             self.keys.set(self.keys.get() + keys.len());
             self.largest_get.set(self.largest_get.get().max(keys.len()));
             Ok(vec![None; keys.len()])
         }
-        fn scan(&self, _: &str, _: &ScanSpec) -> Result<Vec<Row>> {
+        fn scan(&self, _: &str, _: &ScanSpec) -> sinks::Result<Vec<Row>> {
             Ok(Vec::new())
         }
     }

@@ -1,4 +1,5 @@
 //! Dead-letter and late-data files: JSON Lines, created on first use, shared by the workers.
+//! The records themselves are made by `pipeline::dead_letter`, which knows what was rejected.
 //!
 //! Dead letters: `{"line":N,"kind":"invalid_json","reason":"…","raw":"…"}`; a line that is not
 //! UTF-8 has `raw` decoded lossily and `raw_hex` with its exact bytes. Refused device registry
@@ -7,18 +8,13 @@
 //! with `key_hex`/`value_hex` when not UTF-8). Late readings:
 //! `{"device":"…","ts":N,"value":V,"watermark":W,"reason":"…"}`.
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pipeline::decode::Rejected;
-use pipeline::graph::SideOutput;
-use pipeline::registry::RejectedRecord;
-use pipeline::{Error, Result};
-use serde_json::json;
+use crate::{Error, Result};
 
 /// Bytes of whole lines held before they are written out. Only whole lines are ever written, so
 /// a line longer than this is written on its own, at once.
@@ -194,76 +190,28 @@ impl DeadLetters {
     pub fn late_path(&self) -> Option<&Path> {
         self.late.written().then_some(self.late.path.as_path())
     }
-}
 
-/// The dead-letter record of a rejected line.
-pub fn rejected_record(r: &Rejected) -> serde_json::Value {
-    let kind = serde_json::to_value(&r.reason)
-        .ok()
-        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
-        .unwrap_or_default();
-    let mut record = json!({
-        "line": r.line,
-        "kind": kind,
-        "reason": r.reason.to_string(),
-        "raw": String::from_utf8_lossy(&r.raw),
-    });
-    if let Some(partition) = r.partition {
-        record["partition"] = json!(partition);
-    }
-    if std::str::from_utf8(&r.raw).is_err() {
-        record["raw_hex"] = json!(hex(&r.raw));
-    }
-    record
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut hex = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
-}
-
-/// The dead-letter record of a refused registry topic record.
-pub fn registry_record(r: &RejectedRecord) -> serde_json::Value {
-    let mut record = json!({
-        "registry_topic": r.topic,
-        "partition": r.partition,
-        "offset": r.offset,
-        "kind": r.error.kind(),
-        "reason": r.error.to_string(),
-        "key": r.key.as_deref().map(String::from_utf8_lossy),
-        "value": r.value.as_deref().map(String::from_utf8_lossy),
-    });
-    for (name, bytes) in [("key_hex", &r.key), ("value_hex", &r.value)] {
-        if let Some(b) = bytes.as_deref().filter(|b| std::str::from_utf8(b).is_err()) {
-            record[name] = json!(hex(b));
-        }
-    }
-    record
-}
-
-impl SideOutput for DeadLetters {
-    fn rejected(&self, rejected: &Rejected) -> Result<()> {
-        self.rejected.append(&rejected_record(rejected))
+    /// Appends `record` as one line of the dead-letter file, creating the file if needed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be created or written.
+    pub fn append_rejected(&self, record: &serde_json::Value) -> Result<()> {
+        self.rejected.append(record)
     }
 
-    fn registry_rejected(&self, rejected: &RejectedRecord) -> Result<()> {
-        self.rejected.append(&registry_record(rejected))
+    /// Appends `record` as one line of the late-data file, creating the file if needed.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be created or written.
+    pub fn append_late(&self, record: &serde_json::Value) -> Result<()> {
+        self.late.append(record)
     }
 
-    fn late(&self, device: &str, ts: i64, value: f64, watermark: u64) -> Result<()> {
-        self.late.append(&json!({
-            "device": device,
-            "ts": ts,
-            "value": value,
-            "watermark": watermark,
-            "reason": "beyond allowed lateness: written to the narrow table only",
-        }))
-    }
-
-    fn flush(&self) -> Result<()> {
+    /// Writes every record appended so far to its file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if a write fails.
+    pub fn flush(&self) -> Result<()> {
         self.rejected.flush()?;
         self.late.flush()
     }
@@ -271,65 +219,27 @@ impl SideOutput for DeadLetters {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-    use pipeline::decode::decode_line;
+
+    /// A record about `bytes` long, as a rejected line of that length makes.
+    fn record(line: u64, bytes: usize) -> serde_json::Value {
+        json!({ "line": line, "kind": "too_long", "raw": "x".repeat(bytes) })
+    }
 
     #[test]
-    fn writes_reasons_and_raw_bytes() {
+    fn files_are_created_by_the_first_record_only() {
         let dir = tempfile::tempdir().unwrap();
         let dl = DeadLetters::new(dir.path().join("dead.jsonl"), dir.path().join("late.jsonl"));
         assert!(dl.rejected_path().is_none());
-        let rej = decode_line(3, b"{\"device\":\"d\xff\"}", "temp").unwrap_err();
-        dl.rejected(&rej).unwrap();
+        dl.append_rejected(&record(3, 4)).unwrap();
         dl.flush().unwrap();
         assert!(dl.late_path().is_none());
+        assert!(!dir.path().join("late.jsonl").exists());
         let text = std::fs::read_to_string(dl.rejected_path().unwrap()).unwrap();
         let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(v["line"], 3);
-        assert_eq!(v["kind"], "not_utf8");
-        assert_eq!(v["raw_hex"], "7b22646576696365223a2264ff227d");
-    }
-
-    #[test]
-    fn registry_records_say_where_and_why() {
-        let dir = tempfile::tempdir().unwrap();
-        let dl = DeadLetters::new(dir.path().join("dead.jsonl"), dir.path().join("late.jsonl"));
-        for (key, value) in [(&b"dev1"[..], &b"room_1"[..]), (b"d\xff", b"room1")] {
-            let error = pipeline::registry::parse_record(Some(key), Some(value)).unwrap_err();
-            dl.registry_rejected(&RejectedRecord {
-                topic: "devices".into(),
-                partition: 1,
-                offset: 7,
-                error,
-                key: Some(key.to_vec()),
-                value: Some(value.to_vec()),
-            })
-            .unwrap();
-        }
-        dl.flush().unwrap();
-        let text = std::fs::read_to_string(dl.rejected_path().unwrap()).unwrap();
-        let v: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(v[0]["registry_topic"], "devices");
-        assert_eq!(v[0]["offset"], 7);
-        assert_eq!(v[0]["kind"], "bad_room");
-        assert_eq!(v[0]["value"], "room_1");
-        assert!(v[0].get("key_hex").is_none());
-        assert_eq!(v[1]["kind"], "key_not_utf8");
-        assert_eq!(v[1]["key_hex"], "64ff");
-    }
-
-    fn too_long_rejected(bytes: usize) -> Rejected {
-        let mut raw = vec![b'x'; bytes];
-        raw[0] = 0xff;
-        Rejected {
-            line: 9,
-            partition: None,
-            reason: pipeline::decode::Reason::TooLong(bytes),
-            raw,
-        }
     }
 
     #[test]
@@ -338,8 +248,7 @@ mod tests {
         let path = dir.path().join("dead.jsonl");
         std::fs::write(&path, "{\"line\":1}\n{\"line\":2,\"kind\":\"inv").unwrap();
         let dl = DeadLetters::new(path.clone(), dir.path().join("late.jsonl"));
-        let rej = decode_line(3, b"{", "temp").unwrap_err();
-        dl.rejected(&rej).unwrap();
+        dl.append_rejected(&record(3, 1)).unwrap();
         dl.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with('\n'), "{text:?}");
@@ -358,7 +267,8 @@ mod tests {
         let path = dir.path().join("late.jsonl");
         std::fs::write(&path, "{\"device\":\"d1\",\"ts\":1}\n{\"dev").unwrap();
         let dl = DeadLetters::new(dir.path().join("dead.jsonl"), path.clone());
-        dl.late("d2", 7200, 1.5, 9000).unwrap();
+        dl.append_late(&json!({ "device": "d2", "ts": 7200 }))
+            .unwrap();
         dl.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let devices: Vec<String> = text
@@ -394,15 +304,14 @@ mod tests {
     fn a_record_larger_than_the_buffer_is_written_whole() {
         let dir = tempfile::tempdir().unwrap();
         let dl = DeadLetters::new(dir.path().join("dead.jsonl"), dir.path().join("late.jsonl"));
-        // Not UTF-8: `raw` and `raw_hex` make the record about three times the line.
-        dl.rejected(&too_long_rejected(BUFFER_BYTES + 1)).unwrap();
+        dl.append_rejected(&record(9, BUFFER_BYTES + 1)).unwrap();
         // No flush: what a kill would leave on disk now must be whole lines only.
         let text = std::fs::read_to_string(dl.rejected_path().unwrap()).unwrap();
         assert!(text.len() > BUFFER_BYTES, "{} bytes", text.len());
         assert!(text.ends_with('\n'), "a torn record: {} bytes", text.len());
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(v["line"], 9);
-        assert_eq!(v["raw_hex"].as_str().unwrap().len(), 2 * (BUFFER_BYTES + 1));
+        assert_eq!(v["raw"].as_str().unwrap().len(), BUFFER_BYTES + 1);
     }
 
     #[test]
@@ -411,9 +320,9 @@ mod tests {
         let dl = DeadLetters::new(dir.path().join("dead.jsonl"), dir.path().join("late.jsonl"));
         let mut written = 0;
         while written < 3 * BUFFER_BYTES {
-            let rej = too_long_rejected(1000);
-            written += rejected_record(&rej).to_string().len() + 1;
-            dl.rejected(&rej).unwrap();
+            let r = record(1, 3000);
+            written += r.to_string().len() + 1;
+            dl.append_rejected(&r).unwrap();
             let on_disk = std::fs::read(dl.rejected_path().unwrap()).unwrap();
             assert!(on_disk.is_empty() || on_disk.ends_with(b"\n"));
         }
@@ -430,8 +339,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dead.jsonl");
         let dl = DeadLetters::new(path.clone(), dir.path().join("late.jsonl"));
-        dl.rejected(&decode_line(4, b"{", "temp").unwrap_err())
-            .unwrap();
+        dl.append_rejected(&record(4, 1)).unwrap();
         assert!(std::fs::read(&path).unwrap().is_empty());
         drop(dl);
         let text = std::fs::read_to_string(&path).unwrap();

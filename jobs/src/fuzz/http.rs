@@ -8,11 +8,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pipeline::config::JobConfig;
+use pipeline::config::{JobConfig, StoreConfig};
 use pipeline::decode::decode_line;
 use pipeline::rowkey::hour_start;
 use pipeline::rows::{narrow_put, wide_put};
-use pipeline::schema::{self, FAMILY, ROOM_TABLE};
+use pipeline::schema::{FAMILY, ROOM_TABLE};
 use pipeline::summary::HourSummary;
 use pipeline::table::{Cell, Mutation};
 
@@ -33,16 +33,15 @@ pub(super) fn corpus() -> Vec<Vec<u8>> {
 /// The scenario's readings in a new embedded store: narrow rows, wide rows with summaries and
 /// the room view, as a replay writes them.
 fn scenario_store(dir: &std::path::Path) -> Backend {
-    let store = sinks::embedded::EmbeddedStore::open_with_clock(
-        dir,
-        &schema::all_tables(),
-        Arc::new(|| NOW_MS),
-    )
-    .expect("a new embedded store");
-    let backend = Backend::Embedded {
-        store,
-        dir: dir.to_path_buf(),
+    let options = sinks::OpenOptions {
+        clock: Arc::new(|| NOW_MS),
+        ..sinks::OpenOptions::default()
     };
+    let store = StoreConfig {
+        dir: dir.to_path_buf(),
+        ..StoreConfig::default()
+    };
+    let backend = sinks::open(&store, &options).expect("a new embedded store");
     let mut puts = Vec::new();
     let mut hours: BTreeMap<(String, i64), Vec<(i64, f64)>> = BTreeMap::new();
     let mut latest: BTreeMap<String, (i64, f64, String)> = BTreeMap::new();

@@ -421,10 +421,10 @@ mod tests {
     }
 
     impl TableReader for Mem {
-        fn get(&self, _: &str, _: &[u8]) -> pipeline::Result<Option<Row>> {
+        fn get(&self, _: &str, _: &[u8]) -> sinks::Result<Option<Row>> {
             Ok(None)
         }
-        fn scan(&self, _: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
+        fn scan(&self, _: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {
             self.scans.set(self.scans.get() + 1);
             let it = self
                 .rows

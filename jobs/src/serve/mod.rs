@@ -22,13 +22,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use pipeline::config::{JobConfig, StoreKind};
+use pipeline::config::JobConfig;
 use pipeline::rowkey::KeyScheme;
 use pipeline::schema;
 use subtle::ConstantTimeEq;
 
 use crate::http_thread::{self, HttpLimits, HttpThread};
-use crate::store::{self, Backend, BackendArgs, Reader};
+use crate::store::{self, Backend, BackendArgs};
+use sinks::embedded::OpenMode;
+use sinks::Reader;
 
 /// How long the device list and the device → room map are reused before a rescan. Both feed
 /// Grafana's pickers and regex matchers, which ask for them on every dashboard refresh.
@@ -117,7 +119,7 @@ impl ApiError {
     fn from_store(e: &pipeline::Error) -> Self {
         match e {
             pipeline::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            pipeline::Error::Store { .. } => ApiError {
+            pipeline::Error::Store(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },
@@ -279,21 +281,18 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
         None => JobConfig::default(),
     };
     args.backend.apply(&mut cfg);
-    let backend = match cfg.store.kind {
-        StoreKind::Embedded => store::open(&cfg, &args.backend, true, false).context(
-            "`hourglass serve` opens the embedded store exclusively: it cannot share the \
-             directory with a running `hourglass replay` or `hourglass run` (stop it first, or \
-             serve HBase with --hbase)",
-        )?,
-        StoreKind::Hbase => {
-            let mut hb = store::hbase_config(&cfg, args.backend.thrift2.as_deref(), true)?;
-            hb.retry.max_elapsed = Some(HBASE_REQUEST_RETRY);
-            Backend::Hbase {
-                cfg: hb,
-                stats: Arc::default(),
-            }
-        }
-    };
+    // Requests wait for HBase a few seconds at most: a dashboard retries on its own.
+    let backend = store::open_with(
+        &cfg,
+        &args.backend,
+        OpenMode::ReadOnly,
+        Some(HBASE_REQUEST_RETRY),
+    )
+    .context(
+        "`hourglass serve` opens the embedded store exclusively: it cannot share the \
+         directory with a running `hourglass replay` or `hourglass run` (stop it first, or \
+         serve HBase with --hbase)",
+    )?;
     state_for(&backend, &cfg, args.token_file.as_deref())
 }
 

@@ -1,6 +1,6 @@
 //! Byte layout of cells in fjall and HBase's TTL rule.
 
-use pipeline::{Error, Result};
+use crate::{Error, Result};
 
 /// Separator between row, family and qualifier in a stored key.
 ///

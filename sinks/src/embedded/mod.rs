@@ -10,6 +10,7 @@ mod writer;
 mod tests;
 
 pub use journal::JournalDamage;
+pub(crate) use store::system_now_ms;
 pub use store::{EmbeddedStore, OpenMode};
 pub use writer::EmbeddedWriter;
 
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// Why the embedded store failed; each message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum StoreError {
+pub enum StoreError {
     /// Another handle holds fjall's lock on the directory.
     #[error(
         "embedded store at {dir} is locked by another hourglass process; stop it or use \
@@ -133,16 +134,6 @@ impl StoreError {
                 doing,
                 detail: format!("{other:?}"),
             },
-        }
-    }
-}
-
-impl From<StoreError> for pipeline::Error {
-    fn from(e: StoreError) -> Self {
-        // None of these heal by retrying the same call: each needs an operator or a restart.
-        pipeline::Error::Store {
-            message: e.to_string(),
-            retriable: false,
         }
     }
 }

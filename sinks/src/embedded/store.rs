@@ -5,10 +5,10 @@ use super::journal::{self, JournalDamage, JournalScan};
 use super::ttl::{FamilyTtls, TtlFilterFactory};
 use super::writer::EmbeddedWriter;
 use super::StoreError;
+use crate::schema::TableSpec;
+use crate::table::{Cell, Row, ScanSpec, TableReader};
+use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use pipeline::schema::TableSpec;
-use pipeline::table::{Cell, Row, ScanSpec, TableReader};
-use pipeline::{Error, Result};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,7 +144,7 @@ impl fmt::Debug for EmbeddedStore {
     }
 }
 
-fn system_now_ms() -> i64 {
+pub(crate) fn system_now_ms() -> i64 {
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -192,11 +192,11 @@ fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
 
 impl EmbeddedStore {
     /// Opens the store in `dir`, creating the directory and any missing table, with the system
-    /// clock for TTLs. Pass `pipeline::schema::all_tables()` for hourglass's tables.
+    /// clock for TTLs. Pass `crate::schema::all_tables()` for hourglass's tables.
     ///
     /// # Errors
     /// `Error::Invalid` for an unusable table spec (see [`EmbeddedStore::open_with_clock`]);
-    /// `Error::Store` if fjall cannot open `dir`, notably when another process holds it.
+    /// `Error::Embedded` if fjall cannot open `dir`, notably when another process holds it.
     pub fn open(dir: &Path, tables: &[TableSpec]) -> Result<Self> {
         Self::open_with_clock(dir, tables, Arc::new(system_now_ms))
     }
@@ -207,7 +207,7 @@ impl EmbeddedStore {
     /// # Errors
     /// `Error::Invalid` if a table name is empty, longer than 255 bytes or listed twice, if a
     /// family name is empty or contains `0x00`, or if a family asks for more than one version.
-    /// `Error::Store` (not retriable) if fjall cannot open the directory: it is locked by another
+    /// `Error::Embedded` if fjall cannot open the directory: it is locked by another
     /// process (or already open in this one), unreadable, or written by an incompatible fjall.
     pub fn open_with_clock(
         dir: &Path,
@@ -223,7 +223,7 @@ impl EmbeddedStore {
     /// first unreadable record.
     ///
     /// # Errors
-    /// As [`EmbeddedStore::open_with_clock`]; also `Error::Store` if a journal holds damage
+    /// As [`EmbeddedStore::open_with_clock`]; also `Error::Embedded` if a journal holds damage
     /// followed by intact writes (unless `mode` is `Recover`), or, for `ReadOnly`, if `dir`
     /// holds no store.
     pub fn open_with_options(
@@ -296,7 +296,7 @@ impl EmbeddedStore {
     /// hourglass that put carries the same, expired, timestamp, so nothing visible is lost.
     ///
     /// # Errors
-    /// `Error::Store` if fjall fails to read or write.
+    /// `Error::Embedded` if fjall fails to read or write.
     pub fn purge_expired(&self) -> Result<u64> {
         let inner = &self.inner;
         let now = (inner.now_ms)();
@@ -336,16 +336,16 @@ impl EmbeddedStore {
     /// Every visible row of `table`, in key order.
     ///
     /// # Errors
-    /// `Error::Invalid` for an unknown table; `Error::Store` if fjall fails to read.
+    /// `Error::Invalid` for an unknown table; `Error::Embedded` if fjall fails to read.
     pub fn dump(&self, table: &str) -> Result<Vec<Row>> {
         self.scan(table, &ScanSpec::default())
     }
 
     /// Syncs every committed write to disk (fjall journal, `fsync`). Writes are committed by
-    /// [`pipeline::table::TableWriter::flush`]; call this once at the end of a job.
+    /// [`crate::table::TableWriter::flush`]; call this once at the end of a job.
     ///
     /// # Errors
-    /// `Error::Store` if the sync fails; the store then refuses further writes.
+    /// `Error::Embedded` if the sync fails; the store then refuses further writes.
     pub fn persist(&self) -> Result<()> {
         self.inner
             .db

@@ -1,9 +1,9 @@
 //! Tests of the embedded store against HBase's semantics.
 
 use super::{EmbeddedStore, EmbeddedWriter, OpenMode};
-use pipeline::schema::{self, Bloom, Compression, FamilySpec, TableSpec};
-use pipeline::table::{Cell, Mutation, Row, ScanSpec, TableReader, TableWriter};
-use pipeline::Error;
+use crate::schema::{self, Bloom, Compression, FamilySpec, TableSpec};
+use crate::table::{Cell, Mutation, Row, ScanSpec, TableReader, TableWriter};
+use crate::Error;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -446,7 +446,10 @@ fn opens_hourglass_tables_and_refuses_a_second_open() {
 
     let err = EmbeddedStore::open(dir.path(), &schema::all_tables()).unwrap_err();
     assert!(
-        matches!(&err, Error::Store { message, retriable: false } if message.contains("is locked") && message.contains("--store")),
+        matches!(&err, Error::Embedded(_))
+            && !err.is_retriable()
+            && err.to_string().contains("is locked")
+            && err.to_string().contains("--store"),
         "{err}"
     );
 }
@@ -763,7 +766,7 @@ fn store_with_ten_batches(dir: &TempDir) -> std::path::PathBuf {
     dir.path().join("0.jnl")
 }
 
-fn open_as(dir: &TempDir, mode: OpenMode) -> pipeline::Result<EmbeddedStore> {
+fn open_as(dir: &TempDir, mode: OpenMode) -> crate::Result<EmbeddedStore> {
     let (_, clock) = clock();
     EmbeddedStore::open_with_options(dir.path(), &[table()], clock, mode)
 }
@@ -780,7 +783,7 @@ fn a_damaged_journal_is_refused_unchanged_unless_recovering() {
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
         let err = open_as(&dir, mode).unwrap_err();
         assert!(
-            matches!(&err, Error::Store { message, .. } if message.contains("damaged journal") && message.contains("--recover")),
+            matches!(&err, Error::Embedded(e) if e.to_string().contains("damaged journal") && e.to_string().contains("--recover")),
             "{mode:?}: {err}"
         );
         assert_eq!(std::fs::read(&journal).unwrap(), bytes, "{mode:?}");
@@ -808,7 +811,7 @@ fn read_only_opens_change_nothing_and_never_create_a_store() {
     std::fs::write(empty.path().join("notes"), "x").unwrap();
     let err = open_as(&empty, OpenMode::ReadOnly).unwrap_err();
     assert!(
-        matches!(&err, Error::Store { message, .. } if message.contains("no embedded store")),
+        matches!(&err, Error::Embedded(e) if e.to_string().contains("no embedded store")),
         "{err}"
     );
     let left: Vec<_> = std::fs::read_dir(empty.path()).unwrap().collect();

@@ -3,9 +3,9 @@
 use super::codec;
 use super::store::{EmbeddedStore, Table};
 use super::StoreError;
+use crate::table::{Cell, Mutation, TableWriter};
+use crate::{Error, Result};
 use fjall::{OwnedWriteBatch, PersistMode};
-use pipeline::table::{Cell, Mutation, TableWriter};
-use pipeline::{Error, Result};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -197,7 +197,7 @@ impl TableWriter for EmbeddedWriter {
     ///
     /// # Errors
     /// `Error::Invalid`, with nothing of this call queued, if a mutation names an unknown table
-    /// or family, or has an empty, too long or 0x00-holding row key. `Error::Store` if a commit
+    /// or family, or has an empty, too long or 0x00-holding row key. `Error::Embedded` if a commit
     /// fails; the store then refuses writes and the job must stop.
     fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
         for mutation in &mutations {
@@ -223,7 +223,7 @@ impl TableWriter for EmbeddedWriter {
     /// Commits every queued mutation; readers see them when this returns.
     ///
     /// # Errors
-    /// `Error::Store` if the commit fails.
+    /// `Error::Embedded` if the commit fails.
     fn flush(&mut self) -> Result<()> {
         self.commit()
     }

@@ -1,7 +1,7 @@
 //! Table admin: create the hourglass tables pre-split (Thrift2), describe them, drop them.
 
+use crate::schema::{FamilySpec, TableSpec};
 use hbase_thrift::hbase::THbaseSyncClient;
-use pipeline::schema::{FamilySpec, TableSpec};
 
 use super::client::{Connection, Thrift1, Thrift2};
 use super::config::HbaseConfig;
@@ -67,17 +67,17 @@ fn table_name(name: &str) -> TTableName {
     TTableName::new(None, name.as_bytes().to_vec())
 }
 
-fn compression_to_thrift(c: pipeline::schema::Compression) -> TCompressionAlgorithm {
+fn compression_to_thrift(c: crate::schema::Compression) -> TCompressionAlgorithm {
     match c {
-        pipeline::schema::Compression::None => TCompressionAlgorithm::NONE,
-        pipeline::schema::Compression::Snappy => TCompressionAlgorithm::SNAPPY,
+        crate::schema::Compression::None => TCompressionAlgorithm::NONE,
+        crate::schema::Compression::Snappy => TCompressionAlgorithm::SNAPPY,
     }
 }
 
-fn bloom_to_thrift(b: pipeline::schema::Bloom) -> TBloomFilterType {
+fn bloom_to_thrift(b: crate::schema::Bloom) -> TBloomFilterType {
     match b {
-        pipeline::schema::Bloom::None => TBloomFilterType::NONE,
-        pipeline::schema::Bloom::Row => TBloomFilterType::ROW,
+        crate::schema::Bloom::None => TBloomFilterType::NONE,
+        crate::schema::Bloom::Row => TBloomFilterType::ROW,
     }
 }
 

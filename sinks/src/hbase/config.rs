@@ -2,30 +2,10 @@
 
 use std::time::Duration;
 
+use crate::config::{HbaseClientConfig, StoreConfig};
+
 /// Default port of the Thrift2 gateway, used when only the Thrift1 address is given.
 pub const DEFAULT_THRIFT2_PORT: u16 = 9091;
-
-const fn default_batch_rows() -> usize {
-    1000
-}
-const fn default_batch_bytes() -> usize {
-    4 << 20
-}
-const fn default_scan_caching() -> usize {
-    1000
-}
-const fn default_read_connections() -> usize {
-    16
-}
-const fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
-}
-const fn default_rpc_timeout() -> Duration {
-    Duration::from_secs(60)
-}
-const fn default_idle_reconnect() -> Duration {
-    Duration::from_secs(45)
-}
 
 /// How retriable failures are retried: capped exponential backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,15 +21,20 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy {
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(10),
-            max_elapsed: None,
-        }
+        RetryPolicy::from_client(&HbaseClientConfig::default())
     }
 }
 
 impl RetryPolicy {
+    /// The policy `[store.hbase_client]` sets.
+    pub fn from_client(c: &HbaseClientConfig) -> Self {
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(c.retry_initial_backoff_ms),
+            max_backoff: Duration::from_millis(c.retry_max_backoff_ms),
+            max_elapsed: c.retry_max_elapsed_secs.map(Duration::from_secs),
+        }
+    }
+
     /// The delay before retry number `retry` (1 for the first retry).
     pub fn backoff(&self, retry: u32) -> Duration {
         let factor = 1u32
@@ -95,20 +80,44 @@ impl HbaseConfig {
     /// Settings for the Thrift1 gateway at `thrift1` (`host:port`), with the Thrift2 gateway on
     /// the same host at port 9091 and every other setting at its default.
     pub fn new(thrift1: impl Into<String>) -> Self {
+        Self::with_client(thrift1, &HbaseClientConfig::default())
+    }
+
+    /// Settings for the Thrift1 gateway at `thrift1` (`host:port`) as `client` sets them.
+    pub fn with_client(thrift1: impl Into<String>, client: &HbaseClientConfig) -> Self {
         let thrift1 = thrift1.into();
-        let thrift2 = default_thrift2(&thrift1);
+        let thrift2 = client
+            .thrift2
+            .clone()
+            .unwrap_or_else(|| default_thrift2(&thrift1));
         HbaseConfig {
             thrift1,
             thrift2,
-            batch_rows: default_batch_rows(),
-            batch_bytes: default_batch_bytes(),
-            scan_caching: default_scan_caching(),
-            read_connections: default_read_connections(),
-            connect_timeout: default_connect_timeout(),
-            rpc_timeout: default_rpc_timeout(),
-            idle_reconnect: default_idle_reconnect(),
-            retry: RetryPolicy::default(),
+            batch_rows: client.batch_rows,
+            batch_bytes: client.batch_bytes,
+            scan_caching: client.scan_caching,
+            read_connections: client.read_connections,
+            connect_timeout: Duration::from_secs(client.connect_timeout_secs),
+            rpc_timeout: Duration::from_secs(client.rpc_timeout_secs),
+            idle_reconnect: Duration::from_secs(client.idle_reconnect_secs),
+            retry: RetryPolicy::from_client(client),
         }
+    }
+
+    /// The settings of the `[store]` section: `store.hbase` and `[store.hbase_client]`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] if `store.hbase` is not set or a client setting is invalid.
+    pub fn from_store(store: &StoreConfig) -> crate::Result<Self> {
+        let addr = store.hbase.as_deref().ok_or_else(|| {
+            crate::Error::Config(
+                "store.kind = \"hbase\" needs an address: pass --hbase HOST:PORT or set \
+                 store.hbase"
+                    .into(),
+            )
+        })?;
+        store.hbase_client.validate()?;
+        Ok(Self::with_client(addr, &store.hbase_client))
     }
 
     /// Uses the Thrift2 gateway at `thrift2` (`host:port`).

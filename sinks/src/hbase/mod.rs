@@ -55,6 +55,16 @@ pub enum Error {
         /// Thrift1 gateway address.
         addr: String,
     },
+    /// Tables hourglass writes do not exist.
+    #[error(
+        "table(s) {tables} not found in HBase at {addr}: run `hourglass tables create --hbase {addr}`"
+    )]
+    TablesMissing {
+        /// The missing tables, comma-separated.
+        tables: String,
+        /// Thrift1 gateway address.
+        addr: String,
+    },
     /// HBase rejected an argument (bad column family, malformed row, …).
     #[error("HBase rejected {call} on table {table} as an illegal argument: {message}")]
     IllegalArgument {
@@ -107,12 +117,3 @@ pub enum Error {
 
 /// Result with the HBase [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl From<Error> for pipeline::Error {
-    fn from(e: Error) -> Self {
-        pipeline::Error::Store {
-            retriable: is_retriable(&e),
-            message: e.to_string(),
-        }
-    }
-}

@@ -76,6 +76,7 @@ pub fn is_retriable(e: &Error) -> bool {
         }
         Error::GaveUp { .. }
         | Error::TableNotFound { .. }
+        | Error::TablesMissing { .. }
         | Error::IllegalArgument { .. }
         | Error::Protocol { .. }
         | Error::SchemaMismatch { .. } => false,

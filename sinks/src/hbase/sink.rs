@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::schema::TableSpec;
+use crate::table::{Cell, Mutation, TableWriter};
 use hbase_thrift::hbase::{BatchMutation, Mutation as TMutation, THbaseSyncClient};
-use pipeline::schema::TableSpec;
-use pipeline::table::{Cell, Mutation, TableWriter};
 
 use super::client::{Connection, Thrift1};
 use super::config::HbaseConfig;
@@ -389,9 +389,9 @@ impl TableWriter for HbaseWriter {
     /// Queues `mutations`, sending every group that becomes full before returning.
     ///
     /// # Errors
-    /// `Error::Store` with `retriable: false` for a failure retrying cannot cure (missing table
+    /// [`crate::Error::Hbase`], not retriable, for a failure retrying cannot cure (missing table
     /// or family, illegal argument) or after `retry.max_elapsed`; the job must stop.
-    fn write(&mut self, mutations: Vec<Mutation>) -> pipeline::Result<()> {
+    fn write(&mut self, mutations: Vec<Mutation>) -> crate::Result<()> {
         for mutation in mutations {
             match mutation {
                 Mutation::Put { table, row, cells } => {
@@ -423,7 +423,7 @@ impl TableWriter for HbaseWriter {
     ///
     /// # Errors
     /// As [`TableWriter::write`].
-    fn flush(&mut self) -> pipeline::Result<()> {
+    fn flush(&mut self) -> crate::Result<()> {
         let all = self.buffer.drain();
         tracing::trace!(calls = all.len(), "flush");
         self.send_all(all)?;

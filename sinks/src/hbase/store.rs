@@ -5,8 +5,8 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
+use crate::table::{Cell, Row, ScanSpec, TableReader};
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult, TScan};
-use pipeline::table::{Cell, Row, ScanSpec, TableReader};
 
 use super::client::{Connection, Thrift1};
 use super::config::HbaseConfig;
@@ -286,15 +286,15 @@ impl HbaseStore {
 }
 
 impl TableReader for HbaseStore {
-    fn get(&self, table: &str, row: &[u8]) -> pipeline::Result<Option<Row>> {
+    fn get(&self, table: &str, row: &[u8]) -> crate::Result<Option<Row>> {
         Ok(self.get_row(table, row)?)
     }
 
-    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> pipeline::Result<Vec<Option<Row>>> {
+    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> crate::Result<Vec<Option<Row>>> {
         Ok(self.get_rows(table, rows)?)
     }
 
-    fn scan(&self, table: &str, spec: &ScanSpec) -> pipeline::Result<Vec<Row>> {
+    fn scan(&self, table: &str, spec: &ScanSpec) -> crate::Result<Vec<Row>> {
         Ok(self.scan_rows(table, spec)?)
     }
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::schema::{self, Bloom, Compression, FamilySpec};
+use crate::table::Cell;
 use hbase_thrift::hbase::{IOError, IllegalArgument};
-use pipeline::schema::{self, Bloom, Compression, FamilySpec};
-use pipeline::table::Cell;
 
 use super::admin::{schema_differences, FamilyDescription};
 use super::client::classify;
@@ -185,15 +185,11 @@ fn a_put_that_fills_its_group_is_sent_whole() {
 
 #[test]
 fn a_window_pane_is_one_row_mutation_with_its_summary() {
-    use pipeline::rows::wide_put;
-    use pipeline::summary::HourSummary;
-    use pipeline::table::Mutation;
-
-    let points = [(3601, 1.5), (3605, 2.5), (7199, 0.5)];
-    let summary = HourSummary::of_points(&points).expect("points");
-    let Mutation::Put { table, row, cells } = wide_put("d", 3600, &points, Some(&summary)) else {
-        panic!("a put")
-    };
+    // The shape `pipeline::rows::wide_put` gives a pane: points and summary cells all stamped
+    // with the hour's last millisecond (pipeline's codec tests check that they share it).
+    let qualifiers = ["1", "5", "3599", "n", "min", "max", "sum", "first", "last"];
+    let cells: Vec<Cell> = qualifiers.iter().map(|q| cell(q, 7_199_999, "1")).collect();
+    let (table, row) = ("ts_metric_hourly", b"d_3600".to_vec());
     let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
     assert!(buf.push(table, &row, cells).is_empty());
     let calls = buf.drain();
@@ -355,7 +351,7 @@ fn thrift_errors_are_classified() {
     );
     let e = classify(not_found.into(), addr, "mutateRowsTs", "ts_metric");
     assert!(matches!(e, Error::TableNotFound { .. }), "{e:?}");
-    let message = pipeline::Error::from(e).to_string();
+    let message = crate::Error::from(e).to_string();
     assert!(
         message.contains("run `hourglass tables create --hbase 127.0.0.1:9090`"),
         "{message}"
@@ -364,23 +360,11 @@ fn thrift_errors_are_classified() {
     let bad = IllegalArgument::new("Row length is 0".to_string());
     let e = classify(bad.into(), addr, "mutateRowsTs", "ts_metric");
     assert!(matches!(e, Error::IllegalArgument { .. }), "{e:?}");
-    assert!(matches!(
-        pipeline::Error::from(e),
-        pipeline::Error::Store {
-            retriable: false,
-            ..
-        }
-    ));
+    assert!(!crate::Error::from(e).is_retriable());
 
     let busy = IOError::new("RegionTooBusyException: busy".to_string(), true);
     let e = classify(busy.into(), addr, "mutateRowsTs", "ts_metric");
-    assert!(matches!(
-        pipeline::Error::from(e),
-        pipeline::Error::Store {
-            retriable: true,
-            ..
-        }
-    ));
+    assert!(crate::Error::from(e).is_retriable());
 }
 
 #[test]
@@ -442,6 +426,24 @@ fn thrift2_defaults_to_the_thrift1_host() {
     let cfg = HbaseConfig::new("h:1").with_thrift2("g:2");
     assert_eq!((cfg.thrift1.as_str(), cfg.thrift2.as_str()), ("h:1", "g:2"));
     assert_eq!((cfg.batch_rows, cfg.batch_bytes), (1000, 4 << 20));
+    // The defaults the client had before `[store.hbase_client]` could change them.
+    assert_eq!((cfg.scan_caching, cfg.read_connections), (1000, 16));
+    assert_eq!(
+        (cfg.connect_timeout, cfg.rpc_timeout, cfg.idle_reconnect),
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+            Duration::from_secs(45)
+        )
+    );
+    assert_eq!(
+        cfg.retry,
+        RetryPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            max_elapsed: None,
+        }
+    );
 }
 
 fn described(ttl: Option<u64>, compression: &str, bloom: &str, versions: u32) -> FamilyDescription {

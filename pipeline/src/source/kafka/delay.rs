@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use super::metadata::KafkaShared;
 use crate::schema::NARROW_TABLE;
 use crate::table::{Mutation, TableWriter};
-use crate::Result;
 
 /// Produce-to-durable delays, in milliseconds, with 1 ms buckets up to 10 minutes.
 #[derive(Debug)]
@@ -98,7 +97,7 @@ impl std::fmt::Debug for TimedWriter {
 }
 
 impl TableWriter for TimedWriter {
-    fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
+    fn write(&mut self, mutations: Vec<Mutation>) -> sinks::Result<()> {
         self.unflushed += mutations
             .iter()
             .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == NARROW_TABLE))
@@ -106,7 +105,7 @@ impl TableWriter for TimedWriter {
         self.inner.write(mutations)
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&mut self) -> sinks::Result<()> {
         self.inner.flush()?;
         let now = chrono::Utc::now().timestamp_millis();
         let produced: Vec<i64> = match self.arrivals.lock() {
