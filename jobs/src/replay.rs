@@ -208,8 +208,8 @@ impl Source for RecordingSource {
         })
     }
 
-    fn watch(&self, stats: &Arc<Stats>) -> Result<Progress> {
-        Ok(Progress::start(stats.clone(), self.total_bytes))
+    fn watch(&self) -> Result<Progress> {
+        Ok(Progress::start(self.stats.clone(), self.total_bytes))
     }
 
     fn report(&self, counters: Summary, _stats: &Stats) -> Summary {

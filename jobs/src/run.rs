@@ -241,7 +241,7 @@ impl Source for TopicSource {
         })
     }
 
-    fn watch(&self, stats: &Arc<Stats>) -> Result<KafkaStatus> {
+    fn watch(&self) -> Result<KafkaStatus> {
         let source = &self.base.source;
         Ok(KafkaStatus::start(
             self.status_every,
@@ -249,7 +249,7 @@ impl Source for TopicSource {
             source.topic.clone(),
             self.base.partitions,
             self.shared.clone(),
-            stats.clone(),
+            self.stats.clone(),
         ))
     }
 

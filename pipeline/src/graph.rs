@@ -155,8 +155,8 @@ impl BatchWriter<LateReading> for SideWriter {
 }
 
 /// Builds the dataflow on one worker. `probe`'s frontier passes watermark `t` once every
-/// reading the feed emitted before `t` is durably written (narrow row, wide cell, dead letter,
-/// late reading). The caller creates the probe, so that the feed can hold a clone of it (a Kafka
+/// reading the feed emitted before `t` is durably written (table rows, dead letters, late
+/// readings). The caller creates the probe, so that the feed can hold a clone of it (a Kafka
 /// feed commits the offsets of what the probe has passed); a caller that does not watch
 /// durability passes a fresh one and drops it.
 #[allow(clippy::too_many_arguments)]

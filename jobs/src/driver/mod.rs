@@ -126,7 +126,7 @@ pub trait Source: Send + Sync + 'static {
     ///
     /// # Errors
     /// What watches cannot start.
-    fn watch(&self, stats: &Arc<Stats>) -> Result<Self::Watch>;
+    fn watch(&self) -> Result<Self::Watch>;
 
     /// The end-of-run report of a job that stopped cleanly.
     fn report(&self, counters: Summary, stats: &Stats) -> Self::Report;
@@ -232,7 +232,7 @@ impl Job {
             previous_view: crate::store::previous_view(backend)?,
         };
         let workers = source.workers();
-        let watch = source.watch(&self.stats)?;
+        let watch = source.watch()?;
         let source = Arc::new(source);
         let started = Instant::now();
 
