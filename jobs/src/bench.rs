@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
+use crate::driver::JobArgs;
 use crate::generate::{self, GenerateArgs};
+use crate::http_thread::HttpLimits;
 use crate::replay::{self, ReplayArgs};
 use crate::store::BackendArgs;
 use std::sync::atomic::Ordering;
@@ -189,13 +191,16 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 workers,
                 speed: "max".into(),
                 rebase_time: hbase.is_some(),
-                dead_letter: dir.join("bench-dead.jsonl"),
-                late_output: dir.join("bench-late.jsonl"),
-                stats_json: None,
                 registry: None,
-                recover: false,
                 quiet: true,
-                metrics_listen: None,
+                job: JobArgs {
+                    dead_letter: dir.join("bench-dead.jsonl"),
+                    late_output: dir.join("bench-late.jsonl"),
+                    stats_json: None,
+                    metrics_listen: None,
+                    http: HttpLimits::default(),
+                    recover: false,
+                },
             };
             let cfg = replay::job_config(&args)?;
             let backend = crate::store::open(&cfg, &args.backend, false, true)?;

@@ -1,4 +1,5 @@
-//! The job's own `/metrics` (Prometheus text) and `/healthz`, served while `hourglass run` runs.
+//! The job's own `/metrics` (Prometheus text) and `/healthz`, served while `hourglass run` or
+//! `replay` runs (`--metrics-listen`).
 //!
 //! Nothing here touches the hot path: every value is read at scrape time from counters the job
 //! keeps anyway ([`Stats`], [`KafkaShared`], the HBase [`WriterStats`]). Consumer lag comes from

@@ -2,13 +2,13 @@
 //! dashboard queries, manage tables and measure throughput.
 
 mod bench;
+mod driver;
 #[cfg(test)]
 mod fuzz;
 mod generate;
 mod http_thread;
 mod job_metrics;
 mod produce;
-mod progress;
 mod query;
 mod replay;
 mod run;

@@ -154,29 +154,13 @@ impl BatchWriter<LateReading> for SideWriter {
     }
 }
 
-/// Builds the dataflow on one worker. The returned probe's frontier passes watermark `t` once
-/// every reading the feeds emitted before `t` is durably written (narrow row and wide cell).
-pub fn build<'scope, F>(
-    scope: Scope<'scope, u64>,
-    feed: F,
-    cfg: &GraphConfig,
-    writer: Box<dyn TableWriter>,
-    side: Arc<dyn SideOutput>,
-    stats: Arc<Stats>,
-    control: Arc<JobControl>,
-) -> ProbeHandle<u64>
-where
-    F: EventFeed<Item = Decoded>,
-{
-    let probe = ProbeHandle::new();
-    build_with_probe(scope, feed, cfg, writer, side, stats, control, &probe);
-    probe
-}
-
-/// As [`build`], reporting to a probe created beforehand, so that the feed can hold a clone of
-/// it (a Kafka feed commits the offsets of what the probe has passed).
+/// Builds the dataflow on one worker. `probe`'s frontier passes watermark `t` once every
+/// reading the feed emitted before `t` is durably written (table rows, dead letters, late
+/// readings). The caller creates the probe, so that the feed can hold a clone of it (a Kafka
+/// feed commits the offsets of what the probe has passed); a caller that does not watch
+/// durability passes a fresh one and drops it.
 #[allow(clippy::too_many_arguments)]
-pub fn build_with_probe<'scope, F>(
+pub fn build<'scope, F>(
     scope: Scope<'scope, u64>,
     feed: F,
     cfg: &GraphConfig,

@@ -23,6 +23,7 @@ use pipeline::stats::Stats;
 use pipeline::summary::HourSummary;
 use pipeline::table::{TableReader, TableWriter};
 use sinks::dead_letter::DeadLetters;
+use timely::dataflow::ProbeHandle;
 
 type Points = Vec<(i64, f64)>;
 
@@ -126,6 +127,7 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
                     side,
                     Arc::new(Stats::default()),
                     Arc::new(JobControl::default()),
+                    &ProbeHandle::new(),
                 );
             });
         })

@@ -1,0 +1,358 @@
+//! The job driver of `hourglass replay` and `hourglass run`: one source in, the tables out.
+//!
+//! The source (a recording, a Kafka topic) is the parameter: it says how many workers read,
+//! opens each worker's feed and turns the counters into its end-of-run report. The driver owns
+//! the rest, the same for both: the counters, job control (a failure anywhere, and for `run`
+//! SIGINT/SIGTERM), the dead-letter and late outputs, `/metrics`, the timely workers, the
+//! status or progress line, and the end-of-run report with `--stats-json`.
+
+mod progress;
+mod report;
+mod status;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use operators::{EventFeed, Poll};
+use pipeline::config::JobConfig;
+use pipeline::control::JobControl;
+use pipeline::source::Decoded;
+use pipeline::graph::{self, GraphConfig, SideOutput};
+use pipeline::stats::{Stats, Summary};
+use pipeline::table::TableWriter;
+use sinks::dead_letter::DeadLetters;
+use timely::dataflow::ProbeHandle;
+
+use crate::http_thread::HttpLimits;
+use crate::job_metrics::{JobMetrics, MetricsServer};
+use crate::store::Backend;
+
+pub use progress::Progress;
+pub use report::{Report, RunSummary};
+pub use status::KafkaStatus;
+
+/// Flags of the job driver, shared by `hourglass replay` and `hourglass run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobArgs {
+    /// Where rejected input goes (JSON Lines, appended to; created only if something is
+    /// rejected). For a Kafka record, `line` is its offset in `partition`.
+    #[arg(long, default_value = "hourglass-dead-letters.jsonl")]
+    pub dead_letter: PathBuf,
+    /// Where readings beyond the allowed lateness go (JSON Lines, created only if needed).
+    #[arg(long, default_value = "hourglass-late.jsonl")]
+    pub late_output: PathBuf,
+    /// Write the end-of-run summary as JSON to this file.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+    /// Serve the job's own metrics (Prometheus text) at http://HOST:PORT/metrics, and
+    /// /healthz, while it runs (a replay has no Kafka metrics); for `run`, overrides
+    /// `metrics_listen` in the config. Off unless set: one fixed default port would make a
+    /// second job on the host fail. 127.0.0.1:9464 keeps it local; port 0 picks a free port
+    /// (printed on stderr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
+    /// Timeouts and connection limit of the `--metrics-listen` server (and of `run --serve`).
+    #[command(flatten)]
+    pub http: HttpLimits,
+    /// Open an embedded store whose journal is damaged by keeping the writes before the damage
+    /// and dropping the rest of that journal file (printed on stderr). Back the store up first.
+    #[arg(long)]
+    pub recover: bool,
+}
+
+impl JobArgs {
+    /// `--metrics-listen`, checked.
+    ///
+    /// # Errors
+    /// The address is not `HOST:PORT`.
+    pub fn checked_metrics_listen(&self) -> Result<Option<&str>> {
+        if let Some(addr) = &self.metrics_listen {
+            pipeline::config::check_listen_address("--metrics-listen", addr)?;
+        }
+        Ok(self.metrics_listen.as_deref())
+    }
+}
+
+/// One worker per core, within the range a job may start.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pipeline::config::MAX_WORKERS)
+}
+
+/// What one worker reads, and how it writes.
+pub struct WorkerInput<F> {
+    /// The worker's share of the input.
+    pub feed: F,
+    /// The worker's table writer (the backend's, or one wrapping it).
+    pub writer: Box<dyn TableWriter>,
+    /// Run on the worker once its dataflow has drained (a Kafka worker's final commit); an
+    /// error fails the job.
+    pub finish: Option<Box<dyn FnOnce() -> Result<(), String>>>,
+}
+
+/// Where a job's readings come from: the driver's one parameter.
+pub trait Source: Send + Sync + 'static {
+    /// One worker's feed.
+    type Feed: EventFeed<Item = Decoded> + 'static;
+    /// What watches the job while it runs (a progress bar, a status line); dropped once the
+    /// workers have stopped.
+    type Watch;
+    /// The end-of-run report.
+    type Report: Report;
+
+    /// Timely worker threads.
+    fn workers(&self) -> usize;
+
+    /// Longest time written data may wait in a worker's writer buffer.
+    fn flush_every(&self) -> Duration;
+
+    /// Opens worker `worker`'s feed. `probe` passes a time once what the feed emitted before
+    /// it is durable.
+    ///
+    /// # Errors
+    /// The message the job fails with; the driver then gives that worker an empty feed, since
+    /// every worker must build the same dataflow.
+    fn open(
+        &self,
+        worker: usize,
+        probe: &ProbeHandle<u64>,
+        backend: &Backend,
+    ) -> Result<WorkerInput<Self::Feed>, String>;
+
+    /// Starts watching the job.
+    ///
+    /// # Errors
+    /// What watches cannot start.
+    fn watch(&self) -> Result<Self::Watch>;
+
+    /// The end-of-run report of a job that stopped cleanly.
+    fn report(&self, counters: Summary, stats: &Stats) -> Self::Report;
+}
+
+/// How the driver runs a job.
+#[derive(Debug, Clone, Copy)]
+pub struct JobOptions<'a> {
+    /// The shared flags.
+    pub args: &'a JobArgs,
+    /// Where to serve `/metrics` (the flag or the config), checked.
+    pub metrics_listen: Option<&'a str>,
+    /// Stop cleanly on the first SIGINT/SIGTERM and exit 130 on the second, instead of the
+    /// default (exit at once).
+    pub stop_on_signals: bool,
+    /// Do not print the report's headline.
+    pub quiet: bool,
+}
+
+/// A job started but not yet reading: counters, control and metrics exist, so that the source
+/// can be prepared under them (a Kafka source waits for its topic, stoppable by a signal).
+pub struct Job {
+    args: JobArgs,
+    quiet: bool,
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+    metrics: Arc<JobMetrics>,
+    server: Option<MetricsServer>,
+    signals: Option<signal_hook::iterator::Handle>,
+}
+
+impl Job {
+    /// Starts the metrics server (at once, so that a taken port fails the job before it does
+    /// anything) and the signal handlers.
+    ///
+    /// # Errors
+    /// The metrics address cannot be bound, or the signal handlers cannot be installed.
+    pub fn start(opts: JobOptions<'_>) -> Result<Self> {
+        let stats = Arc::new(Stats::default());
+        let control = Arc::new(JobControl::default());
+        let metrics = Arc::new(JobMetrics::new(stats.clone(), control.clone()));
+        let server = opts
+            .metrics_listen
+            .map(|addr| MetricsServer::start(addr, metrics.clone(), &opts.args.http))
+            .transpose()?;
+        if let Some(server) = &server {
+            // Tests and scripts read the address (port 0 picks one) from this line.
+            eprintln!("metrics: http://{}/metrics", server.addr());
+        }
+        let signals = opts
+            .stop_on_signals
+            .then(|| handle_signals(control.clone()))
+            .transpose()?;
+        Ok(Job {
+            args: opts.args.clone(),
+            quiet: opts.quiet,
+            stats,
+            control,
+            metrics,
+            server,
+            signals,
+        })
+    }
+
+    /// The job's control: stopping it, failing it.
+    pub fn control(&self) -> &Arc<JobControl> {
+        &self.control
+    }
+
+    /// The job's counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// What `/metrics` reports, to attach the source's own state to.
+    pub fn metrics(&self) -> &JobMetrics {
+        &self.metrics
+    }
+
+    /// Runs `source` into `backend` until it is done, stopped or failed, then prints the
+    /// report (and writes `--stats-json`).
+    ///
+    /// # Errors
+    /// A worker failed, the job failed (the first error), or an output cannot be written.
+    pub fn run<S: Source>(
+        self,
+        source: S,
+        cfg: &JobConfig,
+        backend: &Backend,
+    ) -> Result<S::Report> {
+        if let Some(writers) = backend.writer_stats() {
+            self.metrics.attach_writers(writers);
+        }
+        let side = Arc::new(DeadLetters::new(
+            self.args.dead_letter.clone(),
+            self.args.late_output.clone(),
+        ));
+        let graph_cfg = GraphConfig {
+            scheme: cfg.key_scheme,
+            window: cfg.window,
+            flush_every: source.flush_every(),
+            registry: cfg.registry_source(),
+            previous_view: crate::store::previous_view(backend)?,
+        };
+        let workers = source.workers();
+        let watch = source.watch()?;
+        let source = Arc::new(source);
+        let started = Instant::now();
+
+        let (w_source, w_stats, w_control, w_side, w_backend) = (
+            source.clone(),
+            self.stats.clone(),
+            self.control.clone(),
+            side.clone(),
+            backend.clone(),
+        );
+        let guards = timely::execute(timely::Config::process(workers), move |worker| {
+            let probe = ProbeHandle::new();
+            let side: Arc<dyn SideOutput> = w_side.clone();
+            let (stats, control) = (w_stats.clone(), w_control.clone());
+            match w_source.open(worker.index(), &probe, &w_backend) {
+                Ok(input) => {
+                    worker.dataflow::<u64, _, _>(|scope| {
+                        graph::build(
+                            scope,
+                            input.feed,
+                            &graph_cfg,
+                            input.writer,
+                            side,
+                            stats,
+                            control,
+                            &probe,
+                        );
+                    });
+                    while worker.step_or_park(None) {}
+                    if let Some(Err(e)) = input.finish.map(|finish| finish()) {
+                        w_control.fail(e);
+                    }
+                }
+                Err(e) => {
+                    w_control.fail(e);
+                    worker.dataflow::<u64, _, _>(|scope| {
+                        graph::build(
+                            scope,
+                            NoInput,
+                            &graph_cfg,
+                            w_backend.writer(),
+                            side,
+                            stats,
+                            control,
+                            &probe,
+                        );
+                    });
+                }
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("starting timely workers failed: {e}"))?;
+        for result in guards.join() {
+            result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        drop(watch);
+        drop(self.server);
+        if let Some(signals) = self.signals {
+            signals.close();
+        }
+        side.flush()?;
+        backend.persist()?;
+        if let Some(e) = self.control.error() {
+            bail!("{e}");
+        }
+
+        let report = source.report(self.stats.summary(elapsed), &self.stats);
+        for line in report::footer(&report, &self.stats, &side) {
+            eprintln!("{line}");
+        }
+        if let Some(path) = &self.args.stats_json {
+            std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if !self.quiet {
+            eprintln!("{}", report.headline(&backend.location()));
+        }
+        Ok(report)
+    }
+}
+
+/// The feed of a worker whose source could not open: the job is failing, but every worker must
+/// build the same dataflow.
+struct NoInput;
+
+impl EventFeed for NoInput {
+    type Item = Decoded;
+    fn poll(&mut self) -> Poll<Decoded> {
+        Poll::Done
+    }
+    fn watermark(&self) -> u64 {
+        0
+    }
+}
+
+/// Stops the job on the first SIGINT/SIGTERM; exits at once on the second.
+fn handle_signals(control: Arc<JobControl>) -> Result<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing the SIGINT/SIGTERM handlers")?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for signal in signals.forever() {
+                seen += 1;
+                let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                if seen == 1 {
+                    tracing::info!(signal = name, "stopping: flushing and committing");
+                    eprintln!(
+                        "{name}: stopping; flushing the tables and committing offsets (again to exit at once)"
+                    );
+                    control.request_stop();
+                } else {
+                    eprintln!("{name} again: exiting now; offsets stay at what is stored");
+                    std::process::exit(130);
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(handle)
+}
