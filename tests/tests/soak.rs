@@ -900,7 +900,7 @@ fn soak_2_hbase_down_60_s_memory_stays_bounded_and_nothing_is_lost() {
     let max_rss = |p: u8| of(p).map(|s| s.rss_kib).max().unwrap_or(0) / 1024;
     let (before, during, after) = (max_rss(0), max_rss(1), max_rss(2));
     let first_down = *of(1).next().expect("samples during the outage");
-    let last_down = *of(1).last().expect("samples during the outage");
+    let last_down = *of(1).next_back().expect("samples during the outage");
     let retries = samples.last().map_or(0.0, |s| s.retries);
     for s in &samples {
         eprintln!(
