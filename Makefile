@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase fuzz
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase fuzz soak
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -62,3 +62,13 @@ fuzz:
 	    $(CARGO) test --release --locked -p hourglass-jobs $$t -- --exact --include-ignored --nocapture ) \
 	    || { status=1; echo "fuzz: $$t FAILED (above)"; }; \
 	done; exit $$status
+
+# The services script of the checkout that started the shared broker (the broker soak restarts it).
+SERVICES_SH ?= $(CURDIR)/scripts/services.sh
+
+## Soak runs against the live HBase and Kafka (tens of minutes; the last restarts the Kafka
+## broker once): SIGKILL x20 into HBase, HBase down 60 s, broker restart. Prints the figures
+## docs/RELIABILITY.md records.
+soak:
+	$(SERVICES_SH) up all
+	HOURGLASS_SERVICES_SH=$(SERVICES_SH) $(CARGO) test --locked -p hourglass-tests --test soak -- --ignored --nocapture --test-threads 1

@@ -6,7 +6,7 @@ use std::f64::consts::TAU;
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{bail, ensure, Context as _};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -23,7 +23,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "1h")]
     pub duration: String,
     /// First timestamp: epoch seconds or RFC 3339; default: start of the previous UTC hour
-    /// (so the data is "recent").
+    /// (so the data is "recent"; of HOURGLASS_NOW when set, as the replay's future check).
     #[arg(long)]
     pub start: Option<String>,
     /// RNG seed (same seed, same args → byte-identical output).
@@ -197,10 +197,9 @@ const MAX_TS: i64 = 9_999_999_999;
 
 fn parse_start(text: Option<&str>) -> anyhow::Result<i64> {
     let Some(text) = text else {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        let hour = now.as_secs() as i64 / 3600 * 3600;
+        // The replay's "now" (HOURGLASS_NOW fixes it): a recording generated and replayed under
+        // the same fixed now must not land in the replay's future.
+        let hour = pipeline::time::now_ms().div_euclid(3_600_000) * 3600;
         return Ok(hour - 3600);
     };
     let start = match text.trim().parse::<i64>() {
@@ -865,6 +864,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::io::Read as _;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     use serde_json::Value;
 

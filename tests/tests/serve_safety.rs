@@ -330,6 +330,21 @@ fn a_handler_panic_is_a_500_and_the_server_goes_on() {
     }
 }
 
+/// `--http-request-timeout 1`: a handler still working after a second is answered 503, naming
+/// the flag, and the server goes on; a quicker one is answered as usual.
+#[test]
+fn a_request_past_the_request_timeout_is_a_503_and_the_server_goes_on() {
+    let server = start_with(&["--store", "store", "--http-request-timeout", "1"], true);
+    let (status, body) = get(&server, "/debug/sleep", &[("ms", "10")]);
+    assert_eq!((status, body.as_str()), (200, "slept\n"));
+    let (status, got) = get_json(&server, "/debug/sleep", &[("ms", "60000")]);
+    assert_eq!(status, 503, "{got}");
+    assert!(error_of(&got).contains("--http-request-timeout"), "{got}");
+    assert_eq!(got["errorType"], "timeout", "{got}");
+    let (status, _) = get(&server, "/api/v1/devices", &[]);
+    assert_eq!(status, 200, "after a timed-out request");
+}
+
 fn limited_server(extra: &[&str]) -> Server {
     limited_server_with_fds(extra, None)
 }

@@ -115,6 +115,36 @@ fn read_only_commands_leave_a_directory_that_is_not_a_store_unchanged() {
     }
 }
 
+/// A replay pointed at a directory of other files (a mistyped `--store`) refuses, saying why
+/// and what to do, and leaves the directory as it was; an empty directory takes a new store.
+#[test]
+fn replay_refuses_a_directory_of_other_files_and_creates_nothing_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = e2e::data("scenario.jsonl");
+    let input = input.to_str().unwrap();
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "not a store").unwrap();
+    let before = contents(&other);
+    let args = ["replay", input, "--store", "other", "--quiet"];
+    let out = hourglass(tmp.path(), &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    for words in [
+        "holds other files and no embedded store",
+        "new or empty directory",
+    ] {
+        assert!(stderr(&out).contains(words), "{}", stderr(&out));
+    }
+    assert_eq!(contents(&other), before, "the replay changed the directory");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    hourglass_ok(
+        tmp.path(),
+        &["replay", input, "--store", "empty", "--quiet"],
+    );
+    assert!(empty.join("version").is_file());
+}
+
 #[test]
 fn a_read_only_command_changes_no_byte_of_a_clean_store() {
     let tmp = tempfile::tempdir().unwrap();

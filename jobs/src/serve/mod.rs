@@ -237,6 +237,21 @@ async fn debug_panic(
     panic!("/debug/panic")
 }
 
+/// Parameters of `/debug/sleep`.
+#[cfg(debug_assertions)]
+#[derive(Debug, serde::Deserialize)]
+struct SleepParams {
+    /// Milliseconds to wait before answering.
+    ms: u64,
+}
+
+/// `GET /debug/sleep?ms=N` (debug builds): answers after N milliseconds.
+#[cfg(debug_assertions)]
+async fn debug_sleep(axum::extract::Query(p): axum::extract::Query<SleepParams>) -> &'static str {
+    tokio::time::sleep(std::time::Duration::from_millis(p.ms)).await;
+    "slept\n"
+}
+
 /// The application: every route, auth and metrics.
 fn router(state: Shared) -> Router {
     let protected = Router::new()
@@ -259,9 +274,12 @@ fn router(state: Shared) -> Router {
         .route("/api/v1/metadata", get(prom::metadata))
         .route("/api/v1/status/buildinfo", get(prom::buildinfo))
         .route("/metrics", get(metrics::export));
-    // Debug builds only: lets the end-to-end tests check that a handler's panic is a 500.
+    // Debug builds only: lets the end-to-end tests check that a handler's panic is a 500 and
+    // that a slow one is cut off by the request timeout.
     #[cfg(debug_assertions)]
-    let protected = protected.route("/debug/panic", get(debug_panic));
+    let protected = protected
+        .route("/debug/panic", get(debug_panic))
+        .route("/debug/sleep", get(debug_sleep));
     let protected =
         protected.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()

@@ -100,6 +100,16 @@ pub enum StoreError {
         /// What is missing.
         why: &'static str,
     },
+    /// A writing job was pointed at a directory that holds other files and no embedded store.
+    #[error(
+        "{dir} holds other files and no embedded store (no fjall `version` file and `keyspaces` \
+         folder); a store is created only in a new or empty directory: pass --store with a new \
+         directory, or the one `hourglass replay` or `hourglass run` wrote"
+    )]
+    NotEmpty {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// A stored key or value does not have the embedded store's layout.
     #[error(
         "embedded store at {dir} holds a malformed cell in table {table} (key {key}); the \

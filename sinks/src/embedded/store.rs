@@ -372,6 +372,14 @@ fn prepare(dir: &Path, mode: OpenMode) -> Result<(Option<tempfile::TempDir>, Vec
             }
             .into());
         }
+        // fjall would add its files among the others: a mistyped --store must not scatter a
+        // store into a directory of something else.
+        if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()) {
+            return Err(StoreError::NotEmpty {
+                dir: dir.to_path_buf(),
+            }
+            .into());
+        }
         return Ok((None, Vec::new()));
     }
     let io = |doing: &'static str| {
