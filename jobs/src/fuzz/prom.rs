@@ -1,9 +1,8 @@
 //! The PromQL target: the selector parser and the Prometheus time and duration parameters never
 //! panic, accept only what they can answer, and say what is wrong with the rest.
 
-use crate::serve::prom::{
-    parse_duration, parse_prom_time, parse_query, parse_selector, Expr, Op, Selector,
-};
+use crate::serve::prom::params::{parse_duration, parse_prom_time};
+use crate::serve::prom::promql::{parse_query, parse_selector, Expr, Op, Selector};
 
 use super::{lines, run, Verdict};
 
