@@ -2,6 +2,7 @@
 
 mod codec;
 mod journal;
+mod prepare;
 mod store;
 mod ttl;
 mod writer;
