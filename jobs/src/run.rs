@@ -91,6 +91,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .as_deref()
         .context("--config FILE is required (see --example-config)")?;
     let mut cfg = JobConfig::load(path)?;
+    if let Some(registry) = &cfg.registry {
+        // As replay: fail at start on a missing or malformed registry (later reload errors
+        // only warn and keep the previous one, and at start there is none to keep).
+        pipeline::registry::load(registry)
+            .with_context(|| format!("registry = {:?} in {}", registry, path.display()))?;
+    }
     if let Some(addr) = args.job.checked_metrics_listen()? {
         cfg.metrics_listen = Some(addr.to_string());
     }

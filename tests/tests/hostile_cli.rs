@@ -97,6 +97,28 @@ fn the_config_key_workers_is_range_checked_by_run_and_replay() {
     }
 }
 
+/// `run`, like `replay`, refuses a malformed device registry at start (it used to log "not
+/// reloaded, keeping the previous one" and run with no registry at all).
+#[test]
+fn run_refuses_a_malformed_registry_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    // A device id the decoder would reject, as a generator's malformed line could give.
+    std::fs::write(dir.path().join("rooms.csv"), "dev_00000,kitchen\n").unwrap();
+    std::fs::write(
+        dir.path().join("job.toml"),
+        "registry = \"rooms.csv\"\n[store]\ndir = \"store\"\n\
+         [source]\nbrokers = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let args = ["run", "--config", "job.toml", "--exit-on-idle", "1s"];
+    let out = refused_before_kafka(dir.path(), &args);
+    refused(&args, &out, &["rooms.csv", "dev_00000"]);
+    assert!(
+        !dir.path().join("store").exists(),
+        "{args:?} opened the store"
+    );
+}
+
 fn assert_json_lines(path: &Path) -> usize {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.ends_with('\n'), "{}: {text:?}", path.display());
