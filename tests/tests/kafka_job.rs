@@ -511,6 +511,48 @@ fn sigkill_at_random_points_loses_nothing() {
     );
 }
 
+/// A panic in the dataflow (injected in a debug build by `HOURGLASS_DEBUG_PANIC_AFTER`) stops
+/// the job at once with exit code 101 and a message that says so, and commits nothing past
+/// what is durable: a restart ends with exactly the replay's tables.
+#[test]
+fn a_panic_in_the_dataflow_stops_the_job_without_a_commit_past_it() {
+    if !kafka_up() {
+        return;
+    }
+    let dir = scratch();
+    let topic = unique("panic");
+    let file = generate(
+        &dir,
+        "rec.jsonl",
+        &["--devices", "10", "--duration", "12h", "--seed", "5"],
+    );
+    let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
+    wait_ok(produce(&dir, &file, &topic, &[]), "produce");
+    let mut args = vec![
+        "run",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--stats-json",
+        "run-stats.json",
+    ];
+    args.extend_from_slice(&["--exit-on-idle", "5s"]);
+    let out = hourglass_command(&dir, NOW, &args)
+        .env("HOURGLASS_DEBUG_PANIC_AFTER", "15000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .expect("running hourglass");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(101), "{}\n{stderr}", out.status);
+    assert!(
+        stderr.contains("HOURGLASS_DEBUG_PANIC_AFTER")
+            && stderr.contains("hourglass stopped after an internal error"),
+        "{stderr}"
+    );
+    wait_ok(run_job(&dir, &config, &["--exit-on-idle", "5s"]), "restart");
+    assert_same_as_replay(&dir, &config, &file);
+}
+
 /// SIGTERM mid-stream: the job stops reading, writes what it holds, commits and exits 0 within
 /// seconds; everything it read is stored; a restart continues from the committed offsets and
 /// ends with exactly the replay's tables.

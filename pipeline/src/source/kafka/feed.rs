@@ -117,6 +117,12 @@ pub struct KafkaFeed {
     error_note: ErrorNote,
     /// When the feed was asked to stop (SIGTERM, idle), if it was.
     stopping_since: Option<Instant>,
+    /// Debug builds only: panic after this many records (`HOURGLASS_DEBUG_PANIC_AFTER`), so
+    /// tests can show that a panic in the dataflow stops the job without a commit past it.
+    #[cfg(debug_assertions)]
+    panic_after: Option<u64>,
+    #[cfg(debug_assertions)]
+    records: u64,
     done: bool,
 }
 
@@ -227,6 +233,12 @@ impl KafkaFeed {
             errors: 0,
             error_note: ErrorNote::default(),
             stopping_since: None,
+            #[cfg(debug_assertions)]
+            panic_after: std::env::var("HOURGLASS_DEBUG_PANIC_AFTER")
+                .ok()
+                .and_then(|n| n.parse().ok()),
+            #[cfg(debug_assertions)]
+            records: 0,
             done: false,
         }
     }
@@ -416,6 +428,16 @@ impl EventFeed for KafkaFeed {
             raw = rest;
         }
         self.counts.read += 1;
+        #[cfg(debug_assertions)]
+        {
+            self.records += 1;
+            if self.panic_after.is_some_and(|n| self.records > n) {
+                panic!(
+                    "HOURGLASS_DEBUG_PANIC_AFTER: a worker's record {}",
+                    self.records
+                );
+            }
+        }
         let mut decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
         // A device clock running ahead must not move the partition's watermark: every other
         // device's readings would become late.
