@@ -3,6 +3,9 @@
 //! restart of HBase in the middle of a replay, and the early-firing and room-view scenarios of
 //! the embedded tests (`early_firing_common`, `room_view_common`) run against HBase.
 //!
+//! Why one long file: as `kafka_job.rs`, the HBase scenarios take minutes each and run in
+//! parallel only within one test binary.
+//!
 //! These tests fail when HBase is not reachable on 127.0.0.1:9090/9091. Outside CI,
 //! `HOURGLASS_SKIP_HBASE=1` skips them. HBase tables are global, so the tests run one at a time
 //! (a shared lock) and each drops and recreates the tables first.

@@ -3,6 +3,10 @@
 //! device registry as a compacted topic, and the benchmark of sustained consumption (ignored;
 //! see `bench_sustained_consumption`).
 //!
+//! Why one long file: the tests of a binary run in parallel, and cargo runs test binaries one
+//! after the other; the Kafka scenarios take minutes each, so splitting them into several files
+//! would add their times up in CI.
+//!
 //! Without a broker on 127.0.0.1:9092 these tests skip, except in CI (`CI` set), where they fail.
 //! Each test uses its own topic and consumer group, so they run in parallel.
 

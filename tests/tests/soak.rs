@@ -3,6 +3,9 @@
 //! run. Ignored (minutes each, and the last one restarts the shared broker): `make soak` runs
 //! them. Each prints its figures; docs/RELIABILITY.md records them with the command.
 //!
+//! Why one long file: the soaks share the HBase table-renaming proxy and the job helpers, and are
+//! run together by `make soak`; they are not product code.
+//!
 //! HBase tables are global, and other tests drop and recreate `ts_metric`…, so the HBase runs
 //! write into tables of their own, `<prefix>ts_metric`…, through a Thrift proxy in this file
 //! that renames the table of every Thrift1 call (hourglass has no table prefix setting). The
