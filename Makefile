@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase fuzz soak
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink fuzz soak
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -45,6 +45,11 @@ bench:
 bench-hbase:
 	scripts/services.sh up hbase
 	$(CARGO) run --release --locked -p hourglass-jobs -- bench replay --devices 10000 --duration 10m --hbase 127.0.0.1:9090 --json target/bench-replay-hbase.json
+
+## hourglass replay vs the Flink peer job (bench/flink) on the same recordings, interleaved:
+## readings/s, CPU seconds, their ratios, the load seen, and both systems' counts.
+bench-flink:
+	bench/flink/run.sh
 
 # Seconds per fuzz target, and the address-space cap (KiB) under which a huge allocation is an
 # abort naming its size rather than the machine running out of memory.
