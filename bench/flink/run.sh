@@ -135,8 +135,8 @@ for size in $SIZES; do
     | ($runs | map(select(.system == "flink"))) as $f
     | ($h | map(.readings_per_s) | median) as $hr | ($f | map(.readings_per_s) | median) as $fr
     | ($h | map(.cpu_s) | median) as $hc | ($f | map(.cpu_s) | median) as $fc
-    | "\($s): hourglass \($hr | floor) readings/s (\($hc) CPU s, peak RSS \($h | map(.peak_rss_mb) | median) MB), "
-      + "Flink \($fr | floor) readings/s (\($fc) CPU s, peak RSS \($f | map(.peak_rss_mb) | median) MB); "
+    | "\($s): hourglass \($hr | floor) readings/s (\($hc * 10 | round / 10) CPU s, peak RSS \($h | map(.peak_rss_mb) | median) MB), "
+      + "Flink \($fr | floor) readings/s (\($fc * 10 | round / 10) CPU s, peak RSS \($f | map(.peak_rss_mb) | median) MB); "
       + "hourglass ÷ Flink: readings/s \($hr / $fr * 100 | round / 100), CPU s \($hc / $fc * 100 | round / 100); "
       + "load average (1 min) seen \($runs | map(.load_before, .load_after | split(" ")[0] | tonumber) | min)–"
       + "\($runs | map(.load_before, .load_after | split(" ")[0] | tonumber) | max)"' "$work/results.jsonl"
