@@ -113,7 +113,8 @@ fn wait_ok(child: Child, what: &str) -> String {
     stderr
 }
 
-fn run_job(dir: &Path, config: &Path, extra: &[&str]) -> Child {
+/// `hourglass run --config CONFIG --stats-json run-stats.json EXTRA…`, as arguments.
+fn job_args<'a>(config: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "run",
         "--config",
@@ -122,7 +123,11 @@ fn run_job(dir: &Path, config: &Path, extra: &[&str]) -> Child {
         "run-stats.json",
     ];
     args.extend_from_slice(extra);
-    spawn(dir, &args)
+    args
+}
+
+fn run_job(dir: &Path, config: &Path, extra: &[&str]) -> Child {
+    spawn(dir, &job_args(config, extra))
 }
 
 fn stats(dir: &Path) -> serde_json::Value {
@@ -532,15 +537,7 @@ fn a_panic_in_the_dataflow_stops_the_job_without_a_commit_past_it() {
     );
     let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
     wait_ok(produce(&dir, &file, &topic, &[]), "produce");
-    let mut args = vec![
-        "run",
-        "--config",
-        config.to_str().expect("utf-8 path"),
-        "--stats-json",
-        "run-stats.json",
-    ];
-    args.extend_from_slice(&["--exit-on-idle", "5s"]);
-    let out = hourglass_command(&dir, NOW, &args)
+    let out = hourglass_command(&dir, NOW, &job_args(&config, &["--exit-on-idle", "5s"]))
         .env("HOURGLASS_DEBUG_PANIC_AFTER", "15000")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
