@@ -182,6 +182,17 @@ impl Source for RecordingSource {
         Duration::from_secs(1)
     }
 
+    /// At full speed, event time passes many seconds per wall second: flushing on each would
+    /// write small batches through the store's memtable instead of large sorted ones. Nobody
+    /// waits on a replay's durability before its end, which always flushes.
+    fn flush_min_gap(&self) -> Duration {
+        if self.base.speed.is_none() {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        }
+    }
+
     fn open(
         &self,
         worker: usize,

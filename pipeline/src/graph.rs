@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use operators::{event_source, BatchWriter, EventFeed, TumblingWindow, WindowOutput, WriteBatches};
+use operators::{
+    event_source, BatchWriter, EventFeed, FlushPace, TumblingWindow, WindowOutput, WriteBatches,
+};
 use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
@@ -65,6 +67,9 @@ pub struct GraphConfig {
     pub window: WindowConfig,
     /// Longest time written data may wait in a writer's buffer.
     pub flush_every: Duration,
+    /// Shortest time between two flushes caused by event-time progress (see
+    /// [`operators::FlushPace`]): zero for a live job, a second for a replay at full speed.
+    pub flush_min_gap: Duration,
     /// Device registry of the room view: a CSV file (reloaded when it changes) or a compacted
     /// Kafka topic (followed).
     pub registry: Option<RegistrySource>,
@@ -173,6 +178,10 @@ pub fn build<'scope, F>(
     F: EventFeed<Item = Decoded>,
 {
     let scheme = cfg.scheme;
+    let pace = FlushPace {
+        every: cfg.flush_every,
+        min_gap: cfg.flush_min_gap,
+    };
     let spec = hourly::hourly_window(
         cfg.window.allowed_lateness_secs,
         (cfg.window.early_fire_secs > 0).then(|| Duration::from_secs(cfg.window.early_fire_secs)),
@@ -192,7 +201,7 @@ pub fn build<'scope, F>(
                 side: side.clone(),
                 stats: stats.clone(),
             },
-            cfg.flush_every,
+            pace,
             move |e| dead_control.fail(format!("dead-letter output: {e}")),
         )
         .probe_with(probe);
@@ -242,7 +251,7 @@ pub fn build<'scope, F>(
                 side,
                 stats: stats.clone(),
             },
-            cfg.flush_every,
+            pace,
             move |e| late_control.fail(format!("late-data output: {e}")),
         )
         .probe_with(probe);
@@ -258,7 +267,7 @@ pub fn build<'scope, F>(
                 stats,
                 unflushed: 0,
             },
-            cfg.flush_every,
+            pace,
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )
         .probe_with(probe);

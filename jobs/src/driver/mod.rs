@@ -109,6 +109,13 @@ pub trait Source: Send + Sync + 'static {
     /// Longest time written data may wait in a worker's writer buffer.
     fn flush_every(&self) -> Duration;
 
+    /// Shortest time between two flushes caused by event-time progress
+    /// ([`operators::FlushPace::min_gap`]); zero, the least latency, unless the source races
+    /// through event time.
+    fn flush_min_gap(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Opens worker `worker`'s feed. `probe` passes a time once what the feed emitted before
     /// it is durable.
     ///
@@ -228,6 +235,7 @@ impl Job {
             scheme: cfg.key_scheme,
             window: cfg.window,
             flush_every: source.flush_every(),
+            flush_min_gap: source.flush_min_gap(),
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
         };

@@ -283,8 +283,8 @@ impl EmbeddedStore {
         &self.inner.dropped
     }
 
-    /// A writer for one worker. It buffers mutations and commits them in fjall write batches of
-    /// about 4096 mutations; see [`EmbeddedWriter`].
+    /// A writer for one worker. It buffers mutations per table and writes them in bulk; see
+    /// [`EmbeddedWriter`].
     pub fn writer(&self) -> EmbeddedWriter {
         EmbeddedWriter::new(self.clone())
     }

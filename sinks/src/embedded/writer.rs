@@ -1,4 +1,5 @@
-//! The write side: mutations buffered per worker and committed in fjall write batches.
+//! The write side: mutations buffered per worker, then committed in fjall write batches or, in
+//! bulk, ingested as sorted tables.
 
 use super::codec;
 use super::store::{EmbeddedStore, Table};
@@ -9,16 +10,75 @@ use fjall::{OwnedWriteBatch, PersistMode};
 use std::collections::HashMap;
 use std::fmt;
 
-/// Mutations buffered before the writer commits them as one fjall batch.
+/// Mutations buffered before the writer commits them as one fjall batch, in the mode that reads
+/// before it writes ([`EmbeddedWriter::newest_timestamp_wins`]).
 pub(crate) const BATCH_MUTATIONS: usize = 4096;
 
-/// Writes mutations for one worker: buffers them and commits them as fjall write batches of 4096
-/// mutations, or on [`TableWriter::flush`].
+/// Bytes of cells buffered per table before the writer ingests them as a sorted table.
 ///
-/// A committed batch is visible to every reader of the store at once and survives a crash of
-/// the process (fjall's journal reaches the OS on each commit); it survives a crash of the
-/// machine after [`EmbeddedStore::persist`]. Dropping a writer commits what it still buffers,
-/// as HBase's `BufferedMutator.close()` does, but only `flush` reports failures.
+/// Ingesting skips the memtable, whose skiplist inserts (a key comparison per level, on keys
+/// that share long prefixes) were the largest single cost of a replay in `perf`, and the
+/// journal. The bound is the writer's memory: 8 MiB per table, times three tables, per worker.
+pub(crate) const INGEST_BYTES: usize = 8 << 20;
+
+/// Smallest buffer a flush ingests; a smaller one goes through the memtable, so a live job that
+/// flushes often does not make one tiny table per flush for compactions to merge.
+pub(crate) const MIN_INGEST_BYTES: usize = 1 << 20;
+
+/// Cells of one table waiting to be written: keys and values in one arena, in arrival order.
+#[derive(Default)]
+struct Pending {
+    arena: Vec<u8>,
+    /// `(key start, key end, value end)` in `arena`; a value starts where its key ends.
+    cells: Vec<(usize, usize, usize)>,
+}
+
+impl Pending {
+    fn push(&mut self, key: &[u8], ts_ms: i64, value: &[u8]) {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(key);
+        let key_end = self.arena.len();
+        self.arena.extend_from_slice(&ts_ms.to_be_bytes());
+        self.arena.extend_from_slice(value);
+        self.cells.push((start, key_end, self.arena.len()));
+    }
+
+    fn bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The cells sorted by key, the last put of a key winning, as a memtable would keep them.
+    fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let arena = &self.arena;
+        let key = |&(s, k, _): &(usize, usize, usize)| &arena[s..k];
+        // Stable: puts of one key stay in arrival order, so the last of each run is the newest.
+        self.cells.sort_by(|a, b| key(a).cmp(key(b)));
+        let cells = &self.cells;
+        cells.iter().enumerate().filter_map(move |(i, cell)| {
+            let superseded = cells.get(i + 1).is_some_and(|next| key(next) == key(cell));
+            (!superseded).then(|| (key(cell), &arena[cell.1..cell.2]))
+        })
+    }
+
+    fn clear(&mut self) {
+        self.arena.clear();
+        self.cells.clear();
+    }
+}
+
+/// Writes mutations for one worker: buffers them per table and writes a table's buffer when it
+/// reaches 8 MiB, and every buffer on [`TableWriter::flush`].
+///
+/// A large buffer is sorted and ingested as a new table of the LSM tree (fjall's bulk load,
+/// registered atomically under a sequence number newer than every earlier write); a small one is
+/// committed as a write batch through the journal and memtable. Either way, written cells are
+/// visible to every reader of the store at once and survive a crash of the process; they survive
+/// a crash of the machine after [`EmbeddedStore::persist`]. Dropping a writer writes what it
+/// still buffers, as HBase's `BufferedMutator.close()` does, but only `flush` reports failures.
 ///
 /// Each table keeps one version per cell. By default a put replaces the cell whatever its
 /// timestamp (last write wins), which for hourglass is the same as HBase's rule that the newest
@@ -26,15 +86,21 @@ pub(crate) const BATCH_MUTATIONS: usize = 4096;
 /// narrow cell is stamped with the reading's event time, which is part of its row key; a wide
 /// cell with its row's hour start plus its qualifier's offset), so two puts of one cell carry
 /// one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
-/// price of a read per cell.
+/// price of a read per cell; that mode commits write batches of 4096 mutations and never ingests.
 pub struct EmbeddedWriter {
     store: EmbeddedStore,
+    /// Per table (the store's order): cells not written yet.
+    pending: Vec<Pending>,
+    /// Removals (and, with `newest_timestamp_wins`, puts) queued for the next commit.
     batch: OwnedWriteBatch,
     /// Mutations in `batch`.
     queued: usize,
     /// With `newest_timestamp_wins`, per table: the timestamp each cell queued in `batch` will
     /// have once committed (`i64::MIN` for a queued delete), which the store cannot tell yet.
     queued_ts: Option<Vec<HashMap<Vec<u8>, i64>>>,
+    /// [`INGEST_BYTES`] and [`MIN_INGEST_BYTES`], smaller in tests.
+    ingest_bytes: usize,
+    min_ingest_bytes: usize,
     key: Vec<u8>,
     value: Vec<u8>,
 }
@@ -44,6 +110,10 @@ impl fmt::Debug for EmbeddedWriter {
         f.debug_struct("EmbeddedWriter")
             .field("store", &self.store)
             .field("queued", &self.queued)
+            .field(
+                "pending_cells",
+                &self.pending.iter().map(|p| p.cells.len()).sum::<usize>(),
+            )
             .field("newest_timestamp_wins", &self.queued_ts.is_some())
             .finish_non_exhaustive()
     }
@@ -52,11 +122,20 @@ impl fmt::Debug for EmbeddedWriter {
 impl EmbeddedWriter {
     pub(crate) fn new(store: EmbeddedStore) -> Self {
         let batch = new_batch(&store, 0);
+        let pending = store
+            .inner
+            .tables
+            .iter()
+            .map(|_| Pending::default())
+            .collect();
         EmbeddedWriter {
             store,
+            pending,
             batch,
             queued: 0,
             queued_ts: None,
+            ingest_bytes: INGEST_BYTES,
+            min_ingest_bytes: MIN_INGEST_BYTES,
             key: Vec::new(),
             value: Vec::new(),
         }
@@ -72,7 +151,20 @@ impl EmbeddedWriter {
         self
     }
 
-    /// Commits the buffered batch, if any.
+    /// Sets the buffer size that starts an ingestion, and the smallest a flush ingests, so that
+    /// tests reach the ingestion path with a few cells.
+    #[cfg(test)]
+    pub(crate) fn ingest_thresholds(
+        mut self,
+        ingest_bytes: usize,
+        min_ingest_bytes: usize,
+    ) -> Self {
+        self.ingest_bytes = ingest_bytes;
+        self.min_ingest_bytes = min_ingest_bytes;
+        self
+    }
+
+    /// Commits the queued batch, if any.
     fn commit(&mut self) -> Result<()> {
         if self.batch.is_empty() {
             self.queued = 0;
@@ -88,34 +180,83 @@ impl EmbeddedWriter {
             .map_err(|e| self.store.inner.fjall_error("write", e))
     }
 
+    /// Writes table `index`'s pending cells: ingested as a sorted table when there are at least
+    /// `min_ingest` bytes of them, else committed as a write batch.
+    fn write_pending(&mut self, index: usize, min_ingest: usize) -> Result<()> {
+        let pending = &mut self.pending[index];
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.store.inner;
+        let keyspace = &inner.tables[index].keyspace;
+        if pending.bytes() >= min_ingest {
+            let mut ingestion = keyspace
+                .start_ingestion()
+                .map_err(|e| inner.fjall_error("ingest", e))?;
+            for (key, value) in pending.sorted() {
+                ingestion
+                    .write(key, value)
+                    .map_err(|e| inner.fjall_error("ingest", e))?;
+            }
+            ingestion
+                .finish()
+                .map_err(|e| inner.fjall_error("ingest", e))?;
+        } else {
+            let mut batch = new_batch(&self.store, pending.cells.len());
+            for &(start, key_end, end) in &pending.cells {
+                batch.insert(
+                    keyspace,
+                    &pending.arena[start..key_end],
+                    &pending.arena[key_end..end],
+                );
+            }
+            batch.commit().map_err(|e| inner.fjall_error("write", e))?;
+        }
+        pending.clear();
+        Ok(())
+    }
+
+    /// Writes every table's pending cells and the queued batch.
+    fn write_all(&mut self) -> Result<()> {
+        for index in 0..self.pending.len() {
+            self.write_pending(index, self.min_ingest_bytes)?;
+        }
+        self.commit()
+    }
+
     fn put(&mut self, table_index: usize, table: &Table, row: &[u8], cells: &[Cell]) -> Result<()> {
         for cell in cells {
             codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-            if let Some(queued_ts) = &mut self.queued_ts {
-                let queued = &mut queued_ts[table_index];
-                let visible = match queued.get(self.key.as_slice()) {
-                    Some(&ts) => Some(ts),
-                    None => table
-                        .keyspace
-                        .get(&self.key)
-                        .map_err(|e| self.store.inner.fjall_error("read before write", e))?
-                        .and_then(|stored| codec::decode_ts(&stored)),
-                };
-                // HBase keeps the newest timestamp; on a tie the later put wins.
-                if visible.is_some_and(|ts| cell.ts_ms < ts) {
-                    continue;
-                }
-                queued.insert(self.key.clone(), cell.ts_ms);
+            let Some(queued_ts) = &mut self.queued_ts else {
+                self.pending[table_index].push(&self.key, cell.ts_ms, &cell.value);
+                continue;
+            };
+            let queued = &mut queued_ts[table_index];
+            let visible = match queued.get(self.key.as_slice()) {
+                Some(&ts) => Some(ts),
+                None => table
+                    .keyspace
+                    .get(&self.key)
+                    .map_err(|e| self.store.inner.fjall_error("read before write", e))?
+                    .and_then(|stored| codec::decode_ts(&stored)),
+            };
+            // HBase keeps the newest timestamp; on a tie the later put wins.
+            if visible.is_some_and(|ts| cell.ts_ms < ts) {
+                continue;
             }
+            queued.insert(self.key.clone(), cell.ts_ms);
             codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
             self.batch
                 .insert(&table.keyspace, self.key.as_slice(), self.value.as_slice());
         }
+        if self.pending[table_index].bytes() >= self.ingest_bytes {
+            self.write_pending(table_index, self.ingest_bytes)?;
+        }
         Ok(())
     }
 
-    /// Queues removals of the row's cells stamped at most `ts_ms`. HBase would instead write a
-    /// delete marker that also hides later puts stamped at most `ts_ms` until a major compaction;
+    /// Removes the row's cells stamped at most `ts_ms`. HBase would instead write a delete
+    /// marker that also hides later puts stamped at most `ts_ms` until a major compaction;
     /// hourglass never puts a cell it has deleted, so removing what exists is the same.
     fn delete_row(
         &mut self,
@@ -124,8 +265,9 @@ impl EmbeddedWriter {
         row: &[u8],
         ts_ms: i64,
     ) -> Result<()> {
-        // The scan below reads committed cells only, so commit the puts queued before it.
-        self.commit()?;
+        // The scan below reads written cells only, so write the puts buffered before it; the
+        // removals are committed at once, so that a later put of the row is not removed.
+        self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
         for guard in table.keyspace.prefix(&self.key) {
             let (key, stored) = guard
@@ -145,6 +287,9 @@ impl EmbeddedWriter {
                 }
                 self.batch.remove(&table.keyspace, key);
             }
+        }
+        if self.queued_ts.is_none() {
+            self.commit()?;
         }
         Ok(())
     }
@@ -190,14 +335,15 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
 }
 
 impl TableWriter for EmbeddedWriter {
-    /// Queues `mutations` in order, committing a batch whenever 4096 are queued.
+    /// Queues `mutations` in order; a table's buffer is written once it holds 8 MiB of cells
+    /// (with `newest_timestamp_wins`: a batch whenever 4096 mutations are queued).
     ///
-    /// A `DeleteRow` commits the mutations queued before it, then queues removals of the cells
-    /// the row holds at that point.
+    /// A `DeleteRow` writes the mutations queued before it, then removes the cells the row
+    /// holds at that point.
     ///
     /// # Errors
     /// `Error::Invalid`, with nothing of this call queued, if a mutation names an unknown table
-    /// or family, or has an empty, too long or 0x00-holding row key. `Error::Embedded` if a commit
+    /// or family, or has an empty, too long or 0x00-holding row key. `Error::Embedded` if a write
     /// fails; the store then refuses writes and the job must stop.
     fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
         for mutation in &mutations {
@@ -212,27 +358,30 @@ impl TableWriter for EmbeddedWriter {
                     self.delete_row(table_index, table, row, *ts_ms)?;
                 }
             }
-            self.queued += 1;
-            if self.queued >= BATCH_MUTATIONS {
-                self.commit()?;
+            if self.queued_ts.is_some() {
+                self.queued += 1;
+                if self.queued >= BATCH_MUTATIONS {
+                    self.commit()?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Commits every queued mutation; readers see them when this returns.
+    /// Writes every queued mutation; readers see them when this returns.
     ///
     /// # Errors
-    /// `Error::Embedded` if the commit fails.
+    /// `Error::Embedded` if a write fails.
     fn flush(&mut self) -> Result<()> {
-        self.commit()
+        self.write_all()
     }
 }
 
 impl Drop for EmbeddedWriter {
     fn drop(&mut self) {
-        if !self.batch.is_empty() {
-            if let Err(e) = self.commit() {
+        let pending = self.pending.iter().any(|p| !p.is_empty());
+        if pending || !self.batch.is_empty() {
+            if let Err(e) = self.write_all() {
                 tracing::error!(error = %e, "embedded writer dropped with unflushed mutations");
             }
         }

@@ -104,6 +104,7 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
             ..WindowConfig::default()
         },
         flush_every: Duration::from_millis(200),
+        flush_min_gap: Duration::ZERO,
         registry: None,
         previous_view: Default::default(),
     };

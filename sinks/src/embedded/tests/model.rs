@@ -68,11 +68,17 @@ proptest! {
         start in proptest::collection::vec(prop::sample::select(vec![b'a', b'b', b'_', 0u8]), 0..4),
         stop in proptest::collection::vec(prop::sample::select(vec![b'a', b'b', b'_', 0u8]), 0..4),
         limit in proptest::option::of(0usize..6),
+        // The writer's own buffer sizes, or a few cells' worth, so that both of its paths
+        // (write batches and ingested tables) and their mixes are checked.
+        ingest in prop_oneof![Just(None), (1usize..400).prop_map(Some)],
     ) {
         let dir = TempDir::new().unwrap();
         let (store, _) = open(&dir);
         let mut model = Model::new();
         let mut w = store.writer();
+        if let Some(bytes) = ingest {
+            w = w.ingest_thresholds(bytes, bytes / 2);
+        }
         for op in ops {
             match op {
                 Op::Put { row, qualifier, ts, value } => {
