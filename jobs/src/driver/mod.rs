@@ -230,6 +230,7 @@ impl Job {
             flush_every: source.flush_every(),
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
+            clock: pipeline::source::Clock::start(),
         };
         let workers = source.workers();
         let watch = source.watch()?;
