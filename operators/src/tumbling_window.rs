@@ -180,7 +180,6 @@ pub trait TumblingWindow<'scope, K, V> {
     ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>>;
 }
 
-
 /// One window's state on one worker, flat: a held item is its key's index, its offset in the
 /// window and its value (16 bytes for an `f64`), and a key costs one map entry and one
 /// accumulator per window however many items it has.
@@ -526,7 +525,12 @@ mod tests {
     #[test]
     fn the_pending_budget_fires_when_exceeded_and_emits_each_item_once() {
         let rounds: Vec<(u64, Vec<(&'static str, u64)>)> = (0..6)
-            .map(|round| (round, vec![("a", 3 * round), ("b", 3 * round + 1), ("a", 3 * round + 2)]))
+            .map(|round| {
+                (
+                    round,
+                    vec![("a", 3 * round), ("b", 3 * round + 1), ("a", 3 * round + 2)],
+                )
+            })
             .collect();
         let mut sent: Vec<(String, u64)> = rounds
             .iter()
