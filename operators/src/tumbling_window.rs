@@ -1,5 +1,5 @@
-//! An event-time tumbling window with early firings, allowed lateness and a side output for
-//! items beyond it.
+//! An event-time tumbling window with early firings, allowed lateness, a bound on the items it
+//! holds and a side output for items beyond the lateness.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -19,7 +19,13 @@ pub struct WindowSpec {
     /// How long after a window's end (by watermark) late items are still accepted.
     pub allowed_lateness: u64,
     /// Processing-time period of early firings (`None`: fire only when the watermark passes).
+    /// Only windows near the wall clock get them ([`WindowSpec::is_live`]): a replay racing
+    /// through past windows emits each once, when the watermark passes it.
     pub early_fire: Option<Duration>,
+    /// Most items a worker holds not yet emitted, over all its windows (`None`: no bound). When
+    /// an input batch takes it past this, every window not yet fired on time emits its held
+    /// items at once ([`Firing::Early`]), so memory is bounded whatever the firing rule.
+    pub max_pending: Option<usize>,
 }
 
 impl WindowSpec {
@@ -41,6 +47,15 @@ impl WindowSpec {
     /// resuming from a committed offset) asks this, so it cannot disagree with the operator.
     pub fn is_final(&self, start: u64, watermark: u64) -> bool {
         watermark >= self.closes_at(start)
+    }
+
+    /// Whether the window starting at `start` gets processing-time early firings when the wall
+    /// clock reads `now` (epoch seconds, as event times): while `now` is before
+    /// [`WindowSpec::closes_at`], i.e. while data arriving in real time could still change it,
+    /// so a live dashboard may be watching it. Windows of a recording's past (a replay, or a
+    /// consumer catching up) fail this and are written once, by the on-time firing.
+    pub fn is_live(&self, start: u64, now: u64) -> bool {
+        now < self.closes_at(start)
     }
 }
 
@@ -115,9 +130,14 @@ pub trait TumblingWindow<'scope, K, V> {
     /// Exchanges items by key and windows them, with `A` deciding which items are new and
     /// summarising each key's window (`()` accepts all and summarises nothing).
     ///
+    /// `now` reads the wall clock (epoch seconds) for [`WindowSpec::is_live`]; it is called
+    /// only when an early firing is due.
+    ///
     /// An item arriving at watermark `w` (its timely time) for window `[s, s + width)`:
-    /// - is held and emitted by the next early firing, or by the on-time firing when the input
-    ///   frontier passes `s + width`;
+    /// - is held and emitted by the next early firing (every [`WindowSpec::early_fire`] while
+    ///   the window [`WindowSpec::is_live`], and whenever the worker holds more than
+    ///   [`WindowSpec::max_pending`] items), or by the on-time firing when the input frontier
+    ///   passes `s + width`;
     /// - after the on-time firing, is emitted at once in a [`Firing::Late`] pane while
     ///   `w < s + width + allowed_lateness`;
     /// - is emitted as [`WindowOutput::Dropped`] when `w >= s + width + allowed_lateness`.
@@ -133,12 +153,12 @@ pub trait TumblingWindow<'scope, K, V> {
     /// use timely::dataflow::operators::{Capture, ToStream};
     /// use timely::dataflow::operators::capture::Event;
     ///
-    /// let spec = WindowSpec { width: 10, allowed_lateness: 10, early_fire: None };
+    /// let spec = WindowSpec { width: 10, allowed_lateness: 10, early_fire: None, max_pending: None };
     /// let captured = timely::example(move |scope| {
     ///     // (key, event time, value): all at watermark 0, then the input ends.
     ///     vec![("a".to_string(), 3u64, 1.0f64), ("a".into(), 12, 2.0), ("a".into(), 5, 3.0)]
     ///         .to_stream(scope)
-    ///         .tumbling_window::<()>(spec)
+    ///         .tumbling_window::<()>(spec, || 0)
     ///         .capture()
     /// });
     /// let mut panes: Vec<_> = captured
@@ -150,21 +170,82 @@ pub trait TumblingWindow<'scope, K, V> {
     ///     if p.window_start == 0 && p.firing == Firing::OnTime && p.items == vec![(3, 1.0), (5, 3.0)]));
     /// assert!(matches!(&panes[1], WindowOutput::Pane(p) if p.window_start == 10 && p.items == vec![(12, 2.0)]));
     /// ```
+    ///
+    /// # Panics
+    /// If `spec.width` is 0 or above `u32::MAX` (offsets in a window are held as `u32`).
     fn tumbling_window<A: Accumulate<V>>(
         self,
         spec: WindowSpec,
+        now: impl FnMut() -> u64 + 'static,
     ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>>;
 }
 
+/// One window's state on one worker, flat: a held item is its key's index, its offset in the
+/// window and its value (16 bytes for an `f64`), and a key costs one map entry and one
+/// accumulator per window however many items it has.
 struct WindowSlot<K, V, A> {
-    /// Items per key not yet emitted.
-    pending: HashMap<K, Vec<(u64, V)>>,
-    /// Accumulators per key, kept until the window is released.
-    accs: HashMap<K, A>,
+    /// Each key's index into `accs`.
+    index: HashMap<K, u32>,
+    /// Accumulators by key index, kept until the window is released.
+    accs: Vec<A>,
+    /// Items not yet emitted, in arrival order: (key index, offset from the window start, value).
+    pending: Vec<(u32, u32, V)>,
     /// Least timely time (watermark at arrival) of the pending items.
     pending_since: Option<u64>,
     /// Whether the on-time firing happened.
     fired: bool,
+}
+
+impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
+    fn new() -> Self {
+        WindowSlot {
+            index: HashMap::new(),
+            accs: Vec::new(),
+            pending: Vec::new(),
+            pending_since: None,
+            fired: false,
+        }
+    }
+
+    /// Emits the held items as one pane per key, its items ascending by time (arrival order
+    /// among equal times), and returns how many items it emitted. The held buffer is freed, not
+    /// kept for reuse: memory follows what is held now, not the largest burst so far.
+    fn fire(
+        &mut self,
+        start: u64,
+        firing: Firing,
+        mut give: impl FnMut(Pane<K, V, A::Summary>),
+    ) -> usize {
+        let mut pending = std::mem::take(&mut self.pending);
+        self.pending_since = None;
+        let emitted = pending.len();
+        if emitted == 0 {
+            return 0;
+        }
+        pending.sort_by_key(|&(k, offset, _)| (k, offset));
+        let mut keys: Vec<Option<&K>> = vec![None; self.accs.len()];
+        for (key, &k) in &self.index {
+            keys[k as usize] = Some(key);
+        }
+        let mut items = pending.into_iter().peekable();
+        while let Some((k, offset, value)) = items.next() {
+            let mut run = vec![(start + u64::from(offset), value)];
+            while let Some((_, offset, value)) = items.next_if(|next| next.0 == k) {
+                run.push((start + u64::from(offset), value));
+            }
+            // Every index in `pending` was handed out by `index`, so both lookups succeed.
+            if let (Some(key), Some(acc)) = (keys[k as usize], self.accs.get(k as usize)) {
+                give(Pane {
+                    key: key.clone(),
+                    window_start: start,
+                    firing,
+                    items: run,
+                    summary: acc.summary(),
+                });
+            }
+        }
+        emitted
+    }
 }
 
 impl<'scope, K, V> TumblingWindow<'scope, K, V> for StreamVec<'scope, u64, (K, u64, V)>
@@ -175,8 +256,12 @@ where
     fn tumbling_window<A: Accumulate<V>>(
         self,
         spec: WindowSpec,
+        mut now: impl FnMut() -> u64 + 'static,
     ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>> {
-        assert!(spec.width > 0, "window width must be positive");
+        assert!(
+            spec.width > 0 && spec.width <= u64::from(u32::MAX),
+            "window width must be in 1..=u32::MAX seconds"
+        );
         let scope = self.scope();
         let pact = Exchange::new(|item: &(K, u64, V)| crate::key_hash(&item.0));
         self.unary_frontier(pact, "TumblingWindow", move |_cap, info| {
@@ -184,6 +269,8 @@ where
             let mut slots: BTreeMap<u64, WindowSlot<K, V, A>> = BTreeMap::new();
             let mut caps = CapabilitySet::new();
             let mut last_early = Instant::now();
+            // Items held over all slots, against `spec.max_pending`.
+            let mut held = 0usize;
             move |(input, frontier), output| {
                 input.for_each(|cap, data| {
                     // A totally ordered time: the stamp's least element is the watermark.
@@ -203,16 +290,25 @@ where
                             });
                             continue;
                         }
-                        let slot = slots.entry(start).or_insert_with(|| WindowSlot {
-                            pending: HashMap::new(),
-                            accs: HashMap::new(),
-                            pending_since: None,
-                            fired: false,
-                        });
-                        let acc = match slot.accs.get_mut(&key) {
-                            Some(acc) => acc,
-                            None => slot.accs.entry(key.clone()).or_default(),
+                        let slot = slots.entry(start).or_insert_with(WindowSlot::new);
+                        let k = match slot.index.get(&key) {
+                            Some(&k) => k,
+                            None => {
+                                // More than u32::MAX keys in one window on one worker would
+                                // need hundreds of GB of accumulators first.
+                                let k = slot.accs.len() as u32;
+                                slot.index.insert(key.clone(), k);
+                                // A quarter more, not double: accumulators are most of the
+                                // window's memory (~0.5 KB each for the hourly one).
+                                if slot.accs.len() == slot.accs.capacity() {
+                                    let more = (slot.accs.capacity() / 4).max(64);
+                                    slot.accs.reserve_exact(more);
+                                }
+                                slot.accs.push(A::default());
+                                k
+                            }
                         };
+                        let acc = &mut slot.accs[k as usize];
                         if !acc.accept(ts, &value) {
                             continue;
                         }
@@ -225,7 +321,15 @@ where
                                 summary: acc.summary(),
                             }));
                         } else {
-                            slot.pending.entry(key).or_default().push((ts, value));
+                            // Grow by a quarter, not double: the budget counts items, and a
+                            // doubled buffer would hold up to twice the memory it allows.
+                            if slot.pending.len() == slot.pending.capacity() {
+                                let more = (slot.pending.capacity() / 4).max(1024);
+                                slot.pending.reserve_exact(more);
+                            }
+                            // `ts - start < width <= u32::MAX`.
+                            slot.pending.push((k, (ts - start) as u32, value));
+                            held += 1;
                             slot.pending_since =
                                 Some(slot.pending_since.map_or(watermark, |t| t.min(watermark)));
                         }
@@ -245,33 +349,26 @@ where
                 let early_due = spec
                     .early_fire
                     .is_some_and(|period| last_early.elapsed() >= period);
+                // Read only when due: the wall clock decides which windows a dashboard watches.
+                let wall = early_due.then(&mut now);
+                let over_budget = spec.max_pending.is_some_and(|max| held > max);
                 if let Some(cap) = crate::least(&caps) {
+                    // Panes go out at the least time held, which is at most the arrival of any
+                    // held item, so releasing the hold afterwards never passes an item unwritten.
                     let mut session = output.session(cap);
                     for (&start, slot) in slots.iter_mut() {
                         let end = start.saturating_add(spec.width);
-                        let firing = if !slot.fired && passed(end) {
+                        let firing = if slot.fired {
+                            continue;
+                        } else if passed(end) {
                             slot.fired = true;
                             Firing::OnTime
-                        } else if early_due && !slot.fired {
+                        } else if over_budget || wall.is_some_and(|n| spec.is_live(start, n)) {
                             Firing::Early
                         } else {
                             continue;
                         };
-                        slot.pending_since = None;
-                        for (key, mut items) in slot.pending.drain() {
-                            items.sort_by_key(|(ts, _)| *ts);
-                            let summary = slot
-                                .accs
-                                .get(&key)
-                                .map_or_else(|| A::default().summary(), A::summary);
-                            session.give(WindowOutput::Pane(Pane {
-                                key,
-                                window_start: start,
-                                firing,
-                                items,
-                                summary,
-                            }));
-                        }
+                        held -= slot.fire(start, firing, |p| session.give(WindowOutput::Pane(p)));
                     }
                 }
                 if early_due {
@@ -296,5 +393,165 @@ where
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use timely::dataflow::operators::capture::Event;
+    use timely::dataflow::operators::{Capture, Input};
+    use timely::dataflow::InputHandle;
+
+    const HOUR: u64 = 3600;
+
+    type Out = WindowOutput<String, f64>;
+
+    /// Feeds rounds of `(key, event time, value)` items, each at its watermark, stepping the
+    /// worker after each round so that a due firing happens between rounds; the wall clock reads
+    /// `now`. Returns every pane emitted.
+    fn run(spec: WindowSpec, now: u64, rounds: Vec<(u64, Vec<(&'static str, u64)>)>) -> Vec<Out> {
+        timely::execute_directly(move |worker| {
+            let mut input = InputHandle::new();
+            let captured = worker.dataflow(|scope| {
+                scope
+                    .input_from(&mut input)
+                    .tumbling_window::<()>(spec, move || now)
+                    .capture()
+            });
+            for (watermark, items) in rounds {
+                input.advance_to(watermark);
+                for (key, ts) in items {
+                    input.send((key.to_string(), ts, ts as f64));
+                }
+                input.flush();
+                // Single-threaded, a fixed number of steps surely delivers the round.
+                for _ in 0..10 {
+                    worker.step();
+                }
+            }
+            input.close();
+            while worker.step() {}
+            captured
+                .try_iter()
+                .flat_map(|event| match event {
+                    Event::Messages(_, batch) => batch,
+                    Event::Progress(_) => Vec::new(),
+                })
+                .collect()
+        })
+    }
+
+    fn panes(out: &[Out]) -> Vec<&Pane<String, f64>> {
+        out.iter()
+            .filter_map(|o| match o {
+                WindowOutput::Pane(p) => Some(p),
+                WindowOutput::Dropped { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Three rounds of items for keys `a` and `b` in the hours starting at 0 and `HOUR`.
+    fn two_hours_in_three_rounds() -> Vec<(u64, Vec<(&'static str, u64)>)> {
+        (0..3)
+            .map(|round| {
+                let items = ["a", "b"]
+                    .into_iter()
+                    .flat_map(|k| [(k, 10 + round), (k, HOUR + 10 + round)])
+                    .collect();
+                (round, items)
+            })
+            .collect()
+    }
+
+    fn spec(early_fire: Option<Duration>, max_pending: Option<usize>) -> WindowSpec {
+        WindowSpec {
+            width: HOUR,
+            allowed_lateness: HOUR,
+            early_fire,
+            max_pending,
+        }
+    }
+
+    #[test]
+    fn a_replay_of_old_hours_emits_one_pane_per_key_and_window() {
+        // Early firings due at every activation, but the wall clock is a day past both hours.
+        let out = run(
+            spec(Some(Duration::ZERO), None),
+            24 * HOUR,
+            two_hours_in_three_rounds(),
+        );
+        let panes = panes(&out);
+        let mut seen: Vec<(&str, u64)> = panes
+            .iter()
+            .map(|p| (p.key.as_str(), p.window_start))
+            .collect();
+        seen.sort();
+        assert_eq!(seen, vec![("a", 0), ("a", HOUR), ("b", 0), ("b", HOUR)]);
+        assert!(
+            panes
+                .iter()
+                .all(|p| p.firing == Firing::OnTime && p.items.len() == 3),
+            "{panes:?}"
+        );
+    }
+
+    #[test]
+    fn the_window_at_the_wall_clock_still_fires_early() {
+        // Now is 100 s into the hour after the first: the first hour closed by the clock (its
+        // end plus the lateness), the second is live.
+        let now = 2 * HOUR + 100;
+        let out = run(
+            spec(Some(Duration::ZERO), None),
+            now,
+            two_hours_in_three_rounds(),
+        );
+        let panes = panes(&out);
+        for key in ["a", "b"] {
+            let of = |start: u64| -> Vec<(Firing, usize)> {
+                panes
+                    .iter()
+                    .filter(|p| p.key == key && p.window_start == start)
+                    .map(|p| (p.firing, p.items.len()))
+                    .collect()
+            };
+            assert_eq!(of(0), vec![(Firing::OnTime, 3)], "{key}: {panes:?}");
+            // One early pane per round, then nothing left for the on-time firing.
+            assert_eq!(of(HOUR), vec![(Firing::Early, 1); 3], "{key}: {panes:?}");
+        }
+        assert!(spec(None, None).is_live(HOUR, now) && !spec(None, None).is_live(0, now));
+    }
+
+    #[test]
+    fn the_pending_budget_fires_when_exceeded_and_emits_each_item_once() {
+        let rounds: Vec<(u64, Vec<(&'static str, u64)>)> = (0..6)
+            .map(|round| {
+                (
+                    round,
+                    vec![("a", 3 * round), ("b", 3 * round + 1), ("a", 3 * round + 2)],
+                )
+            })
+            .collect();
+        let mut sent: Vec<(String, u64)> = rounds
+            .iter()
+            .flat_map(|(_, items)| items.iter().map(|&(k, ts)| (k.to_string(), ts)))
+            .collect();
+        let out = run(spec(None, Some(4)), 0, rounds);
+        let panes = panes(&out);
+        // Held: 3 after the first round, 6 > 4 after the second (fire), 3, 6 (fire), 3, 6 (fire).
+        let early: Vec<usize> = panes
+            .iter()
+            .filter(|p| p.firing == Firing::Early)
+            .map(|p| p.items.len())
+            .collect();
+        assert_eq!(early.iter().sum::<usize>(), 18, "{panes:?}");
+        assert!(panes.iter().all(|p| p.firing != Firing::Late), "{panes:?}");
+        let mut emitted: Vec<(String, u64)> = panes
+            .iter()
+            .flat_map(|p| p.items.iter().map(|&(ts, _)| (p.key.clone(), ts)))
+            .collect();
+        emitted.sort();
+        sent.sort();
+        assert_eq!(emitted, sent);
     }
 }

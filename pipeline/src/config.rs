@@ -23,6 +23,12 @@ const fn default_lateness() -> u64 {
 const fn default_early_fire() -> u64 {
     10
 }
+/// [`WindowConfig::max_pending_items`]'s default: 1 M items, 16 MB per worker (20 MB with the
+/// buffer's growth), within the 256 MB target at 100k devices.
+pub const DEFAULT_MAX_PENDING_ITEMS: u64 = 1_000_000;
+const fn default_max_pending() -> u64 {
+    DEFAULT_MAX_PENDING_ITEMS
+}
 /// [`WindowConfig::max_future_skew_secs`]'s default, also used for 0.
 pub const DEFAULT_MAX_FUTURE_SKEW_SECS: u64 = 3600;
 const fn default_future_skew() -> u64 {
@@ -120,9 +126,16 @@ pub struct WindowConfig {
     /// (default 3600 s).
     #[serde(default = "default_lateness")]
     pub allowed_lateness_secs: u64,
-    /// Processing-time period of early firings of open hours; 0 disables (default 10 s).
+    /// Processing-time period of early firings of open hours; 0 disables (default 10 s). Only
+    /// hours that the wall clock has not passed by more than the allowed lateness fire early
+    /// (`operators::WindowSpec::is_live`), so a replay of past hours writes each hour once.
     #[serde(default = "default_early_fire")]
     pub early_fire_secs: u64,
+    /// Readings a window worker holds not yet written, over all its open hours, before it
+    /// writes them at once as an early firing; 0: no bound (default
+    /// [`DEFAULT_MAX_PENDING_ITEMS`]). A held reading takes 16 bytes.
+    #[serde(default = "default_max_pending")]
+    pub max_pending_items: u64,
     /// A reading more than this far ahead of the wall clock (`run`; in `replay`, of the
     /// recording's time: its watermark, and the wall clock) goes to the dead-letter output
     /// (kind `future`) instead of moving event time; 0 means the default (3600 s). See
@@ -132,6 +145,12 @@ pub struct WindowConfig {
 }
 
 impl WindowConfig {
+    /// The window's budget of held readings per worker: `None` (no bound) for 0.
+    pub fn max_pending(&self) -> Option<usize> {
+        (self.max_pending_items > 0)
+            .then(|| usize::try_from(self.max_pending_items).unwrap_or(usize::MAX))
+    }
+
     /// The allowed skew ahead in effect: [`WindowConfig::max_future_skew_secs`], or 3600 s
     /// when it is 0.
     pub const fn future_skew_secs(&self) -> u64 {
@@ -149,6 +168,7 @@ impl Default for WindowConfig {
             watermark_bound_secs: default_bound(),
             allowed_lateness_secs: default_lateness(),
             early_fire_secs: default_early_fire(),
+            max_pending_items: default_max_pending(),
             max_future_skew_secs: default_future_skew(),
         }
     }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use operators::{
-    event_source, BatchWriter, EventFeed, FlushPace, TumblingWindow, WindowOutput, WriteBatches,
+    event_source, BatchWriter, EventFeed, FlushPace, TumblingWindow, WindowOutput, WindowSpec,
+    WriteBatches,
 };
 use timely::dataflow::operators::vec::Map;
 use timely::dataflow::operators::{Concat, OkErr, Probe};
@@ -25,7 +26,7 @@ use crate::decode::Rejected;
 use crate::registry::RegistrySource;
 use crate::room;
 use crate::schema::NARROW_TABLE;
-use crate::source::Decoded;
+use crate::source::{Clock, Decoded};
 use crate::stats::{add, Stats};
 use crate::summary::HourAccumulator;
 use crate::table::{Mutation, TableWriter};
@@ -75,6 +76,9 @@ pub struct GraphConfig {
     pub registry: Option<RegistrySource>,
     /// The room view a previous run left in the table, which this run continues from.
     pub previous_view: room::PreviousView,
+    /// The wall clock that decides which hours get early firings (`Clock::start()`, so
+    /// `HOURGLASS_NOW` applies; tests fix it with `Clock::at`).
+    pub clock: Clock,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -182,10 +186,15 @@ pub fn build<'scope, F>(
         every: cfg.flush_every,
         min_gap: cfg.flush_min_gap,
     };
-    let spec = hourly::hourly_window(
-        cfg.window.allowed_lateness_secs,
-        (cfg.window.early_fire_secs > 0).then(|| Duration::from_secs(cfg.window.early_fire_secs)),
-    );
+    let spec = WindowSpec {
+        max_pending: cfg.window.max_pending(),
+        ..hourly::hourly_window(
+            cfg.window.allowed_lateness_secs,
+            (cfg.window.early_fire_secs > 0)
+                .then(|| Duration::from_secs(cfg.window.early_fire_secs)),
+        )
+    };
+    let clock = cfg.clock;
 
     let decoded = event_source(scope, "ReadLines", feed, 1024);
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
@@ -224,7 +233,9 @@ pub fn build<'scope, F>(
         .map(move |r| narrow::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
-        .tumbling_window::<HourAccumulator>(spec)
+        .tumbling_window::<HourAccumulator>(spec, move || {
+            u64::try_from(clock.now_secs()).unwrap_or(0)
+        })
         .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
             WindowOutput::Pane(p) => {
                 let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();

@@ -2,9 +2,10 @@
 //! wide row (`codec::hourly`): `n`, `min`, `max`, `sum`, `first`, `last`.
 //!
 //! The window keeps one [`HourAccumulator`] per device and open hour (until the watermark passes
-//! the hour's end plus the allowed lateness): a 3600-bit set of the seconds already seen and six
-//! numbers, ~500 bytes, so memory stays bounded by devices × open hours. A reading whose second
-//! was already seen is a duplicate: the first value stays, in the summary and in the wide row.
+//! the hour's end plus the allowed lateness): a 3600-bit set of the seconds already seen and the
+//! summary, 536 bytes inline plus the sum's partials (one small allocation), so memory stays
+//! bounded by devices × open hours. A reading whose second was already seen is a duplicate: the
+//! first value stays, in the summary and in the wide row.
 
 use operators::Accumulate;
 use serde::{Deserialize, Serialize};
@@ -31,24 +32,28 @@ pub struct HourSummary {
 }
 
 /// Window state behind an [`HourSummary`].
+///
+/// Inline, not boxed: the window keeps accumulators in one flat vector per hour, so a box would
+/// only add a pointer and an allocation per device-hour.
 #[derive(Debug, Clone)]
 pub struct HourAccumulator {
-    seen: Box<[u64; WORDS]>,
+    seen: [u64; WORDS],
     /// Exact sum as non-overlapping partials (Shewchuk), so the rounded sum does not depend on
     /// the order readings arrive in (workers, partitions and late data change that order).
     partials: Vec<f64>,
-    first_ts: u64,
-    last_ts: u64,
+    /// Second offsets in the hour of the first and last readings (valid once `summary.n > 0`).
+    first_offset: u16,
+    last_offset: u16,
     summary: HourSummary,
 }
 
 impl Default for HourAccumulator {
     fn default() -> Self {
         HourAccumulator {
-            seen: Box::new([0; WORDS]),
+            seen: [0; WORDS],
             partials: Vec::new(),
-            first_ts: u64::MAX,
-            last_ts: 0,
+            first_offset: 0,
+            last_offset: 0,
             summary: HourSummary::default(),
         }
     }
@@ -65,25 +70,27 @@ impl Accumulate<f64> for HourAccumulator {
         }
         self.seen[word] |= bit;
         let v = *value;
+        // `offset < 3600`.
+        let offset = offset as u16;
         let s = &mut self.summary;
         if s.n == 0 {
-            s.min = v;
-            s.max = v;
+            (s.min, s.max, s.first, s.last) = (v, v, v, v);
+            (self.first_offset, self.last_offset) = (offset, offset);
         } else {
             s.min = s.min.min(v);
             s.max = s.max.max(v);
+            if offset < self.first_offset {
+                self.first_offset = offset;
+                s.first = v;
+            }
+            if offset > self.last_offset {
+                self.last_offset = offset;
+                s.last = v;
+            }
         }
         s.n += 1;
         add_exact(&mut self.partials, v);
         s.sum = self.partials.iter().sum();
-        if ts < self.first_ts {
-            self.first_ts = ts;
-            s.first = v;
-        }
-        if ts >= self.last_ts {
-            self.last_ts = ts;
-            s.last = v;
-        }
         true
     }
 
@@ -145,6 +152,13 @@ mod tests {
         let mut p = Vec::new();
         [0.1, 0.2, 0.3].iter().for_each(|&v| add_exact(&mut p, v));
         assert_eq!(p.iter().sum::<f64>(), 0.6);
+    }
+
+    #[test]
+    fn an_accumulator_is_one_flat_block_of_536_bytes() {
+        // The figure docs/ARCHITECTURE.md gives per device-hour (besides the sum's partials and
+        // the window's key entry): the seen-set inline, first and last as 16-bit offsets.
+        assert_eq!(std::mem::size_of::<HourAccumulator>(), 536);
     }
 
     #[test]

@@ -238,6 +238,7 @@ impl Job {
             flush_min_gap: source.flush_min_gap(),
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
+            clock: pipeline::source::Clock::start(),
         };
         let workers = source.workers();
         let watch = source.watch()?;

@@ -31,12 +31,14 @@ pub fn hour_start(ts: i64) -> i64 {
 
 /// The window that fills the wide rows: hourly, accepting readings `allowed_lateness` seconds
 /// after the hour's end. Its [`WindowSpec::is_final`] is also the rule by which a Kafka restart
-/// knows which hours the previous run closed.
+/// knows which hours the previous run closed. It holds any number of items
+/// ([`WindowSpec::max_pending`] is `None`); the job sets its budget from the configuration.
 pub fn hourly_window(allowed_lateness: u64, early_fire: Option<Duration>) -> WindowSpec {
     WindowSpec {
         width: HOUR_SECS as u64,
         allowed_lateness,
         early_fire,
+        max_pending: None,
     }
 }
 

@@ -20,6 +20,15 @@ impl Clock {
         }
     }
 
+    /// Starts from `secs` (epoch seconds) whatever the real time: the clock of tests that run a
+    /// job in-process on recorded hours.
+    pub fn at(secs: i64) -> Self {
+        Clock {
+            base_ms: secs.saturating_mul(1000),
+            start: Instant::now(),
+        }
+    }
+
     /// Now, epoch seconds.
     pub fn now_secs(&self) -> i64 {
         let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);

@@ -92,7 +92,7 @@ impl Drop for Job {
     }
 }
 
-fn start(writer: WriterFactory, scratch: &Path) -> Job {
+fn start(h: i64, writer: WriterFactory, scratch: &Path) -> Job {
     let (tx, rx) = channel();
     let rx = Mutex::new(Some(rx));
     let cfg = GraphConfig {
@@ -107,6 +107,8 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
         flush_min_gap: Duration::ZERO,
         registry: None,
         previous_view: Default::default(),
+        // The wall clock in the hour, so that it fires early as for a live dashboard.
+        clock: pipeline::source::Clock::at(h + 1800),
     };
     let side = Arc::new(DeadLetters::new(
         scratch.join("dead.jsonl"),
@@ -174,7 +176,7 @@ pub fn open_hour_follows_the_narrow_table(
     scratch: &Path,
 ) {
     assert_eq!(h % 3600, 0, "{h} is not the start of an hour");
-    let job = start(writer, scratch);
+    let job = start(h, writer, scratch);
     let wait = Duration::from_secs(30);
 
     // Wide points of the hour that the watermark has passed vs the narrow table's.
