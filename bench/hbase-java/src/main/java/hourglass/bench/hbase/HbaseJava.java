@@ -38,7 +38,8 @@ import org.apache.hadoop.hbase.client.Table;
  *
  * <pre>
  *   HbaseJava write FILE.jsonl   replay a recording into ts_metric, ts_metric_hourly, ts_room_latest
- *   HbaseJava digest             SHA-256 over every visible cell of the three tables
+ *   HbaseJava digest [FROM_MS TO_MS]  SHA-256 over every visible cell of the three tables
+ *                                     (with cell timestamps in [FROM_MS, TO_MS) if given)
  *   HbaseJava truncate           empty the three tables, keeping their region splits
  * </pre>
  *
@@ -63,8 +64,9 @@ public final class HbaseJava {
     private HbaseJava() {}
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 1 || (args[0].equals("write") && args.length != 2)) {
-            System.err.println("usage: HbaseJava write RECORDING.jsonl | digest | truncate "
+        if (args.length < 1 || (args[0].equals("write") && args.length != 2)
+                || (args[0].equals("digest") && args.length != 1 && args.length != 3)) {
+            System.err.println("usage: HbaseJava write RECORDING.jsonl | digest [FROM_MS TO_MS] | truncate "
                     + "(-Dzk=HOST:PORT of HBase's ZooKeeper, default 127.0.0.1:2181; "
                     + "-Dbuffer.mb=N write buffer, default 8)");
             System.exit(2);
@@ -72,7 +74,8 @@ public final class HbaseJava {
         try (Connection conn = ConnectionFactory.createConnection(config())) {
             switch (args[0]) {
                 case "write" -> write(conn, args[1]);
-                case "digest" -> digest(conn);
+                case "digest" -> digest(conn, args.length == 3 ? Long.parseLong(args[1]) : 0,
+                        args.length == 3 ? Long.parseLong(args[2]) : Long.MAX_VALUE);
                 case "truncate" -> truncate(conn);
                 default -> {
                     System.err.println("unknown mode " + args[0] + ": use write, digest or truncate");
@@ -312,16 +315,18 @@ public final class HbaseJava {
 
     /**
      * Prints, per table and for all three, the SHA-256 over every visible cell in scan order:
-     * row, family, qualifier, timestamp and value, each length-prefixed.
+     * row, family, qualifier, timestamp and value, each length-prefixed. Only cells stamped in
+     * [fromMs, toMs): on a shared HBase, what another run writes at other times stays out.
      */
-    private static void digest(Connection conn) throws IOException, NoSuchAlgorithmException {
+    private static void digest(Connection conn, long fromMs, long toMs)
+            throws IOException, NoSuchAlgorithmException {
         MessageDigest all = MessageDigest.getInstance("SHA-256");
         StringBuilder out = new StringBuilder("{");
         for (String name : Rows.TABLES) {
             MessageDigest table = MessageDigest.getInstance("SHA-256");
             long rows = 0;
             long cells = 0;
-            Scan scan = new Scan().setCaching(2000).setCacheBlocks(false);
+            Scan scan = new Scan().setCaching(2000).setCacheBlocks(false).setTimeRange(fromMs, toMs);
             try (Table t = conn.getTable(TableName.valueOf(name));
                     ResultScanner scanner = t.getScanner(scan)) {
                 for (Result result : scanner) {
