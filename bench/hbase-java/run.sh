@@ -143,7 +143,7 @@ run_one() {
       load_before: $load_before, load_after: $load_after,
       counts: {read, ok, rejected, late_dropped, narrow_rows},
       digest: (if $digest then $digest.all else null end),
-      tables: (if $digest then ($digest | del(.all) | map_values({rows, cells})) else null end)}' \
+      tables: (if $digest then ($digest | del(.all) | map_values({rows, cells, sha256: .sha256[0:16]})) else null end)}' \
     "$counters" | tee -a "$work/results.jsonl"
 }
 
@@ -190,7 +190,8 @@ for size in $SIZES; do
     if [[ $(wc -l <<<"$digests") == 1 ]]; then
       echo "  tables byte-identical after every run: $(jq -c --arg s "$size" 'select(.size == $s) | .tables' "$work/results.jsonl" | head -1), digest ${digests:0:16}"
     else
-      echo "  TABLES DIFFER between runs: a bug in one writer (see the per-run digests above)"
+      echo "  TABLES DIFFER between runs: a bug in one writer, or another writer on the same HBase meanwhile"
+      jq -r --arg s "$size" 'select(.size == $s) | "    \(.system) round \(.round): \(.tables | tostring)"' "$work/results.jsonl"
       status=1
     fi
   fi
