@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink fuzz soak
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink bench-hbase-java fuzz soak
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -50,6 +50,13 @@ bench-hbase:
 ## readings/s, CPU seconds, their ratios, the load seen, and both systems' counts.
 bench-flink:
 	bench/flink/run.sh
+
+## hourglass replay --hbase vs the Java HBase client (bench/hbase-java) writing the same rows,
+## interleaved, tables truncated between runs: readings/s, writer / HBase / Thrift CPU seconds,
+## their ratios, and a digest showing both leave the same tables. Empties the hourglass tables.
+bench-hbase-java:
+	scripts/services.sh up hbase
+	bench/hbase-java/run.sh
 
 # Seconds per fuzz target, and the address-space cap (KiB) under which a huge allocation is an
 # abort naming its size rather than the machine running out of memory.
