@@ -70,6 +70,9 @@ pub struct GraphConfig {
     pub registry: Option<RegistrySource>,
     /// The room view a previous run left in the table, which this run continues from.
     pub previous_view: room::PreviousView,
+    /// A device's row in the room view is written at most once per this interval (see
+    /// [`room::room_view`]).
+    pub room_write_interval: Duration,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -209,6 +212,7 @@ pub fn build<'scope, F>(
         },
         readings_probe,
         &cfg.previous_view,
+        cfg.room_write_interval,
     );
     let narrow = readings
         .clone()

@@ -230,6 +230,7 @@ impl Job {
             flush_every: source.flush_every(),
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
+            room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
         };
         let workers = source.workers();
         let watch = source.watch()?;

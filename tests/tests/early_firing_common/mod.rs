@@ -106,6 +106,7 @@ fn start(writer: WriterFactory, scratch: &Path) -> Job {
         flush_every: Duration::from_millis(200),
         registry: None,
         previous_view: Default::default(),
+        room_write_interval: Duration::from_secs(10),
     };
     let side = Arc::new(DeadLetters::new(
         scratch.join("dead.jsonl"),
