@@ -19,8 +19,8 @@ pub trait NewestPerKey<'scope, K, E, V> {
     ///
     /// Each key is emitted at most once per `interval` (processing time): an item of a key not
     /// emitted within the last `interval` goes out at once; one arriving sooner waits until the
-    /// key's interval since its last emission ends, and is then emitted if it is still the key's
-    /// newest; whatever waits is emitted when the input ends. `Duration::ZERO` emits at every
+    /// key's interval since its last emission ends, replaced by any newer item meanwhile;
+    /// whatever waits is emitted when the input ends. `Duration::ZERO` emits at every
     /// activation. A fast replay sends many items of a key per second, and an upsert needs only
     /// the last; a key seen once in a while is still passed on without delay.
     ///
