@@ -1,6 +1,6 @@
 //! Passes on, per key, only items newer by event time than the key's newest so far.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -17,17 +17,20 @@ pub trait NewestPerKey<'scope, K, E, V> {
     /// the same event time cannot change the key's newest, so it goes no further (out-of-order
     /// input never moves a key backwards).
     ///
-    /// Of the items that pass, only the newest per key within each `coalesce` period (processing
-    /// time) is emitted, when the period ends or the input ends; `Duration::ZERO` emits at every
+    /// Each key is emitted at most once per `interval` (processing time): an item of a key not
+    /// emitted within the last `interval` goes out at once; one arriving sooner waits until the
+    /// key's interval since its last emission ends, replaced by any newer item meanwhile;
+    /// whatever waits is emitted when the input ends. `Duration::ZERO` emits at every
     /// activation. A fast replay sends many items of a key per second, and an upsert needs only
-    /// the last.
+    /// the last; a key seen once in a while is still passed on without delay.
     ///
     /// Each output is `(key, event time, value, time)`, `time` being the timely time at which the
     /// item replaces the key's previous one: the item's arrival time, but never before that of
     /// the key's previous output, since items from different workers arrive with unrelated
     /// watermarks. Applied in `time` order, the outputs keep each key's newest item, which is what
-    /// differential's `arrange_from_upsert` needs. The output frontier is the input frontier,
-    /// held back while an item waits for its period to end.
+    /// differential's `arrange_from_upsert` needs. The output frontier is held at the arrival
+    /// time of the oldest waiting item, so nothing downstream (a durable probe) passes an item
+    /// before it is emitted: at most `interval` later.
     ///
     /// # Examples
     /// ```
@@ -45,13 +48,16 @@ pub trait NewestPerKey<'scope, K, E, V> {
     ///         .newest_per_key(Duration::from_secs(60))
     ///         .capture()
     /// });
-    /// // Within one period only the newest per key is emitted, when the input ends.
+    /// // All arrive before the first activation: the first of each key goes out at once, and
+    /// // "a"'s newest, which came within its interval, when the input ends.
+    /// let mut out: Vec<_> = captured.extract().into_iter().flat_map(|(_, b)| b).collect();
+    /// out.sort();
     /// assert_eq!(
-    ///     captured.extract(),
-    ///     vec![(0, vec![("a".to_string(), 9, 'w', 0), ("b".to_string(), 4, 'z', 0)])]
+    ///     out,
+    ///     vec![("a".to_string(), 9, 'w', 0), ("b".to_string(), 4, 'z', 0)]
     /// );
     /// ```
-    fn newest_per_key(self, coalesce: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)>;
+    fn newest_per_key(self, interval: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)>;
 }
 
 impl<'scope, K, E, V> NewestPerKey<'scope, K, E, V> for StreamVec<'scope, u64, (K, E, V)>
@@ -60,16 +66,25 @@ where
     E: ExchangeData + Clone + Ord,
     V: ExchangeData,
 {
-    fn newest_per_key(self, coalesce: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)> {
+    fn newest_per_key(self, interval: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)> {
         let scope = self.scope();
         let pact = Exchange::new(|item: &(K, E, V)| crate::key_hash(&item.0));
         self.unary_frontier(pact, "NewestPerKey", move |_cap, info| {
             let activator = scope.activator_for(info.address);
             // Per key: the newest event time passed on, and the timely time it was given.
             let mut newest: HashMap<K, (E, u64)> = HashMap::new();
-            let mut pending: HashMap<K, (E, V, u64)> = HashMap::new();
+            // Per key: the item waiting to be emitted, its timely time and its arrival time.
+            let mut pending: HashMap<K, (E, V, u64, u64)> = HashMap::new();
+            // The arrival times of the waiting items, counted: the least is the time held.
+            let mut waiting: BTreeMap<u64, usize> = BTreeMap::new();
+            // Keys emitted within the last interval, with the instant their interval ends;
+            // `periods` holds the same ends in order (one interval for all, so ends come in
+            // emission order).
+            let mut cooling: HashMap<K, Instant> = HashMap::new();
+            let mut periods: VecDeque<(Instant, K)> = VecDeque::new();
+            // Keys whose waiting item may be emitted now.
+            let mut ready: Vec<K> = Vec::new();
             let mut held = CapabilitySet::new();
-            let mut last_emit = Instant::now();
             move |(input, frontier), output| {
                 input.for_each(|cap, data| {
                     let Some(&arrived) = cap.least() else { return };
@@ -81,31 +96,82 @@ where
                         };
                         let time = previous.map_or(arrived, |t| t.max(arrived));
                         newest.insert(key.clone(), (ts.clone(), time));
-                        pending.insert(key, (ts, value, time));
+                        *waiting.entry(arrived).or_default() += 1;
+                        match pending.insert(key.clone(), (ts, value, time, arrived)) {
+                            Some((.., replaced)) => release(&mut waiting, replaced),
+                            None if !cooling.contains_key(&key) => ready.push(key),
+                            None => {}
+                        }
                     }
                     if let Some(c) = cap.retain_least(0) {
                         held.insert(c);
                     }
                 });
+                let now = Instant::now();
+                while let Some((end, _)) = periods.front() {
+                    if *end > now {
+                        break;
+                    }
+                    let Some((end, key)) = periods.pop_front() else {
+                        break;
+                    };
+                    if cooling.get(&key) == Some(&end) {
+                        cooling.remove(&key);
+                        if pending.contains_key(&key) {
+                            ready.push(key);
+                        }
+                    }
+                }
                 let frontier = frontier.frontier();
-                let due = frontier.is_empty() || last_emit.elapsed() >= coalesce;
-                if !pending.is_empty() && due {
+                if frontier.is_empty() {
+                    ready.clear();
+                    ready.extend(pending.keys().cloned());
+                }
+                if !ready.is_empty() {
                     if let Some(cap) = crate::least(&held) {
                         let mut session = output.session(cap);
-                        for (key, (ts, value, time)) in pending.drain() {
+                        for key in ready.drain(..) {
+                            let Some((ts, value, time, arrived)) = pending.remove(&key) else {
+                                continue;
+                            };
+                            release(&mut waiting, arrived);
+                            if !interval.is_zero() {
+                                let end = now + interval;
+                                cooling.insert(key.clone(), end);
+                                periods.push_back((end, key.clone()));
+                            }
                             session.give((key, ts, value, time));
                         }
                     }
-                    last_emit = Instant::now();
                 }
-                if pending.is_empty() {
-                    crate::downgrade_to_frontier(&mut held, &frontier);
-                } else {
-                    activator.activate_after(coalesce);
+                match waiting.keys().next() {
+                    None => crate::downgrade_to_frontier(&mut held, &frontier),
+                    Some(&oldest) => {
+                        if least(&held).is_some_and(|held| oldest > held) {
+                            held.downgrade([oldest]);
+                        }
+                        if let Some((end, _)) = periods.front() {
+                            activator.activate_after(end.saturating_duration_since(now));
+                        }
+                    }
                 }
             }
         })
     }
+}
+
+/// Forgets one waiting item that arrived at `arrived`.
+fn release(waiting: &mut BTreeMap<u64, usize>, arrived: u64) {
+    if let Some(n) = waiting.get_mut(&arrived) {
+        *n -= 1;
+        if *n == 0 {
+            waiting.remove(&arrived);
+        }
+    }
+}
+
+fn least(held: &CapabilitySet<u64>) -> Option<u64> {
+    crate::least(held).map(|c| *c.time())
 }
 
 #[cfg(test)]
@@ -224,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn within_a_period_only_the_last_newer_item_is_emitted_when_the_input_ends() {
+    fn within_an_interval_only_the_newest_item_is_emitted_when_the_input_ends() {
         let out = run(
             Duration::from_secs(3600),
             vec![
@@ -234,7 +300,59 @@ mod tests {
                 (3, "a", 13, 4),
             ],
         );
-        // Emitted at the least time held (the first arrival), stamped with its own arrival.
-        assert_eq!(out, vec![(0, vec![("a".into(), 13, 4, 3)])]);
+        // The first at once, then one more for the rest of the interval: the newest, stamped
+        // with its own arrival.
+        let emitted: Vec<_> = out.into_iter().flat_map(|(_, batch)| batch).collect();
+        assert_eq!(
+            emitted,
+            vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 13, 4, 3)]
+        );
+    }
+
+    #[test]
+    fn a_waiting_item_holds_the_frontier_until_its_keys_interval_ends() {
+        let interval = Duration::from_millis(300);
+        let (first, while_waiting, after) = timely::execute_directly(move |worker| {
+            let mut input = InputHandle::new();
+            let (probe, captured) = worker.dataflow(|scope| {
+                let (probe, out) = scope
+                    .input_from(&mut input)
+                    .newest_per_key(interval)
+                    .probe();
+                (probe, out.capture())
+            });
+            let emitted = |captured: &std::sync::mpsc::Receiver<_>| {
+                let mut items = Vec::new();
+                while let Ok(timely::dataflow::operators::capture::Event::Messages(_, batch)) =
+                    captured.try_recv()
+                {
+                    items.extend::<Vec<Out>>(batch);
+                }
+                items
+            };
+            input.send(("a".to_string(), 10i64, 1u32));
+            input.advance_to(1);
+            worker.step_while(|| probe.less_than(&1));
+            let first = emitted(&captured);
+            input.send(("a".to_string(), 11, 2));
+            input.advance_to(5);
+            // Single-threaded, so a few steps surely deliver the item; it waits for "a"'s
+            // interval and holds the output at its arrival time.
+            for _ in 0..10 {
+                worker.step();
+            }
+            let while_waiting = (emitted(&captured), probe.less_than(&2));
+            // The interval ends while the input is still open.
+            worker.step_while(|| probe.less_than(&5));
+            let after = emitted(&captured);
+            (first, while_waiting, after)
+        });
+        assert_eq!(
+            first,
+            vec![("a".to_string(), 10, 1, 0)],
+            "the first at once"
+        );
+        assert_eq!(while_waiting, (vec![], true));
+        assert_eq!(after, vec![("a".to_string(), 11, 2, 1)]);
     }
 }

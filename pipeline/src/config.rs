@@ -46,6 +46,9 @@ const fn default_idle_partition_timeout() -> u64 {
 const fn default_commit_interval() -> u64 {
     1000
 }
+const fn default_room_write_interval() -> u64 {
+    10
+}
 fn default_brokers() -> String {
     "127.0.0.1:9092".to_string()
 }
@@ -91,6 +94,11 @@ pub struct JobConfig {
     /// none). Exclusive with `registry`.
     #[serde(default)]
     pub registry_topic: Option<String>,
+    /// A device's row in the room view is written at most once per this many seconds of
+    /// processing time: a reading after a quiet interval at once, the newest of a burst when
+    /// the device's interval ends or the input ends; 0 writes every change (default 10).
+    #[serde(default = "default_room_write_interval")]
+    pub room_write_interval_secs: u64,
     /// `host:port` where `hourglass run` serves its own `/metrics` (Prometheus text) and
     /// `/healthz`, e.g. `127.0.0.1:9464`; `--metrics-listen` overrides it (default: none, no
     /// server).
@@ -110,6 +118,7 @@ impl Default for JobConfig {
             status_interval_secs: default_status_interval(),
             registry: None,
             registry_topic: None,
+            room_write_interval_secs: default_room_write_interval(),
             metrics_listen: None,
         }
     }

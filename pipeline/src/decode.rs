@@ -117,13 +117,32 @@ pub struct Rejected {
 /// # Errors
 /// A [`Rejected`] holding `line`, the reason and the raw bytes. Never panics.
 pub fn decode_line(line: u64, raw: &[u8], metric: &str) -> Result<Reading, Box<Rejected>> {
-    decode(raw, metric).map_err(|reason| {
-        Box::new(Rejected {
-            line,
-            partition: None,
-            reason,
-            raw: raw.to_vec(),
-        })
+    decode(raw, metric).map_err(|reason| rejected(line, raw, reason))
+}
+
+/// The reference decoder: what [`decode_line`] answers, computed the slow and obviously right
+/// way (a `serde_json::Value` of the whole line, the other fields re-serialised).
+///
+/// [`decode_line`] reads ordinary lines with a borrowed tokenizer and hands every other line
+/// to this; it must agree with it byte for byte on every input (tested by a differential
+/// property test and by the decoder fuzz target).
+///
+/// # Errors
+/// As [`decode_line`].
+pub fn decode_line_reference(
+    line: u64,
+    raw: &[u8],
+    metric: &str,
+) -> Result<Reading, Box<Rejected>> {
+    decode_reference(raw, metric).map_err(|reason| rejected(line, raw, reason))
+}
+
+fn rejected(line: u64, raw: &[u8], reason: Reason) -> Box<Rejected> {
+    Box::new(Rejected {
+        line,
+        partition: None,
+        reason,
+        raw: raw.to_vec(),
     })
 }
 
@@ -139,6 +158,21 @@ fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
         return Err(Reason::TooLong(raw.len()));
     }
     let text = std::str::from_utf8(raw).map_err(|_| Reason::NotUtf8)?;
+    match fast::decode(text, metric) {
+        Some(reading) => Ok(reading),
+        None => decode_text(text, metric),
+    }
+}
+
+fn decode_reference(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
+    if raw.len() > MAX_LINE_BYTES {
+        return Err(Reason::TooLong(raw.len()));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| Reason::NotUtf8)?;
+    decode_text(text, metric)
+}
+
+fn decode_text(text: &str, metric: &str) -> Result<Reading, Reason> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| Reason::InvalidJson(e.to_string()))?;
     let Value::Object(mut fields) = value else {
@@ -254,6 +288,268 @@ fn kind(v: &Value) -> &'static str {
 fn compact_json(fields: &Map<String, Value>) -> String {
     // Serializing a map of JSON values cannot fail.
     serde_json::to_string(fields).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// The fast path of [`decode_line`]: a borrowed tokenizer for the lines sensors actually send
+/// (one flat object of strings without escapes, plain numbers and literals, no repeated key).
+///
+/// It answers only where it is sure to agree with the reference decoder byte for byte, and
+/// says `None` for everything else, including every line the reference rejects: rejections
+/// keep one source of truth and bad input is rare.
+mod fast {
+    use serde::Serializer as _;
+
+    use super::MAX_TS;
+    use crate::reading::Reading;
+    use crate::registry::validate_room;
+    use crate::rowkey::validate_device;
+
+    /// More fields than this go to the reference decoder (sensor lines carry about ten).
+    const MAX_FIELDS: usize = 24;
+    /// Longer numbers go to the reference decoder: the fast path parses only ordinary ones.
+    const MAX_NUMBER_BYTES: usize = 32;
+    /// Integers with more digits may not fit an `i64`, where serde_json's `Number` changes kind.
+    const MAX_INT_DIGITS: usize = 18;
+
+    /// A field's value. Strings hold their text between the quotes, which needs no unescaping;
+    /// integers keep their text, already what serde_json prints for them.
+    #[derive(Debug, Clone, Copy)]
+    enum Scalar<'a> {
+        Str(&'a str),
+        Int(&'a str, i64),
+        Float(f64),
+        Bool(bool),
+        Null,
+    }
+
+    struct Tokens<'a> {
+        text: &'a str,
+        at: usize,
+    }
+
+    impl<'a> Tokens<'a> {
+        fn peek(&self) -> Option<u8> {
+            self.text.as_bytes().get(self.at).copied()
+        }
+
+        fn skip_whitespace(&mut self) {
+            // JSON's whitespace, exactly: serde_json accepts no other.
+            while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+                self.at += 1;
+            }
+        }
+
+        fn eat(&mut self, byte: u8) -> Option<()> {
+            (self.peek()? == byte).then(|| self.at += 1)
+        }
+
+        /// A string without escapes or control characters (serde_json rejects the latter and
+        /// prints the former differently), as the text between its quotes.
+        fn string(&mut self) -> Option<&'a str> {
+            self.eat(b'"')?;
+            let start = self.at;
+            let bytes = self.text.as_bytes();
+            loop {
+                match *bytes.get(self.at)? {
+                    b'"' => break,
+                    b'\\' | 0..=0x1f => return None,
+                    _ => self.at += 1,
+                }
+            }
+            let s = self.text.get(start..self.at)?;
+            self.at += 1;
+            Some(s)
+        }
+
+        fn digits(&mut self) -> usize {
+            let start = self.at;
+            while let Some(b'0'..=b'9') = self.peek() {
+                self.at += 1;
+            }
+            self.at - start
+        }
+
+        /// `-?(0|[1-9][0-9]*)(.[0-9]+)?`: no exponent, no leading zero, not `-0`.
+        fn number(&mut self) -> Option<Scalar<'a>> {
+            let start = self.at;
+            let negative = self.eat(b'-').is_some();
+            let first = self.peek()?;
+            let int_digits = self.digits();
+            if int_digits == 0 || (first == b'0' && int_digits > 1) {
+                return None;
+            }
+            let fraction = self.eat(b'.').is_some();
+            if fraction && self.digits() == 0 {
+                return None;
+            }
+            if matches!(self.peek(), Some(b'e' | b'E')) || self.at - start > MAX_NUMBER_BYTES {
+                return None;
+            }
+            let text = self.text.get(start..self.at)?;
+            if fraction {
+                let v: f64 = text.parse().ok()?;
+                v.is_finite().then_some(Scalar::Float(v))
+            } else {
+                // serde_json reads `-0` as the float -0.0.
+                if int_digits > MAX_INT_DIGITS || (negative && first == b'0') {
+                    return None;
+                }
+                Some(Scalar::Int(text, text.parse().ok()?))
+            }
+        }
+
+        fn literal(&mut self, word: &str, value: Scalar<'a>) -> Option<Scalar<'a>> {
+            let rest = self.text.get(self.at..)?;
+            rest.starts_with(word).then(|| {
+                self.at += word.len();
+                value
+            })
+        }
+
+        fn scalar(&mut self) -> Option<Scalar<'a>> {
+            match self.peek()? {
+                b'"' => self.string().map(Scalar::Str),
+                b'-' | b'0'..=b'9' => self.number(),
+                b't' => self.literal("true", Scalar::Bool(true)),
+                b'f' => self.literal("false", Scalar::Bool(false)),
+                b'n' => self.literal("null", Scalar::Null),
+                // Arrays and objects: the reference decoder.
+                _ => None,
+            }
+        }
+    }
+
+    /// Byte order, as `str::cmp`, but inline: keys are a few bytes long, where a call to
+    /// `memcmp` per comparison costs more than the comparison.
+    fn key_order(a: &str, b: &str) -> std::cmp::Ordering {
+        for (x, y) in a.bytes().zip(b.bytes()) {
+            if x != y {
+                return x.cmp(&y);
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+
+    /// The reading of `text`, or `None` if the reference decoder must decide.
+    pub(super) fn decode(text: &str, metric: &str) -> Option<Reading> {
+        // The reference takes these fields out one after another: a metric named like one of
+        // them is too unusual to reproduce here.
+        if matches!(metric, "device" | "ts" | "room") {
+            return None;
+        }
+        let mut fields = [("", Scalar::Null); MAX_FIELDS];
+        let mut len = 0;
+        let mut tokens = Tokens { text, at: 0 };
+        tokens.skip_whitespace();
+        tokens.eat(b'{')?;
+        tokens.skip_whitespace();
+        if tokens.eat(b'}').is_none() {
+            loop {
+                tokens.skip_whitespace();
+                let key = tokens.string()?;
+                tokens.skip_whitespace();
+                tokens.eat(b':')?;
+                tokens.skip_whitespace();
+                let value = tokens.scalar()?;
+                *fields.get_mut(len)? = (key, value);
+                len += 1;
+                tokens.skip_whitespace();
+                match tokens.peek()? {
+                    b',' => tokens.at += 1,
+                    b'}' => {
+                        tokens.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        tokens.skip_whitespace();
+        if tokens.at != text.len() {
+            return None;
+        }
+        let fields = &mut fields[..len];
+        // serde_json's map is a BTreeMap: keys in byte order, a repeated key keeps its last
+        // value. Repeats go to the reference, so the sort need not be stable.
+        fields.sort_unstable_by(|a, b| key_order(a.0, b.0));
+        if fields.windows(2).any(|w| key_order(w[0].0, w[1].0).is_eq()) {
+            return None;
+        }
+        let get = |key: &str| {
+            fields
+                .iter()
+                .find(|f| key_order(f.0, key).is_eq())
+                .map(|f| f.1)
+        };
+
+        let Scalar::Str(device) = get("device")? else {
+            return None;
+        };
+        validate_device(device).ok()?;
+        let ts = match get("ts")? {
+            Scalar::Int(_, ts) => ts,
+            Scalar::Str(s) => chrono::DateTime::parse_from_rfc3339(s).ok()?.timestamp(),
+            _ => return None,
+        };
+        if !(0..=MAX_TS).contains(&ts) {
+            return None;
+        }
+        let value = match get(metric)? {
+            // At most 18 digits: exact as a double, as serde_json's `as_f64` gives it.
+            Scalar::Int(_, v) => v as f64,
+            Scalar::Float(v) => v,
+            _ => return None,
+        };
+        let room = match get("room") {
+            None | Some(Scalar::Null) => None,
+            Some(Scalar::Str(room)) => {
+                validate_room(room).ok()?;
+                Some(room.to_string())
+            }
+            Some(_) => return None,
+        };
+
+        let mut extra = Vec::with_capacity(text.len());
+        extra.push(b'{');
+        for (key, value) in fields.iter() {
+            if [&"device", &"ts", &metric]
+                .iter()
+                .any(|k| key_order(key, k).is_eq())
+            {
+                continue;
+            }
+            if extra.len() > 1 {
+                extra.push(b',');
+            }
+            extra.push(b'"');
+            extra.extend_from_slice(key.as_bytes());
+            extra.extend_from_slice(b"\":");
+            match value {
+                Scalar::Str(s) => {
+                    extra.push(b'"');
+                    extra.extend_from_slice(s.as_bytes());
+                    extra.push(b'"');
+                }
+                Scalar::Int(text, _) => extra.extend_from_slice(text.as_bytes()),
+                // serde_json's own float formatting (`45.0`, `3.7`, `1e16`), not the input's
+                // text (`45.0`, `3.70`, `10000000000000000.0`).
+                Scalar::Float(v) => serde_json::Serializer::new(&mut extra)
+                    .serialize_f64(*v)
+                    .ok()?,
+                Scalar::Bool(true) => extra.extend_from_slice(b"true"),
+                Scalar::Bool(false) => extra.extend_from_slice(b"false"),
+                Scalar::Null => extra.extend_from_slice(b"null"),
+            }
+        }
+        extra.push(b'}');
+        Some(Reading {
+            device: device.to_string(),
+            ts,
+            value,
+            extra: String::from_utf8(extra).ok()?,
+            room,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -418,6 +714,289 @@ mod tests {
             let r = decode_line(1, line.as_bytes(), "temp").expect("accepted");
             assert_eq!(r.value, text.parse::<f64>().unwrap(), "{text}");
         }
+    }
+
+    #[test]
+    fn the_fast_path_reads_ordinary_lines_as_the_reference_does() {
+        let lines = [
+            GOOD,
+            r#"{"device":"d","ts":1,"temp":-3,"humidity":45.0,"battery":3.70,"big":10000000000000000.0}"#,
+            " {\"ts\" : \"2024-08-19T21:20:00.750Z\",\t\"temp\":-0.0 ,\"device\":\"d\"}\n",
+        ];
+        for line in lines {
+            let fast = fast::decode(line, "temp").unwrap_or_else(|| panic!("{line} not fast"));
+            let reference = decode_line_reference(1, line.as_bytes(), "temp").expect("accepted");
+            assert_same(&Ok(fast), &Ok(reference));
+        }
+        let r = fast::decode(lines[1], "temp").expect("fast");
+        assert_eq!(
+            r.extra, r#"{"battery":3.7,"big":1e+16,"humidity":45.0}"#,
+            "serde_json's float text, not the input's"
+        );
+    }
+
+    #[test]
+    fn the_fast_path_leaves_unusual_lines_to_the_reference() {
+        for line in [
+            r#"{"device":"d","ts":1,"temp":2,"fw":"a\"b"}"#,
+            r#"{"device":"d","ts":1,"temp":2,"temp":3}"#,
+            r#"{"device":"d","ts":1,"temp":2e1}"#,
+            r#"{"device":"d","ts":1,"temp":-0}"#,
+            r#"{"device":"d","ts":1,"temp":2,"x":[1]}"#,
+            r#"{"device":"d","ts":1,"temp":1234567890123456789}"#,
+            r#"{"device":"d","ts":1,"temp":2,"room":7}"#,
+            r#"{"device":"d","ts":1.0,"temp":2}"#,
+            r#"{"device":"d","ts":1,"temp":2"#,
+            r#"{"device":"d","ts":1,"temp":02}"#,
+        ] {
+            assert!(fast::decode(line, "temp").is_none(), "{line}");
+            assert_same(
+                &decode_line(1, line.as_bytes(), "temp"),
+                &decode_line_reference(1, line.as_bytes(), "temp"),
+            );
+        }
+    }
+
+    /// Equal readings (the value compared bit for bit) or equal rejections.
+    fn assert_same(a: &Result<Reading, Box<Rejected>>, b: &Result<Reading, Box<Rejected>>) {
+        assert!(same(a, b), "{a:?} != {b:?}");
+    }
+
+    fn same(a: &Result<Reading, Box<Rejected>>, b: &Result<Reading, Box<Rejected>>) -> bool {
+        match (a, b) {
+            (Ok(a), Ok(b)) => a == b && a.value.to_bits() == b.value.to_bits(),
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    mod differential {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                6 => prop::sample::select(vec![
+                    "device", "ts", "temp", "room", "humidity", "battery", "rssi", "fw", "seq",
+                ])
+                .prop_map(String::from),
+                1 => prop::sample::select(vec!["", "a", "Z", "é", "a\\nb", "a\\u0062", "\\\""])
+                    .prop_map(String::from),
+                1 => "[a-z\u{e9}\u{2028}]{1,3}",
+            ]
+        }
+
+        fn number() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                (-1000i64..100_000).prop_map(|n| n.to_string()),
+                any::<u64>().prop_map(|n| n.to_string()),
+                (-1e4f64..1e4).prop_map(|v| format!("{v:.1}")),
+                (-1e4f64..1e4).prop_map(|v| format!("{v:.2}")),
+                any::<f64>().prop_map(|v| format!("{v}")),
+                any::<f64>().prop_map(|v| format!("{v:e}")),
+                any::<f64>().prop_map(|v| format!("{v:?}")),
+                (0u32..40, 0u32..25).prop_map(|(i, f)| format!(
+                    "{}.{}",
+                    "9".repeat(i as usize + 1),
+                    "0".repeat(f as usize) + "1"
+                )),
+                prop::sample::select(vec![
+                    "0",
+                    "-0",
+                    "0.0",
+                    "-0.0",
+                    "01",
+                    "1.",
+                    ".5",
+                    "-",
+                    "1e5",
+                    "1E+5",
+                    "2.5e-3",
+                    "1724102400",
+                    "1724102400000",
+                    "9999999999",
+                    "10000000000",
+                    "-5",
+                    "1.5",
+                    "18446744073709551615",
+                    "18446744073709551616",
+                    "-9223372036854775808",
+                    "123456789012345678",
+                    "1234567890123456789",
+                    "1e999",
+                    "0.1",
+                    "1e-320",
+                    "10000000000000000.0",
+                    "0.000001",
+                    "3.70",
+                    "45.0",
+                ])
+                .prop_map(String::from),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => number(),
+                2 => prop::sample::select(vec![
+                    "\"dev00786\"", "\"d\"", "\"a_b\"", "\"\"", "\"room031\"", "\"room-7.b\"",
+                    "\"2024-08-19T21:20:00.750Z\"", "\"2024-08-19T21:20:00+02:00\"",
+                    "\"yesterday\"", "\"2.4.1\"", "\"x\\\"y\"", "\"\\u00e9\"", "\"é\u{2028}\"",
+                    "\"\x7f\"", "\"tab\there\"", "true", "false", "null", "[1,2]", "{\"a\":1}",
+                    "[]", "{}", "nul", "truex",
+                ])
+                .prop_map(String::from),
+                1 => "\"[a-zA-Z0-9._:-]{0,70}\"",
+            ]
+        }
+
+        fn whitespace() -> impl Strategy<Value = &'static str> {
+            prop_oneof![
+                8 => Just(""),
+                1 => prop::sample::select(vec![" ", "\t", "\n", "\r\n ", "\u{a0}", "\x0b"]),
+            ]
+        }
+
+        /// A line shaped like a sensor's, with random keys, values, order and whitespace.
+        fn line() -> impl Strategy<Value = Vec<u8>> {
+            let good = (
+                "dev[0-9]{5}",
+                0i64..=MAX_TS,
+                (-400i64..400).prop_map(|v| format!("{}.{}", v / 10, v.abs() % 10)),
+            )
+                .prop_map(|(d, ts, v)| {
+                    vec![
+                        ("device".to_string(), format!("\"{d}\"")),
+                        ("ts".to_string(), ts.to_string()),
+                        ("temp".to_string(), v),
+                    ]
+                });
+            let others = prop::collection::vec((key(), value()), 0..10);
+            (
+                good,
+                others,
+                any::<prop::sample::Index>(),
+                prop::collection::vec(whitespace(), 8),
+            )
+                .prop_map(|(good, others, shuffle, ws)| {
+                    let mut fields: Vec<(String, String)> =
+                        good.into_iter().chain(others).collect();
+                    let n = fields.len();
+                    fields.rotate_left(shuffle.index(n));
+                    let mut line = String::from(ws[0]);
+                    line.push('{');
+                    for (i, (k, v)) in fields.iter().enumerate() {
+                        if i > 0 {
+                            line.push_str(ws[(i % 3) + 1]);
+                            line.push(',');
+                        }
+                        line.push_str(ws[4]);
+                        line.push_str(&format!("\"{k}\"{}:{}{v}", ws[5], ws[6]));
+                    }
+                    line.push('}');
+                    line.push_str(ws[7]);
+                    line.into_bytes()
+                })
+        }
+
+        /// Byte edits: deletions, insertions of JSON's structural bytes and of invalid UTF-8.
+        fn mutated() -> impl Strategy<Value = Vec<u8>> {
+            let edit = (
+                any::<prop::sample::Index>(),
+                0u8..3,
+                prop::sample::select(b"\"\\{}[],:.-+eE0159 \xff\xc3tnu".to_vec()),
+            );
+            (line(), prop::collection::vec(edit, 1..4)).prop_map(|(mut line, edits)| {
+                for (at, op, byte) in edits {
+                    let i = at.index(line.len() + 1);
+                    match op {
+                        0 if i < line.len() => {
+                            line.remove(i);
+                        }
+                        1 if i < line.len() => line[i] = byte,
+                        _ => line.insert(i, byte),
+                    }
+                }
+                line
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+
+            #[test]
+            fn fast_and_reference_agree_on_random_lines(line in line()) {
+                let fast = decode_line(3, &line, "temp");
+                let reference = decode_line_reference(3, &line, "temp");
+                prop_assert!(same(&fast, &reference), "{:?}: {:?} != {:?}",
+                    String::from_utf8_lossy(&line), fast, reference);
+            }
+
+            #[test]
+            fn fast_and_reference_agree_on_mutated_lines(line in mutated()) {
+                let fast = decode_line(3, &line, "temp");
+                let reference = decode_line_reference(3, &line, "temp");
+                prop_assert!(same(&fast, &reference), "{:?}: {:?} != {:?}",
+                    String::from_utf8_lossy(&line), fast, reference);
+            }
+
+            #[test]
+            fn fast_and_reference_agree_for_any_metric_name(line in line(), metric in key()) {
+                let fast = decode_line(3, &line, &metric);
+                let reference = decode_line_reference(3, &line, &metric);
+                prop_assert!(same(&fast, &reference), "{:?} ({}): {:?} != {:?}",
+                    String::from_utf8_lossy(&line), metric, fast, reference);
+            }
+        }
+    }
+
+    /// Nanoseconds per line of the fast and the reference decoder, on recorded traffic:
+    /// `hourglass generate --devices 1000 --duration 10m --out /tmp/gen.jsonl`, then
+    /// `HOURGLASS_DECODE_INPUT=/tmp/gen.jsonl cargo test -p hourglass-pipeline --release --
+    /// --ignored decode_speed --nocapture`. A measurement, not a test of speed.
+    #[test]
+    #[ignore = "a measurement: needs HOURGLASS_DECODE_INPUT and a release build"]
+    fn decode_speed() {
+        let path = std::env::var("HOURGLASS_DECODE_INPUT")
+            .expect("set HOURGLASS_DECODE_INPUT to a file written by `hourglass generate`");
+        let text = std::fs::read(&path).expect("HOURGLASS_DECODE_INPUT is readable");
+        let lines: Vec<&[u8]> = text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        let fast_hits = lines
+            .iter()
+            .filter(|l| std::str::from_utf8(l).is_ok_and(|t| fast::decode(t, "temp").is_some()))
+            .count();
+        for line in &lines {
+            assert_same(
+                &decode_line(1, line, "temp"),
+                &decode_line_reference(1, line, "temp"),
+            );
+        }
+        type Decoder = fn(u64, &[u8], &str) -> Result<Reading, Box<Rejected>>;
+        let measure = |decode: Decoder| {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let started = std::time::Instant::now();
+                let mut ok = 0usize;
+                for (i, line) in lines.iter().enumerate() {
+                    ok += usize::from(std::hint::black_box(decode(i as u64, line, "temp")).is_ok());
+                }
+                std::hint::black_box(ok);
+                best = best.min(started.elapsed().as_nanos() as f64 / lines.len() as f64);
+            }
+            best
+        };
+        let reference = measure(decode_line_reference);
+        let fast = measure(decode_line);
+        println!(
+            "decode_speed: {} lines of {path}, {fast_hits} on the fast path; reference \
+             {reference:.0} ns/line, fast {fast:.0} ns/line ({:.1}x)",
+            lines.len(),
+            reference / fast
+        );
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct GraphConfig {
     /// The wall clock that decides which hours get early firings (`Clock::start()`, so
     /// `HOURGLASS_NOW` applies; tests fix it with `Clock::at`).
     pub clock: Clock,
+    /// A device's row in the room view is written at most once per this interval (see
+    /// [`room::room_view`]).
+    pub room_write_interval: Duration,
 }
 
 /// Counts what the table writer writes and forwards it.
@@ -227,6 +230,7 @@ pub fn build<'scope, F>(
         },
         readings_probe,
         &cfg.previous_view,
+        cfg.room_write_interval,
     );
     let narrow = readings
         .clone()

@@ -239,6 +239,7 @@ impl Job {
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
             clock: pipeline::source::Clock::start(),
+            room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
         };
         let workers = source.workers();
         let watch = source.watch()?;

@@ -1,7 +1,7 @@
-//! The decoder target: every line is a reading or a rejection with a reason, and a reading
-//! survives being written back as JSON and as a narrow row.
+//! The decoder target: every line is a reading or a rejection with a reason, the same as the
+//! reference decoder's, and a reading survives being written back as JSON and as a narrow row.
 
-use pipeline::decode::{decode_line, Reason, MAX_TS};
+use pipeline::decode::{decode_line, decode_line_reference, Reason, Rejected, MAX_TS};
 use pipeline::reading::Reading;
 use pipeline::rowkey::{validate_device, KeyScheme};
 use pipeline::rows::{narrow_put, reading_from_narrow};
@@ -86,8 +86,28 @@ fn check_reading(r: &Reading) -> Verdict {
     Ok(())
 }
 
+/// The decoder's fast path must answer exactly as the reference decoder: the same reading (its
+/// value bit for bit) or the same rejection.
+fn check_against_reference(got: &Result<Reading, Box<Rejected>>, input: &[u8]) -> Verdict {
+    let want = decode_line_reference(LINE, input, METRIC);
+    let same = match (got, &want) {
+        (Ok(a), Ok(b)) => a == b && a.value.to_bits() == b.value.to_bits(),
+        (Err(a), Err(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(format!(
+            "decoder differs from the reference decoder: {got:?}, reference {want:?}"
+        ))
+    }
+}
+
 fn check(input: &[u8]) -> Verdict {
-    match decode_line(LINE, input, METRIC) {
+    let decoded = decode_line(LINE, input, METRIC);
+    check_against_reference(&decoded, input)?;
+    match decoded {
         Ok(r) => check_reading(&r),
         Err(rejected) => {
             let message = rejected.reason.to_string();
@@ -111,6 +131,18 @@ fn check(input: &[u8]) -> Verdict {
 #[test]
 fn decoder() {
     run("fuzz::decode::decoder", &corpus(), check);
+}
+
+#[test]
+fn the_checks_catch_a_decoder_that_differs_from_the_reference() {
+    let line = br#"{"device":"d","ts":1,"temp":2,"battery":3.70}"#;
+    let good = decode_line(LINE, line, METRIC);
+    assert_eq!(check_against_reference(&good, line), Ok(()));
+    let mut changed = good.expect("accepted");
+    changed.extra = r#"{"battery":3.70}"#.into();
+    assert!(check_against_reference(&Ok(changed), line)
+        .unwrap_err()
+        .contains("differs from the reference"));
 }
 
 #[test]
