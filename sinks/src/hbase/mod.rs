@@ -14,7 +14,7 @@ mod tests;
 pub use config::{HbaseConfig, RetryPolicy};
 pub use retry::is_retriable;
 pub use sink::{HbaseWriter, WriterStats};
-pub use store::HbaseStore;
+pub use store::{HbaseStore, ReaderStats};
 
 /// Why a call to HBase failed; each message says what to do about it.
 #[derive(Debug, thiserror::Error)]
