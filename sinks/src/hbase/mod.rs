@@ -1,4 +1,4 @@
-//! The HBase backend: a batched Thrift1 writer, a Thrift1 reader and table admin over Thrift2.
+//! The HBase backend: a batched Thrift2 writer, a Thrift1 reader and table admin over Thrift2.
 
 pub mod admin;
 mod client;
