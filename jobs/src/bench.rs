@@ -37,7 +37,7 @@ pub enum BenchCommand {
         /// Replay into HBase through its Thrift1 gateway at HOST:PORT.
         #[arg(long, value_name = "HOST:PORT")]
         hbase: Option<String>,
-        /// HBase Thrift2 gateway, to create missing tables [default: the --hbase host, port 9091].
+        /// HBase Thrift2 gateway, for the writes and to create missing tables [default: the --hbase host, port 9091].
         #[arg(long, value_name = "HOST:PORT")]
         thrift2: Option<String>,
     },
