@@ -37,7 +37,7 @@ pub enum BenchCommand {
         /// Replay into HBase through its Thrift1 gateway at HOST:PORT.
         #[arg(long, value_name = "HOST:PORT")]
         hbase: Option<String>,
-        /// HBase Thrift2 gateway, to create missing tables [default: the --hbase host, port 9091].
+        /// HBase Thrift2 gateway, for the writes and to create missing tables [default: the --hbase host, port 9091].
         #[arg(long, value_name = "HOST:PORT")]
         thrift2: Option<String>,
     },
@@ -211,8 +211,9 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
                     let calls = get(&stats.calls).max(1);
                     serde_json::json!({
-                        "call": "mutateRowsTs",
+                        "call": "putMultiple",
                         "max_rows_per_call": hb.batch_rows,
+                        "max_cells_per_call": hb.batch_cells,
                         "max_bytes_per_call": hb.batch_bytes,
                         "calls": get(&stats.calls),
                         "rows": get(&stats.rows),
@@ -222,6 +223,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                         "mean_cells_per_call": get(&stats.cells) as f64 / calls as f64,
                         "mean_bytes_per_call": get(&stats.bytes) as f64 / calls as f64,
                         "largest_call_rows": get(&stats.max_call_rows),
+                        "largest_call_cells": get(&stats.max_call_cells),
+                        "deleted_rows": get(&stats.deletes),
                         "retries": get(&stats.retries),
                     })
                 }

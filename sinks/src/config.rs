@@ -10,7 +10,10 @@ fn default_dir() -> PathBuf {
     PathBuf::from("./hourglass-data")
 }
 const fn default_batch_rows() -> usize {
-    1000
+    10_000
+}
+const fn default_batch_cells() -> usize {
+    10_000
 }
 const fn default_batch_bytes() -> usize {
     4 << 20
@@ -70,13 +73,16 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HbaseClientConfig {
-    /// Thrift2 gateway `host:port`, which creates pre-split tables and describes them
-    /// (default: the `store.hbase` host, port 9091).
+    /// Thrift2 gateway `host:port`, which takes the writes, creates pre-split tables and
+    /// describes them (default: the `store.hbase` host, port 9091).
     #[serde(default)]
     pub thrift2: Option<String>,
-    /// A write batch is sent once it holds this many rows (default 1000).
+    /// A write call (`putMultiple`) is sent once it holds this many rows (default 10000) …
     #[serde(default = "default_batch_rows")]
     pub batch_rows: usize,
+    /// … or this many cells, of any timestamps (default 10000) …
+    #[serde(default = "default_batch_cells")]
+    pub batch_cells: usize,
     /// … or this many bytes of row keys, columns and values (default 4 MiB, well under the
     /// gateway's Thrift message limit). A writer buffers at most four times this.
     #[serde(default = "default_batch_bytes")]
@@ -116,6 +122,7 @@ impl Default for HbaseClientConfig {
         HbaseClientConfig {
             thrift2: None,
             batch_rows: default_batch_rows(),
+            batch_cells: default_batch_cells(),
             batch_bytes: default_batch_bytes(),
             scan_caching: default_scan_caching(),
             read_connections: default_read_connections(),
@@ -146,6 +153,7 @@ impl HbaseClientConfig {
         }
         for (name, value) in [
             ("batch_rows", self.batch_rows as u64),
+            ("batch_cells", self.batch_cells as u64),
             ("batch_bytes", self.batch_bytes as u64),
             ("scan_caching", self.scan_caching as u64),
             ("read_connections", self.read_connections as u64),

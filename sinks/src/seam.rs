@@ -248,6 +248,17 @@ enum ReaderKind {
     Hbase(Arc<HbaseStore>),
 }
 
+impl Reader {
+    /// The gateway calls an HBase reader made (`None` for the embedded store, which has no
+    /// calls to count): how tests see that a multi-get was one `getRows`, not one `getRow` a row.
+    pub fn hbase_stats(&self) -> Option<&crate::hbase::ReaderStats> {
+        match &self.0 {
+            ReaderKind::Embedded(_) => None,
+            ReaderKind::Hbase(store) => Some(store.stats()),
+        }
+    }
+}
+
 impl TableReader for Reader {
     fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
         match &self.0 {

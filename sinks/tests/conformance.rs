@@ -9,6 +9,7 @@
 //! It creates tables of its own, named after the process, and drops them when done.
 
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sinks::config::{StoreConfig, StoreKind};
@@ -175,7 +176,27 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         .iter()
         .map(|k| k.as_bytes().to_vec())
         .collect();
-    let got = store.reader().get_many(t.data, &asked).expect("get_many");
+    let reader = store.reader();
+    let calls = |reader: &sinks::Reader| {
+        reader.hbase_stats().map(|s| {
+            (
+                s.get_row_calls.load(Ordering::Relaxed),
+                s.get_rows_calls.load(Ordering::Relaxed),
+            )
+        })
+    };
+    let before = calls(&reader);
+    let got = reader.get_many(t.data, &asked).expect("get_many");
+    // HBase answers a multi-get with one `getRows`; a reader that falls back to the trait's
+    // default would make one `getRow` per key (the embedded store has no calls to count).
+    if let (Some((gets, multi_gets)), Some(before)) = (calls(&reader), before) {
+        assert_eq!(
+            (gets - before.0, multi_gets - before.1),
+            (0, 1),
+            "get_many of {} rows must be one getRows call, not one getRow per row",
+            asked.len()
+        );
+    }
     let got: Vec<Option<String>> = got
         .iter()
         .map(|r| {
@@ -417,5 +438,9 @@ fn hbase_conforms() {
     );
     store.admin().create_tables().expect("creating the tables");
     store.ensure_tables().expect("every table exists");
+    assert!(
+        store.reader().hbase_stats().is_some(),
+        "an HBase reader counts its calls"
+    );
     conforms(&store, &tables);
 }

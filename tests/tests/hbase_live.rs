@@ -809,3 +809,75 @@ fn room_view_in_hbase_a_registry_change_between_runs_moves_the_device_at_the_nex
         dir.path(),
     );
 }
+
+/// Narrow rows of many event-time seconds, across the table's regions, go out in one Thrift2
+/// `putMultiple` call, and every cell reads back with its own timestamp (Thrift1's
+/// `mutateRowsTs` took one timestamp per call, so these were 120 calls).
+#[test]
+fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp() {
+    use pipeline::table::{Cell, Mutation, TableReader, TableWriter};
+    use std::sync::atomic::Ordering;
+
+    let Some(_hbase) = hbase() else { return };
+    reset_tables();
+    let cfg = config();
+    let t0 = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_millis(),
+    )
+    .expect("ms fit i64")
+        - 3_600_000;
+    let rows: Vec<(Vec<u8>, i64, Vec<u8>)> = (0..120i64)
+        .map(|i| {
+            // Salts 00..15: the rows span every region of the pre-split table.
+            let key = format!("{:02}_dev{i:03}_{}", i % 16, t0 / 1000 + i);
+            (key.into_bytes(), t0 + i * 1000, i.to_string().into_bytes())
+        })
+        .collect();
+    let stats = Arc::new(sinks::hbase::WriterStats::default());
+    let mut writer = HbaseWriter::with_stats(&cfg, stats.clone()).for_tables(&schema::all_tables());
+    writer
+        .write(
+            rows.iter()
+                .map(|(key, ts_ms, value)| Mutation::Put {
+                    table: NARROW_TABLE,
+                    row: key.clone(),
+                    cells: vec![Cell {
+                        family: schema::FAMILY.into(),
+                        qualifier: b"v".to_vec(),
+                        ts_ms: *ts_ms,
+                        value: value.clone(),
+                    }],
+                })
+                .collect(),
+        )
+        .expect("write");
+    writer.flush().expect("flush");
+    assert_eq!(
+        (
+            stats.calls.load(Ordering::Relaxed),
+            stats.rows.load(Ordering::Relaxed),
+            stats.cells.load(Ordering::Relaxed)
+        ),
+        (1, 120, 120),
+        "one call for 120 rows of 120 seconds"
+    );
+
+    let keys: Vec<Vec<u8>> = rows.iter().map(|(k, _, _)| k.clone()).collect();
+    let got = HbaseStore::new(&cfg)
+        .get_many(NARROW_TABLE, &keys)
+        .expect("get_many");
+    let got: Vec<(Vec<u8>, i64, Vec<u8>)> = got
+        .into_iter()
+        .zip(&keys)
+        .map(|(row, key)| {
+            let row = row.unwrap_or_else(|| panic!("row {key:?} missing"));
+            assert_eq!(row.cells.len(), 1, "{row:?}");
+            let cell = &row.cells[0];
+            (row.key.clone(), cell.ts_ms, cell.value.clone())
+        })
+        .collect();
+    assert_eq!(got, rows, "each cell with its own timestamp and value");
+}

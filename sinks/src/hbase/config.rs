@@ -49,12 +49,14 @@ impl RetryPolicy {
 /// Where HBase is and how to talk to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HbaseConfig {
-    /// Thrift1 gateway `host:port` (reads and writes).
+    /// Thrift1 gateway `host:port` (reads).
     pub thrift1: String,
-    /// Thrift2 gateway `host:port` (table creation with split keys, descriptors).
+    /// Thrift2 gateway `host:port` (writes, table creation with split keys, descriptors).
     pub thrift2: String,
-    /// A write batch is sent once it holds this many rows (default 1000).
+    /// A write call (`putMultiple`) is sent once it holds this many rows (default 10,000) …
     pub batch_rows: usize,
+    /// … or this many cells, of any timestamps (default 10,000) …
+    pub batch_cells: usize,
     /// … or this many bytes of row keys, columns and values (default 4 MiB, well under the
     /// Thrift message limits of the gateway). A writer buffers at most four times this across
     /// all its calls before sending everything.
@@ -94,6 +96,7 @@ impl HbaseConfig {
             thrift1,
             thrift2,
             batch_rows: client.batch_rows,
+            batch_cells: client.batch_cells,
             batch_bytes: client.batch_bytes,
             scan_caching: client.scan_caching,
             read_connections: client.read_connections,

@@ -1,4 +1,4 @@
-//! The HBase backend: a batched Thrift1 writer, a Thrift1 reader and table admin over Thrift2.
+//! The HBase backend: a batched Thrift2 writer, a Thrift1 reader and table admin over Thrift2.
 
 pub mod admin;
 mod client;
@@ -14,7 +14,7 @@ mod tests;
 pub use config::{HbaseConfig, RetryPolicy};
 pub use retry::is_retriable;
 pub use sink::{HbaseWriter, WriterStats};
-pub use store::HbaseStore;
+pub use store::{HbaseStore, ReaderStats};
 
 /// Why a call to HBase failed; each message says what to do about it.
 #[derive(Debug, thiserror::Error)]

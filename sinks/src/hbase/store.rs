@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::table::{Cell, Row, ScanSpec, TableReader};
@@ -15,6 +16,18 @@ use super::Result;
 
 /// Rows per `getRows` call: a day of wide rows (up to 3,600 cells each, ~100 KiB).
 pub const GET_ROWS_CHUNK: usize = 24;
+
+/// Counters of the gateway calls a reader made, so tests and benchmarks can see that a multi-get
+/// went out as `getRows` and not as one `getRow` per row (all atomic).
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    /// `getRow` calls that succeeded.
+    pub get_row_calls: AtomicU64,
+    /// `getRows` calls that succeeded.
+    pub get_rows_calls: AtomicU64,
+    /// Scans opened (`scannerOpenWithScan` calls that succeeded).
+    pub scans: AtomicU64,
+}
 
 /// Reads hourglass tables from HBase through the Thrift1 gateway.
 ///
@@ -29,6 +42,7 @@ pub struct HbaseStore {
     pool: Mutex<Pool>,
     /// Signalled when a connection goes back to the pool.
     returned: Condvar,
+    stats: ReaderStats,
 }
 
 /// The connections not in use, and how many exist in all.
@@ -110,7 +124,13 @@ impl HbaseStore {
             pool: Mutex::new(Pool::default()),
             returned: Condvar::new(),
             cfg: cfg.clone(),
+            stats: ReaderStats::default(),
         }
+    }
+
+    /// The calls this reader made so far.
+    pub fn stats(&self) -> &ReaderStats {
+        &self.stats
     }
 
     fn pool(&self) -> MutexGuard<'_, Pool> {
@@ -155,6 +175,7 @@ impl HbaseStore {
                 c.get_row(table.as_bytes().to_vec(), row.to_vec(), BTreeMap::new())
             })
         })?;
+        self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
         Ok(rows.into_iter().find_map(row_from_thrift))
     }
 
@@ -172,6 +193,7 @@ impl HbaseStore {
                     c.get_rows(table.as_bytes().to_vec(), chunk.to_vec(), BTreeMap::new())
                 })
             })?;
+            self.stats.get_rows_calls.fetch_add(1, Ordering::Relaxed);
             // The gateway leaves out the rows it did not find.
             found.extend(
                 results
@@ -238,6 +260,7 @@ impl HbaseStore {
         let id = conn.call("scannerOpenWithScan", table, |c| {
             c.scanner_open_with_scan(table.as_bytes().to_vec(), scan, BTreeMap::new())
         })?;
+        self.stats.scans.fetch_add(1, Ordering::Relaxed);
         let result = (|| -> Result<()> {
             loop {
                 let want = caching.min(remaining(*seen));

@@ -11,7 +11,8 @@ use super::admin::{schema_differences, FamilyDescription};
 use super::client::classify;
 use super::config::{default_thrift2, HbaseConfig, RetryPolicy};
 use super::retry::retrying;
-use super::sink::{Buffer, PlannedCall, RowPut};
+use super::sink::{Buffer, PlannedCall};
+use super::thrift2::{TDelete, TDeleteType};
 use super::{is_retriable, Error};
 
 fn cell(qualifier: &str, ts_ms: i64, value: &str) -> Cell {
@@ -23,44 +24,66 @@ fn cell(qualifier: &str, ts_ms: i64, value: &str) -> Cell {
     }
 }
 
-fn row(key: &str, columns: &[(&str, &str)]) -> RowPut {
-    RowPut {
-        row: key.as_bytes().to_vec(),
-        delete_families: Vec::new(),
-        columns: columns
+/// A row as `(key, [(family:qualifier, timestamp, value)])`.
+type Row = (String, Vec<(String, i64, String)>);
+
+fn row(key: &str, cells: &[(&str, i64, &str)]) -> Row {
+    (
+        key.into(),
+        cells
             .iter()
-            .map(|(c, v)| (c.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .map(|(c, ts, v)| ((*c).into(), *ts, (*v).into()))
             .collect(),
-    }
+    )
 }
 
-fn summary(calls: &[PlannedCall]) -> Vec<(&'static str, i64, Vec<RowPut>)> {
-    calls
+fn rows(call: &PlannedCall) -> Vec<Row> {
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    call.puts
         .iter()
-        .map(|c| (c.table, c.ts_ms, c.batches.clone()))
+        .map(|p| {
+            let cells = p
+                .column_values
+                .iter()
+                .map(|c| {
+                    let column = format!("{}:{}", s(&c.family), s(&c.qualifier));
+                    (
+                        column,
+                        c.timestamp.expect("every cell stamped"),
+                        s(&c.value),
+                    )
+                })
+                .collect();
+            (s(&p.row), cells)
+        })
         .collect()
 }
 
+fn summary(calls: &[PlannedCall]) -> Vec<(&'static str, Vec<Row>)> {
+    calls.iter().map(|c| (c.table, rows(c))).collect()
+}
+
+fn buffer() -> Buffer {
+    Buffer::new(1000, 1000, 1 << 20, 4 << 20)
+}
+
 #[test]
-fn puts_are_grouped_by_table_and_timestamp() {
-    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
-    // One wide row with cells at two timestamps goes to two calls.
+fn puts_of_many_timestamps_share_one_call_per_table() {
+    let mut buf = buffer();
+    // One wide row with cells at two timestamps stays one row.
     assert!(buf
         .push(
             "wide",
-            b"d_0",
+            b"d_0".to_vec(),
             vec![cell("1", 1000, "a"), cell("2", 2000, "b")]
         )
-        .is_empty());
-    assert!(buf
-        .push("narrow", b"k1", vec![cell("v", 1000, "x")])
-        .is_empty());
-    assert!(buf
-        .push("narrow", b"k2", vec![cell("v", 2000, "y")])
-        .is_empty());
-    assert!(buf
-        .push("narrow", b"k3", vec![cell("v", 1000, "z")])
-        .is_empty());
+        .is_none());
+    // Narrow rows of different event-time seconds go in one call.
+    for (key, ts, v) in [("k1", 1000, "x"), ("k2", 2000, "y"), ("k3", 1000, "z")] {
+        assert!(buf
+            .push("narrow", key.as_bytes().to_vec(), vec![cell("v", ts, v)])
+            .is_none());
+    }
     let calls = buf.drain();
     assert!(buf.is_empty());
     assert_eq!(buf.total_bytes(), 0);
@@ -69,115 +92,166 @@ fn puts_are_grouped_by_table_and_timestamp() {
         vec![
             (
                 "narrow",
-                1000,
-                vec![row("k1", &[("t:v", "x")]), row("k3", &[("t:v", "z")])]
+                vec![
+                    row("k1", &[("t:v", 1000, "x")]),
+                    row("k2", &[("t:v", 2000, "y")]),
+                    row("k3", &[("t:v", 1000, "z")]),
+                ]
             ),
-            ("narrow", 2000, vec![row("k2", &[("t:v", "y")])]),
-            ("wide", 1000, vec![row("d_0", &[("t:1", "a")])]),
-            ("wide", 2000, vec![row("d_0", &[("t:2", "b")])]),
+            (
+                "wide",
+                vec![row("d_0", &[("t:1", 1000, "a"), ("t:2", 2000, "b")])]
+            ),
         ]
     );
+    assert_eq!(calls.iter().map(|c| c.cells).collect::<Vec<_>>(), [3, 2]);
 }
 
 #[test]
 fn puts_to_one_row_are_merged_never_dropped() {
-    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
-    buf.push("wide", b"d_0", vec![cell("1", 1000, "a")]);
-    buf.push("wide", b"d_0", vec![cell("2", 1000, "b")]);
-    buf.push("wide", b"d_1", vec![cell("1", 1000, "c")]);
-    // The same cell again at the same timestamp: the later value wins, as in HBase.
-    buf.push("wide", b"d_0", vec![cell("1", 1000, "a2")]);
+    let mut buf = buffer();
+    buf.push("wide", b"d_0".to_vec(), vec![cell("1", 1000, "a")]);
+    buf.push("wide", b"d_0".to_vec(), vec![cell("2", 1000, "b")]);
+    buf.push("wide", b"d_1".to_vec(), vec![cell("1", 1000, "c")]);
+    // The same cell again at the same timestamp: the later value wins, as in HBase; at
+    // another timestamp it is another cell.
+    buf.push(
+        "wide",
+        b"d_0".to_vec(),
+        vec![cell("1", 1000, "a2"), cell("1", 999, "old")],
+    );
     let calls = buf.drain();
     assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].cells, 3);
+    assert_eq!(calls[0].cells, 4);
     assert_eq!(
-        calls[0].batches,
+        rows(&calls[0]),
         vec![
-            row("d_0", &[("t:1", "a2"), ("t:2", "b")]),
-            row("d_1", &[("t:1", "c")])
+            row(
+                "d_0",
+                &[("t:1", 1000, "a2"), ("t:2", 1000, "b"), ("t:1", 999, "old")]
+            ),
+            row("d_1", &[("t:1", 1000, "c")])
         ]
     );
 }
 
 #[test]
-fn deletes_travel_with_the_puts_of_their_timestamp() {
-    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
-    buf.push("room", b"a_d1", vec![cell("v", 5000, "1")]);
-    assert!(buf.push_delete("room", b"a_d1", 2000, &["t"]).is_none());
-    assert!(buf.push_delete("room", b"b_d1", 5000, &["t"]).is_none());
+fn deletes_travel_in_the_buffer_at_their_own_timestamp() {
+    let mut buf = buffer();
+    buf.push("room", b"a_d1".to_vec(), vec![cell("v", 5000, "1")]);
+    assert!(buf
+        .push_delete("room", b"a_d1".to_vec(), 2000, Some(&["t"]))
+        .is_none());
+    assert!(buf
+        .push_delete("room", b"b_d1".to_vec(), 5000, Some(&["t"]))
+        .is_none());
     let bytes = buf.total_bytes();
-    assert!(buf.push_delete("room", b"b_d1", 5000, &["t"]).is_none());
+    // The same row again, earlier: the later delete already hides what it would.
+    assert!(buf
+        .push_delete("room", b"b_d1".to_vec(), 4000, Some(&["t"]))
+        .is_none());
+    assert_eq!(buf.total_bytes(), bytes, "one row, one delete");
+    // A table whose families the writer was not told: the whole row, as `deleteAllRowTs`.
+    assert!(buf
+        .push_delete("other", b"r".to_vec(), 7000, None)
+        .is_none());
+    let calls = buf.drain();
+    let family = |row: &str, ts: i64| {
+        let column = super::thrift2::TColumn::new(b"t".to_vec(), None, ts);
+        TDelete::new(
+            row.as_bytes().to_vec(),
+            vec![column],
+            None,
+            TDeleteType::DELETE_FAMILY,
+        )
+    };
+    assert_eq!(calls[0].table, "other");
     assert_eq!(
-        buf.total_bytes(),
-        bytes,
-        "the same delete twice is one delete"
+        calls[0].deletes,
+        [TDelete::new(b"r".to_vec(), None, 7000, None)]
     );
-    let mut deleted = row("a_d1", &[]);
-    deleted.delete_families = vec![b"t".to_vec()];
-    let mut moved = row("b_d1", &[]);
-    moved.delete_families = vec![b"t".to_vec()];
+    assert_eq!(calls[1].table, "room");
+    assert_eq!(rows(&calls[1]), [row("a_d1", &[("t:v", 5000, "1")])]);
     assert_eq!(
-        summary(&buf.drain()),
-        vec![
-            ("room", 2000, vec![deleted]),
-            ("room", 5000, vec![row("a_d1", &[("t:v", "1")]), moved]),
-        ]
+        calls[1].deletes,
+        [family("a_d1", 2000), family("b_d1", 5000)]
     );
     // A delete counts as a row towards max_rows.
-    let mut buf = Buffer::new(2, 1 << 20, 4 << 20);
-    assert!(buf.push_delete("room", b"x", 1, &["t"]).is_none());
+    let mut buf = Buffer::new(2, 1000, 1 << 20, 4 << 20);
+    assert!(buf
+        .push_delete("room", b"x".to_vec(), 1, Some(&["t"]))
+        .is_none());
     let full = buf
-        .push_delete("room", b"y", 1, &["t"])
+        .push_delete("room", b"y".to_vec(), 1, Some(&["t"]))
         .expect("2 rows fill the call");
-    assert_eq!(full.batches.len(), 2);
+    assert_eq!(full.deletes.len(), 2);
 }
 
 #[test]
-fn a_group_is_sent_when_it_reaches_max_rows() {
-    let mut buf = Buffer::new(3, 1 << 20, 4 << 20);
+fn a_call_is_sent_when_it_reaches_max_rows_or_max_cells() {
+    let mut buf = Buffer::new(3, 1000, 1 << 20, 4 << 20);
     let mut sent = Vec::new();
     for i in 0..7 {
         sent.extend(buf.push(
             "narrow",
-            format!("k{i}").as_bytes(),
-            vec![cell("v", 5, "x")],
+            format!("k{i}").into_bytes(),
+            vec![cell("v", i, "x")],
         ));
     }
     // Merging into an existing row does not add a row.
-    sent.extend(buf.push("narrow", b"k6", vec![cell("w", 5, "y")]));
+    sent.extend(buf.push("narrow", b"k6".to_vec(), vec![cell("w", 6, "y")]));
     assert_eq!(
-        sent.iter().map(|c| c.batches.len()).collect::<Vec<_>>(),
+        sent.iter().map(|c| c.puts.len()).collect::<Vec<_>>(),
         [3, 3]
     );
     let rest = buf.drain();
     assert_eq!(rest.len(), 1);
     assert_eq!(
-        rest[0].batches,
-        vec![row("k6", &[("t:v", "x"), ("t:w", "y")])]
+        rows(&rest[0]),
+        vec![row("k6", &[("t:v", 6, "x"), ("t:w", 6, "y")])]
     );
+
+    let mut buf = Buffer::new(1000, 5, 1 << 20, 4 << 20);
+    let two = |ts| vec![cell("a", ts, "x"), cell("b", ts, "y")];
+    assert!(buf.push("wide", b"r1".to_vec(), two(1)).is_none());
+    assert!(buf.push("wide", b"r2".to_vec(), two(2)).is_none());
+    let full = buf
+        .push("wide", b"r3".to_vec(), two(3))
+        .expect("6 cells fill the call");
+    assert_eq!((full.puts.len(), full.cells), (3, 6));
 }
 
 #[test]
-fn a_put_that_fills_its_group_is_sent_whole() {
+fn a_put_that_fills_its_call_is_sent_whole() {
     // The second row reaches max_rows with its first cell and max_bytes with its second: the
     // call still carries all three of its cells, or HBase would apply the row in two steps.
-    let mut buf = Buffer::new(2, 60, 4 << 20);
-    assert!(buf.push("wide", b"a", vec![cell("1", 7, "x")]).is_empty());
-    let sent = buf.push(
-        "wide",
-        b"b",
-        vec![
-            cell("1", 7, "x"),
-            cell("2", 7, &"y".repeat(80)),
-            cell("n", 7, "2"),
-        ],
-    );
-    assert_eq!(sent.len(), 1);
+    let mut buf = Buffer::new(2, 1000, 60, 4 << 20);
+    assert!(buf
+        .push("wide", b"a".to_vec(), vec![cell("1", 7, "x")])
+        .is_none());
+    let sent = buf
+        .push(
+            "wide",
+            b"b".to_vec(),
+            vec![
+                cell("1", 7, "x"),
+                cell("2", 8, &"y".repeat(80)),
+                cell("n", 9, "2"),
+            ],
+        )
+        .expect("full");
     assert_eq!(
-        sent[0].batches,
+        rows(&sent),
         vec![
-            row("a", &[("t:1", "x")]),
-            row("b", &[("t:1", "x"), ("t:2", &"y".repeat(80)), ("t:n", "2")]),
+            row("a", &[("t:1", 7, "x")]),
+            row(
+                "b",
+                &[
+                    ("t:1", 7, "x"),
+                    ("t:2", 8, &"y".repeat(80)),
+                    ("t:n", 9, "2")
+                ]
+            ),
         ]
     );
     assert!(buf.is_empty());
@@ -189,50 +263,36 @@ fn a_window_pane_is_one_row_mutation_with_its_summary() {
     // with the hour's last millisecond (pipeline's codec tests check that they share it).
     let qualifiers = ["1", "5", "3599", "n", "min", "max", "sum", "first", "last"];
     let cells: Vec<Cell> = qualifiers.iter().map(|q| cell(q, 7_199_999, "1")).collect();
-    let (table, row) = ("ts_metric_hourly", b"d_3600".to_vec());
-    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
-    assert!(buf.push(table, &row, cells).is_empty());
+    let (table, key) = ("ts_metric_hourly", b"d_3600".to_vec());
+    let mut buf = buffer();
+    assert!(buf.push(table, key, cells).is_none());
     let calls = buf.drain();
-    assert_eq!(calls.len(), 1, "one timestamp, one call: {calls:?}");
-    assert_eq!(calls[0].ts_ms, 7_199_999);
-    assert_eq!(calls[0].batches.len(), 1);
-    let columns: Vec<&[u8]> = calls[0].batches[0]
-        .columns
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].puts.len(), 1, "one TPut: one atomic Put");
+    let got = rows(&calls[0]).remove(0).1;
+    let want: Vec<(String, i64, String)> = qualifiers
         .iter()
-        .map(|(c, _)| c.as_slice())
+        .map(|q| (format!("t:{q}"), 7_199_999, "1".into()))
         .collect();
-    assert_eq!(
-        columns,
-        [
-            &b"t:1"[..],
-            b"t:5",
-            b"t:3599",
-            b"t:n",
-            b"t:min",
-            b"t:max",
-            b"t:sum",
-            b"t:first",
-            b"t:last"
-        ]
-    );
+    assert_eq!(got, want);
 }
 
 #[test]
-fn a_group_is_sent_when_it_reaches_max_bytes_and_all_when_over_budget() {
+fn a_call_is_sent_when_it_reaches_max_bytes_and_all_when_over_budget() {
     let value = "x".repeat(1000);
-    let mut buf = Buffer::new(1000, 4000, 10_000);
+    let mut buf = Buffer::new(1000, 1000, 4000, 10_000);
     let mut sent = Vec::new();
     for i in 0..3 {
         sent.extend(buf.push(
             "narrow",
-            format!("k{i}").as_bytes(),
+            format!("k{i}").into_bytes(),
             vec![cell("v", 1, &value)],
         ));
     }
     assert!(sent.is_empty());
-    sent.extend(buf.push("narrow", b"k3", vec![cell("v", 1, &value)]));
+    sent.extend(buf.push("narrow", b"k3".to_vec(), vec![cell("v", 1, &value)]));
     assert_eq!(sent.len(), 1, "the 4th 1 kB row crosses 4000 bytes");
-    assert_eq!(sent[0].batches.len(), 4);
+    assert_eq!(sent[0].puts.len(), 4);
     assert!(
         sent[0].bytes >= 4000 && sent[0].bytes < 4400,
         "{}",
@@ -240,12 +300,13 @@ fn a_group_is_sent_when_it_reaches_max_bytes_and_all_when_over_budget() {
     );
     assert_eq!(buf.total_bytes(), 0);
 
-    // Many timestamps, none full: the buffer as a whole asks to be drained.
-    for ts in 0..9 {
-        buf.push("narrow", b"k", vec![cell("v", ts, &value)]);
-        assert!(!buf.over_budget(), "at ts {ts}");
+    // Many tables, none full: the buffer as a whole asks to be drained.
+    let tables = ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9"];
+    for table in &tables[..9] {
+        buf.push(table, b"k".to_vec(), vec![cell("v", 1, &value)]);
+        assert!(!buf.over_budget(), "at {table}");
     }
-    buf.push("narrow", b"k", vec![cell("v", 9, &value)]);
+    buf.push(tables[9], b"k".to_vec(), vec![cell("v", 1, &value)]);
     assert!(buf.over_budget());
     assert_eq!(buf.drain().len(), 10);
     assert!(!buf.over_budget());
@@ -253,10 +314,14 @@ fn a_group_is_sent_when_it_reaches_max_bytes_and_all_when_over_budget() {
 
 #[test]
 fn byte_accounting_follows_replaced_values() {
-    let mut buf = Buffer::new(1000, 1 << 20, 4 << 20);
-    buf.push("narrow", b"k", vec![cell("v", 1, &"x".repeat(100))]);
+    let mut buf = buffer();
+    buf.push(
+        "narrow",
+        b"k".to_vec(),
+        vec![cell("v", 1, &"x".repeat(100))],
+    );
     let big = buf.total_bytes();
-    buf.push("narrow", b"k", vec![cell("v", 1, "y")]);
+    buf.push("narrow", b"k".to_vec(), vec![cell("v", 1, "y")]);
     assert_eq!(buf.total_bytes(), big - 99);
     let calls = buf.drain();
     assert_eq!(calls[0].bytes, big - 99);
@@ -425,7 +490,10 @@ fn thrift2_defaults_to_the_thrift1_host() {
     assert_eq!(default_thrift2("hbase.example:19090"), "hbase.example:9091");
     let cfg = HbaseConfig::new("h:1").with_thrift2("g:2");
     assert_eq!((cfg.thrift1.as_str(), cfg.thrift2.as_str()), ("h:1", "g:2"));
-    assert_eq!((cfg.batch_rows, cfg.batch_bytes), (1000, 4 << 20));
+    assert_eq!(
+        (cfg.batch_rows, cfg.batch_cells, cfg.batch_bytes),
+        (10_000, 10_000, 4 << 20)
+    );
     // The defaults the client had before `[store.hbase_client]` could change them.
     assert_eq!((cfg.scan_caching, cfg.read_connections), (1000, 16));
     assert_eq!(

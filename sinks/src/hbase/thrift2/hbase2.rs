@@ -148,6 +148,434 @@ impl From<&TCompressionAlgorithm> for i32 {
   }
 }
 
+#[derive(Copy, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TDeleteType(pub i32);
+
+impl TDeleteType {
+  pub const DELETE_COLUMN: TDeleteType = TDeleteType(0);
+  pub const DELETE_COLUMNS: TDeleteType = TDeleteType(1);
+  pub const DELETE_FAMILY: TDeleteType = TDeleteType(2);
+  pub const DELETE_FAMILY_VERSION: TDeleteType = TDeleteType(3);
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::DELETE_COLUMN,
+    Self::DELETE_COLUMNS,
+    Self::DELETE_FAMILY,
+    Self::DELETE_FAMILY_VERSION,
+  ];
+}
+
+impl TSerializable for TDeleteType {
+  #[allow(clippy::trivially_copy_pass_by_ref)]
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    o_prot.write_i32(self.0)
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TDeleteType> {
+    let enum_value = i_prot.read_i32()?;
+    Ok(TDeleteType::from(enum_value))
+  }
+}
+
+impl From<i32> for TDeleteType {
+  fn from(i: i32) -> Self {
+    match i {
+      0 => TDeleteType::DELETE_COLUMN,
+      1 => TDeleteType::DELETE_COLUMNS,
+      2 => TDeleteType::DELETE_FAMILY,
+      3 => TDeleteType::DELETE_FAMILY_VERSION,
+      _ => TDeleteType(i)
+    }
+  }
+}
+
+impl From<&i32> for TDeleteType {
+  fn from(i: &i32) -> Self {
+    TDeleteType::from(*i)
+  }
+}
+
+impl From<TDeleteType> for i32 {
+  fn from(e: TDeleteType) -> i32 {
+    e.0
+  }
+}
+
+impl From<&TDeleteType> for i32 {
+  fn from(e: &TDeleteType) -> i32 {
+    e.0
+  }
+}
+
+//
+// TColumn
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TColumn {
+  pub family: Vec<u8>,
+  pub qualifier: Option<Vec<u8>>,
+  pub timestamp: Option<i64>,
+}
+
+impl TColumn {
+  pub fn new<F2, F3>(family: Vec<u8>, qualifier: F2, timestamp: F3) -> TColumn where F2: Into<Option<Vec<u8>>>, F3: Into<Option<i64>> {
+    TColumn {
+      family,
+      qualifier: qualifier.into(),
+      timestamp: timestamp.into(),
+    }
+  }
+}
+
+impl TSerializable for TColumn {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TColumn> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<u8>> = None;
+    let mut f_3: Option<i64> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = i_prot.read_bytes()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_i64()?;
+          f_3 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TColumn.family", &f_1)?;
+    let ret = TColumn {
+      family: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      qualifier: f_2,
+      timestamp: f_3,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TColumn");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("family", TType::String, 1))?;
+    o_prot.write_bytes(&self.family)?;
+    o_prot.write_field_end()?;
+    if let Some(ref fld_var) = self.qualifier {
+      o_prot.write_field_begin(&TFieldIdentifier::new("qualifier", TType::String, 2))?;
+      o_prot.write_bytes(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.timestamp {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 3))?;
+      o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// TColumnValue
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TColumnValue {
+  pub family: Vec<u8>,
+  pub qualifier: Vec<u8>,
+  pub value: Vec<u8>,
+  pub timestamp: Option<i64>,
+}
+
+impl TColumnValue {
+  pub fn new<F4>(family: Vec<u8>, qualifier: Vec<u8>, value: Vec<u8>, timestamp: F4) -> TColumnValue where F4: Into<Option<i64>> {
+    TColumnValue {
+      family,
+      qualifier,
+      value,
+      timestamp: timestamp.into(),
+    }
+  }
+}
+
+impl TSerializable for TColumnValue {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TColumnValue> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<u8>> = None;
+    let mut f_3: Option<Vec<u8>> = None;
+    let mut f_4: Option<i64> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = i_prot.read_bytes()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_bytes()?;
+          f_3 = Some(val);
+        },
+        4 => {
+          let val = i_prot.read_i64()?;
+          f_4 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TColumnValue.family", &f_1)?;
+    verify_required_field_exists("TColumnValue.qualifier", &f_2)?;
+    verify_required_field_exists("TColumnValue.value", &f_3)?;
+    let ret = TColumnValue {
+      family: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      qualifier: f_2.expect("auto-generated code should have checked for presence of required fields"),
+      value: f_3.expect("auto-generated code should have checked for presence of required fields"),
+      timestamp: f_4,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TColumnValue");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("family", TType::String, 1))?;
+    o_prot.write_bytes(&self.family)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("qualifier", TType::String, 2))?;
+    o_prot.write_bytes(&self.qualifier)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("value", TType::String, 3))?;
+    o_prot.write_bytes(&self.value)?;
+    o_prot.write_field_end()?;
+    if let Some(fld_var) = self.timestamp {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 4))?;
+      o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// TPut
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TPut {
+  pub row: Vec<u8>,
+  pub column_values: Vec<TColumnValue>,
+  pub timestamp: Option<i64>,
+}
+
+impl TPut {
+  pub fn new<F3>(row: Vec<u8>, column_values: Vec<TColumnValue>, timestamp: F3) -> TPut where F3: Into<Option<i64>> {
+    TPut {
+      row,
+      column_values,
+      timestamp: timestamp.into(),
+    }
+  }
+}
+
+impl TSerializable for TPut {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TPut> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TColumnValue>> = None;
+    let mut f_3: Option<i64> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TColumnValue> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_0 = TColumnValue::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_0);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_i64()?;
+          f_3 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TPut.row", &f_1)?;
+    verify_required_field_exists("TPut.column_values", &f_2)?;
+    let ret = TPut {
+      row: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      column_values: f_2.expect("auto-generated code should have checked for presence of required fields"),
+      timestamp: f_3,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TPut");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("row", TType::String, 1))?;
+    o_prot.write_bytes(&self.row)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("columnValues", TType::List, 2))?;
+    o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, self.column_values.len() as i32))?;
+    for e in &self.column_values {
+      e.write_to_out_protocol(o_prot)?;
+    }
+    o_prot.write_list_end()?;
+    o_prot.write_field_end()?;
+    if let Some(fld_var) = self.timestamp {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 3))?;
+      o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// TDelete
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TDelete {
+  pub row: Vec<u8>,
+  pub columns: Option<Vec<TColumn>>,
+  pub timestamp: Option<i64>,
+  pub delete_type: Option<TDeleteType>,
+}
+
+impl TDelete {
+  pub fn new<F2, F3, F4>(row: Vec<u8>, columns: F2, timestamp: F3, delete_type: F4) -> TDelete where F2: Into<Option<Vec<TColumn>>>, F3: Into<Option<i64>>, F4: Into<Option<TDeleteType>> {
+    TDelete {
+      row,
+      columns: columns.into(),
+      timestamp: timestamp.into(),
+      delete_type: delete_type.into(),
+    }
+  }
+}
+
+impl TSerializable for TDelete {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TDelete> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TColumn>> = None;
+    let mut f_3: Option<i64> = None;
+    let mut f_4: Option<TDeleteType> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TColumn> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_1 = TColumn::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_1);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_i64()?;
+          f_3 = Some(val);
+        },
+        4 => {
+          let val = TDeleteType::read_from_in_protocol(i_prot)?;
+          f_4 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TDelete.row", &f_1)?;
+    let ret = TDelete {
+      row: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      columns: f_2,
+      timestamp: f_3,
+      delete_type: f_4,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TDelete");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("row", TType::String, 1))?;
+    o_prot.write_bytes(&self.row)?;
+    o_prot.write_field_end()?;
+    if let Some(ref fld_var) = self.columns {
+      o_prot.write_field_begin(&TFieldIdentifier::new("columns", TType::List, 2))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.timestamp {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 3))?;
+      o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.delete_type {
+      o_prot.write_field_begin(&TFieldIdentifier::new("deleteType", TType::I32, 4))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
 //
 // TTableName
 //
@@ -364,8 +792,8 @@ impl TSerializable for TTableDescriptor {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TColumnFamilyDescriptor> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_0 = TColumnFamilyDescriptor::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_0);
+            let list_elem_2 = TColumnFamilyDescriptor::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_2);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -502,6 +930,8 @@ impl Display for TIOError {
 //
 
 pub trait TTHBaseServiceSyncClient {
+  fn put_multiple(&mut self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()>;
+  fn delete_multiple(&mut self, table: Vec<u8>, tdeletes: Vec<TDelete>) -> thrift::Result<Vec<TDelete>>;
   fn get_table_descriptor(&mut self, table: TTableName) -> thrift::Result<TTableDescriptor>;
   fn create_table(&mut self, desc: TTableDescriptor, split_keys: Vec<Vec<u8>>) -> thrift::Result<()>;
   fn delete_table(&mut self, table_name: TTableName) -> thrift::Result<()>;
@@ -533,6 +963,60 @@ impl <IP, OP> TThriftClient for THBaseServiceSyncClient<IP, OP> where IP: TInput
 impl <IP, OP> TTHBaseServiceSyncClientMarker for THBaseServiceSyncClient<IP, OP> where IP: TInputProtocol, OP: TOutputProtocol {}
 
 impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClient for C {
+  fn put_multiple(&mut self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServicePutMultipleArgs { table, tputs };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("putMultiple", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServicePutMultipleResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
+  fn delete_multiple(&mut self, table: Vec<u8>, tdeletes: Vec<TDelete>) -> thrift::Result<Vec<TDelete>> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceDeleteMultipleArgs { table, tdeletes };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("deleteMultiple", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceDeleteMultipleResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
   fn get_table_descriptor(&mut self, table: TTableName) -> thrift::Result<TTableDescriptor> {
     (
       {
@@ -675,6 +1159,8 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
 //
 
 pub trait THBaseServiceSyncHandler {
+  fn handle_put_multiple(&self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()>;
+  fn handle_delete_multiple(&self, table: Vec<u8>, tdeletes: Vec<TDelete>) -> thrift::Result<Vec<TDelete>>;
   fn handle_get_table_descriptor(&self, table: TTableName) -> thrift::Result<TTableDescriptor>;
   fn handle_create_table(&self, desc: TTableDescriptor, split_keys: Vec<Vec<u8>>) -> thrift::Result<()>;
   fn handle_delete_table(&self, table_name: TTableName) -> thrift::Result<()>;
@@ -691,6 +1177,12 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
     THBaseServiceSyncProcessor {
       handler,
     }
+  }
+  fn process_put_multiple(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_put_multiple(&self.handler, incoming_sequence_number, i_prot, o_prot)
+  }
+  fn process_delete_multiple(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_delete_multiple(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
   fn process_get_table_descriptor(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_get_table_descriptor(&self.handler, incoming_sequence_number, i_prot, o_prot)
@@ -712,6 +1204,126 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
 pub struct TTHBaseServiceProcessFunctions;
 
 impl TTHBaseServiceProcessFunctions {
+  pub fn process_put_multiple<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServicePutMultipleArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_put_multiple(args.table, args.tputs) {
+      Ok(_) => {
+        let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServicePutMultipleResult { io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServicePutMultipleResult{ io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("putMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
+  pub fn process_delete_multiple<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceDeleteMultipleArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_delete_multiple(args.table, args.tdeletes) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceDeleteMultipleResult { result_value: Some(handler_return), io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceDeleteMultipleResult{ result_value: None, io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("deleteMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
   pub fn process_get_table_descriptor<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let args = THBaseServiceGetTableDescriptorArgs::read_from_in_protocol(i_prot)?;
     match handler.handle_get_table_descriptor(args.table) {
@@ -1018,6 +1630,12 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
   fn process(&self, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let message_ident = i_prot.read_message_begin()?;
     let res = match &*message_ident.name {
+      "putMultiple" => {
+        self.process_put_multiple(message_ident.sequence_number, i_prot, o_prot)
+      },
+      "deleteMultiple" => {
+        self.process_delete_multiple(message_ident.sequence_number, i_prot, o_prot)
+      },
       "getTableDescriptor" => {
         self.process_get_table_descriptor(message_ident.sequence_number, i_prot, o_prot)
       },
@@ -1045,6 +1663,287 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
       },
     };
     thrift::server::handle_process_result(&message_ident, res, o_prot)
+  }
+}
+
+//
+// THBaseServicePutMultipleArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServicePutMultipleArgs {
+  table: Vec<u8>,
+  tputs: Vec<TPut>,
+}
+
+impl THBaseServicePutMultipleArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServicePutMultipleArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TPut>> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TPut> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_3 = TPut::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_3);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServicePutMultipleArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServicePutMultipleArgs.tputs", &f_2)?;
+    let ret = THBaseServicePutMultipleArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tputs: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("putMultiple_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tputs", TType::List, 2))?;
+    o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, self.tputs.len() as i32))?;
+    for e in &self.tputs {
+      e.write_to_out_protocol(o_prot)?;
+    }
+    o_prot.write_list_end()?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServicePutMultipleResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServicePutMultipleResult {
+  io: Option<TIOError>,
+}
+
+impl THBaseServicePutMultipleResult {
+  fn ok_or(self) -> thrift::Result<()> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else {
+      Ok(())
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServicePutMultipleResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServicePutMultipleResult {
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServicePutMultipleResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceDeleteMultipleArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceDeleteMultipleArgs {
+  table: Vec<u8>,
+  tdeletes: Vec<TDelete>,
+}
+
+impl THBaseServiceDeleteMultipleArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceDeleteMultipleArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TDelete>> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TDelete> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_4 = TDelete::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_4);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceDeleteMultipleArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServiceDeleteMultipleArgs.tdeletes", &f_2)?;
+    let ret = THBaseServiceDeleteMultipleArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tdeletes: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("deleteMultiple_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tdeletes", TType::List, 2))?;
+    o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, self.tdeletes.len() as i32))?;
+    for e in &self.tdeletes {
+      e.write_to_out_protocol(o_prot)?;
+    }
+    o_prot.write_list_end()?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceDeleteMultipleResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceDeleteMultipleResult {
+  result_value: Option<Vec<TDelete>>,
+  io: Option<TIOError>,
+}
+
+impl THBaseServiceDeleteMultipleResult {
+  fn ok_or(self) -> thrift::Result<Vec<TDelete>> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceDeleteMultiple"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceDeleteMultipleResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<Vec<TDelete>> = None;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TDelete> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_5 = TDelete::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_5);
+          }
+          i_prot.read_list_end()?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceDeleteMultipleResult {
+      result_value: f_0,
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceDeleteMultipleResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::List, 0))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
   }
 }
 
@@ -1203,8 +2102,8 @@ impl THBaseServiceCreateTableArgs {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<Vec<u8>> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_1 = i_prot.read_bytes()?;
-            val.push(list_elem_1);
+            let list_elem_6 = i_prot.read_bytes()?;
+            val.push(list_elem_6);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);

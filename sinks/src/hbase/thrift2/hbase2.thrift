@@ -1,4 +1,6 @@
-// The few Thrift2 (THBaseService) structs and calls hourglass's table admin needs.
+// The few Thrift2 (THBaseService) structs and calls hourglass needs: the table admin calls
+// Thrift1 lacks (split keys, descriptors) and the batched writes (`putMultiple`, whose cells
+// each carry their own timestamp, and `deleteMultiple`).
 //
 // Field ids, types and enum values are copied from HBase 2.6.1's own IDL,
 // org/apache/hadoop/hbase/thrift2/hbase.thrift inside hbase-thrift-2.6.1.jar; fields
@@ -6,7 +8,7 @@
 //
 // Regenerate the Rust module next to this file (Debian's thrift-compiler 0.17, which
 // matches the `thrift = "0.17"` crate) from the repository root with:
-//   thrift --gen rs -out sinks/src/hbase/thrift2 sinks/src/hbase/thrift2/hbase2_admin.thrift
+//   thrift --gen rs -out sinks/src/hbase/thrift2 sinks/src/hbase/thrift2/hbase2.thrift
 
 namespace rs hbase2
 
@@ -25,6 +27,39 @@ enum TCompressionAlgorithm {
   LZ4 = 4,
   BZIP2 = 5,
   ZSTD = 6
+}
+
+enum TDeleteType {
+  DELETE_COLUMN = 0,
+  DELETE_COLUMNS = 1,
+  DELETE_FAMILY = 2,
+  DELETE_FAMILY_VERSION = 3
+}
+
+struct TColumn {
+  1: required binary family,
+  2: optional binary qualifier,
+  3: optional i64 timestamp
+}
+
+struct TColumnValue {
+  1: required binary family,
+  2: required binary qualifier,
+  3: required binary value,
+  4: optional i64 timestamp
+}
+
+struct TPut {
+  1: required binary row,
+  2: required list<TColumnValue> columnValues
+  3: optional i64 timestamp
+}
+
+struct TDelete {
+  1: required binary row,
+  2: optional list<TColumn> columns,
+  3: optional i64 timestamp,
+  4: optional TDeleteType deleteType = 1
 }
 
 struct TTableName {
@@ -51,6 +86,9 @@ exception TIOError {
 }
 
 service THBaseService {
+  void putMultiple(1: required binary table, 2: required list<TPut> tputs) throws (1: TIOError io)
+  list<TDelete> deleteMultiple(1: required binary table, 2: required list<TDelete> tdeletes)
+    throws (1: TIOError io)
   TTableDescriptor getTableDescriptor(1: required TTableName table) throws (1: TIOError io)
   void createTable(1: required TTableDescriptor desc, 2: list<binary> splitKeys)
     throws (1: TIOError io)
