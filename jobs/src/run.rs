@@ -174,6 +174,8 @@ fn run_job(
             worker: 0,
             peers: workers,
             max_future_skew: cfg.window.future_skew_secs(),
+            // The room view holds a reading back for up to its write interval.
+            stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
         },
         shared,
         status_every: Duration::from_secs(cfg.status_interval_secs),
@@ -211,6 +213,11 @@ impl Source for TopicSource {
 
     fn flush_every(&self) -> Duration {
         FLUSH_EVERY
+    }
+
+    /// Early firings are what let committed offsets pass an open hour's readings.
+    fn early_fire_past_hours(&self) -> bool {
+        true
     }
 
     fn open(

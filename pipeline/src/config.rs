@@ -135,9 +135,10 @@ pub struct WindowConfig {
     /// (default 3600 s).
     #[serde(default = "default_lateness")]
     pub allowed_lateness_secs: u64,
-    /// Processing-time period of early firings of open hours; 0 disables (default 10 s). Only
-    /// hours that the wall clock has not passed by more than the allowed lateness fire early
-    /// (`operators::WindowSpec::is_live`), so a replay of past hours writes each hour once.
+    /// Processing-time period of early firings of open hours; 0 disables (default 10 s). In a
+    /// replay only hours that the wall clock has not passed by more than the allowed lateness
+    /// fire early (`operators::WindowSpec::is_live`), so a replay of past hours writes each hour
+    /// once; `run` fires every open hour (`GraphConfig::early_fire_past_hours`).
     #[serde(default = "default_early_fire")]
     pub early_fire_secs: u64,
     /// Readings a window worker holds not yet written, over all its open hours, before it

@@ -79,6 +79,12 @@ pub struct GraphConfig {
     /// The wall clock that decides which hours get early firings (`Clock::start()`, so
     /// `HOURGLASS_NOW` applies; tests fix it with `Clock::at`).
     pub clock: Clock,
+    /// Whether hours the wall clock has left fire early too. A Kafka job needs it: an early
+    /// firing writes what an open hour holds, which is what lets the durable frontier, and so
+    /// the committed offsets, pass those readings; without it a catching-up job could commit
+    /// nothing past an hour's first reading until the hour closes, and a restart would re-read
+    /// up to two hours. A replay commits no offsets, so it fires early only for live hours.
+    pub early_fire_past_hours: bool,
     /// A device's row in the room view is written at most once per this interval (see
     /// [`room::room_view`]).
     pub room_write_interval: Duration,
@@ -198,6 +204,7 @@ pub fn build<'scope, F>(
         )
     };
     let clock = cfg.clock;
+    let early_fire_past_hours = cfg.early_fire_past_hours;
 
     let decoded = event_source(scope, "ReadLines", feed, 1024);
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
@@ -238,7 +245,12 @@ pub fn build<'scope, F>(
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
         .tumbling_window::<HourAccumulator>(spec, move || {
-            u64::try_from(clock.now_secs()).unwrap_or(0)
+            // A clock at the epoch's start makes every open hour live (`WindowSpec::is_live`).
+            if early_fire_past_hours {
+                0
+            } else {
+                u64::try_from(clock.now_secs()).unwrap_or(0)
+            }
         })
         .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
             WindowOutput::Pane(p) => {

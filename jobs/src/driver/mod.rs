@@ -116,6 +116,13 @@ pub trait Source: Send + Sync + 'static {
         Duration::ZERO
     }
 
+    /// Whether hours the wall clock has left fire early too
+    /// (`pipeline::graph::GraphConfig::early_fire_past_hours`): a source that commits offsets
+    /// past what is durable needs it.
+    fn early_fire_past_hours(&self) -> bool {
+        false
+    }
+
     /// Opens worker `worker`'s feed. `probe` passes a time once what the feed emitted before
     /// it is durable.
     ///
@@ -239,6 +246,7 @@ impl Job {
             registry: cfg.registry_source(),
             previous_view: crate::store::previous_view(backend)?,
             clock: pipeline::source::Clock::start(),
+            early_fire_past_hours: source.early_fire_past_hours(),
             room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
         };
         let workers = source.workers();

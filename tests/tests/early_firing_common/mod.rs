@@ -109,6 +109,7 @@ fn start(h: i64, writer: WriterFactory, scratch: &Path) -> Job {
         previous_view: Default::default(),
         // The wall clock in the hour, so that it fires early as for a live dashboard.
         clock: pipeline::source::Clock::at(h + 1800),
+        early_fire_past_hours: false,
         room_write_interval: Duration::from_secs(10),
     };
     let side = Arc::new(DeadLetters::new(

@@ -54,10 +54,6 @@ use crate::Result;
 /// How long the source sleeps when Kafka has nothing for it.
 const EMPTY_POLL_WAIT: Duration = Duration::from_millis(5);
 
-/// How long a stopping feed keeps its watermark for the durable frontier to reach it (see
-/// [`KafkaFeed::ready_to_stop`]).
-const STOP_DRAIN_FOR: Duration = Duration::from_secs(10);
-
 /// How one worker reads the topic.
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
@@ -83,6 +79,10 @@ pub struct KafkaOptions {
     /// A reading more than this many seconds ahead of the wall clock is rejected (kind
     /// `future`) and does not move its partition's watermark.
     pub max_future_skew: u64,
+    /// How long a stopping feed keeps its watermark for the durable frontier to reach it (see
+    /// [`KafkaFeed::ready_to_stop`]): longer than any operator holds a reading back (the room
+    /// view, up to its write interval) plus a flush.
+    pub stop_drain: Duration,
 }
 
 /// Reading position and event time of one assigned partition.
@@ -300,7 +300,7 @@ impl KafkaFeed {
 
     /// A stopping feed reads nothing more but holds its watermark until the durable frontier
     /// has reached the lowest watermark among this process's running workers, for at most
-    /// [`STOP_DRAIN_FOR`]: the ledger then sees every hour that watermark made final, so the
+    /// [`KafkaOptions::stop_drain`]: the ledger then sees every hour that watermark made final, so the
     /// final commit passes their readings. Dropping the watermark at once would drain the
     /// dataflow without the ledger ever seeing a frontier newer than its last periodic commit,
     /// and a restart would re-read up to `commit_interval_ms` of stream more than needed.
@@ -322,7 +322,7 @@ impl KafkaFeed {
             self.committer.ledger().advance(frontier);
             return true;
         }
-        if now.duration_since(since) >= STOP_DRAIN_FOR {
+        if now.duration_since(since) >= self.opts.stop_drain {
             tracing::warn!(
                 worker = self.opts.worker,
                 ?frontier,
@@ -549,6 +549,7 @@ mod tests {
             worker: 0,
             peers: 1,
             max_future_skew: 3600,
+            stop_drain: Duration::from_secs(10),
         };
         let committer = OffsetCommitter::new(
             consumer(&source, "test").unwrap(),
