@@ -94,6 +94,14 @@ fn real_now() -> String {
         .to_string()
 }
 
+/// The real time, epoch milliseconds, for cells written straight through a writer.
+fn real_now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since_epoch.as_millis()).expect("ms fit i64")
+}
+
 /// Runs `hourglass args…` with `HOURGLASS_NOW=now` and returns its stdout.
 fn run(dir: &Path, now: &str, args: &[&str]) -> String {
     let out = hourglass_command(dir, now, args)
@@ -582,14 +590,7 @@ fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
     let Some(_hbase) = hbase() else { return };
     reset_tables();
     let cfg = config();
-    let t0 = i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock")
-            .as_millis(),
-    )
-    .expect("ms fit i64")
-        - 60_000;
+    let t0 = real_now_ms() - 60_000;
     let put = |row: &str, q: &str, ts: i64, v: &str| Mutation::Put {
         table: HOURLY_TABLE,
         row: row.as_bytes().to_vec(),
@@ -821,14 +822,7 @@ fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp(
     let Some(_hbase) = hbase() else { return };
     reset_tables();
     let cfg = config();
-    let t0 = i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock")
-            .as_millis(),
-    )
-    .expect("ms fit i64")
-        - 3_600_000;
+    let t0 = real_now_ms() - 3_600_000;
     let rows: Vec<(Vec<u8>, i64, Vec<u8>)> = (0..120i64)
         .map(|i| {
             // Salts 00..15: the rows span every region of the pre-split table.
