@@ -74,10 +74,10 @@ impl Pending {
 /// reaches 8 MiB, and every buffer on [`TableWriter::flush`].
 ///
 /// A large buffer is sorted and ingested as a new table of the LSM tree (fjall's bulk load,
-/// registered atomically under a sequence number newer than every earlier write); a small one is
-/// committed as a write batch through the journal and memtable. Either way, written cells are
-/// visible to every reader of the store at once and survive a crash of the process; they survive
-/// a crash of the machine after [`EmbeddedStore::persist`]. Dropping a writer writes what it
+/// registered atomically under a sequence number newer than every earlier write); the small ones
+/// of a flush are committed as one write batch through the journal and memtable. Either way,
+/// written cells are visible to every reader of the store at once and survive a crash of the
+/// process; they survive a crash of the machine after [`EmbeddedStore::persist`]. Dropping a writer writes what it
 /// still buffers, as HBase's `BufferedMutator.close()` does, but only `flush` reports failures.
 ///
 /// Each table keeps one version per cell. By default a put replaces the cell whatever its
@@ -181,7 +181,7 @@ impl EmbeddedWriter {
     }
 
     /// Writes table `index`'s pending cells: ingested as a sorted table when there are at least
-    /// `min_ingest` bytes of them, else committed as a write batch.
+    /// `min_ingest` bytes of them, else queued in the writer's batch for the next commit.
     fn write_pending(&mut self, index: usize, min_ingest: usize) -> Result<()> {
         let pending = &mut self.pending[index];
         if pending.is_empty() {
@@ -202,21 +202,21 @@ impl EmbeddedWriter {
                 .finish()
                 .map_err(|e| inner.fjall_error("ingest", e))?;
         } else {
-            let mut batch = new_batch(&self.store, pending.cells.len());
+            // Queued in the writer's batch, which `write_all` commits once for all tables.
             for &(start, key_end, end) in &pending.cells {
-                batch.insert(
+                self.batch.insert(
                     keyspace,
                     &pending.arena[start..key_end],
                     &pending.arena[key_end..end],
                 );
             }
-            batch.commit().map_err(|e| inner.fjall_error("write", e))?;
         }
         pending.clear();
         Ok(())
     }
 
-    /// Writes every table's pending cells and the queued batch.
+    /// Writes every table's pending cells and the queued batch: the small buffers of all tables
+    /// go in one write batch, so a live job's flush is one journal write, not one per table.
     fn write_all(&mut self) -> Result<()> {
         for index in 0..self.pending.len() {
             self.write_pending(index, self.min_ingest_bytes)?;
