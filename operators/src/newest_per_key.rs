@@ -147,9 +147,8 @@ where
                 match waiting.keys().next() {
                     None => crate::downgrade_to_frontier(&mut held, &frontier),
                     Some(&oldest) => {
-                        if least(&held).is_some_and(|held| oldest > held) {
-                            held.downgrade([oldest]);
-                        }
+                        // Held at the oldest waiting arrival, never below what is held.
+                        crate::downgrade_to_frontier(&mut held, &[oldest]);
                         if let Some((end, _)) = periods.front() {
                             activator.activate_after(end.saturating_duration_since(now));
                         }
@@ -168,10 +167,6 @@ fn release(waiting: &mut BTreeMap<u64, usize>, arrived: u64) {
             waiting.remove(&arrived);
         }
     }
-}
-
-fn least(held: &CapabilitySet<u64>) -> Option<u64> {
-    crate::least(held).map(|c| *c.time())
 }
 
 #[cfg(test)]
