@@ -58,6 +58,20 @@ pub trait NewestPerKey<'scope, K, E, V> {
     /// );
     /// ```
     fn newest_per_key(self, interval: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)>;
+
+    /// [`NewestPerKey::newest_per_key`], except that an item for which `hold` says true waits
+    /// until the input ends (or until a newer item of its key that `hold` lets go replaces it),
+    /// whatever the interval. A replay of past traffic holds the readings of hours the wall
+    /// clock has left, so a device's row is written once, with its newest reading, instead of
+    /// once per interval of a replay that races through them; readings near the wall clock still
+    /// go out within the interval.
+    fn newest_per_key_holding<H>(
+        self,
+        interval: Duration,
+        hold: H,
+    ) -> StreamVec<'scope, u64, (K, E, V, u64)>
+    where
+        H: Fn(&E) -> bool + 'static;
 }
 
 impl<'scope, K, E, V> NewestPerKey<'scope, K, E, V> for StreamVec<'scope, u64, (K, E, V)>
@@ -67,6 +81,17 @@ where
     V: ExchangeData,
 {
     fn newest_per_key(self, interval: Duration) -> StreamVec<'scope, u64, (K, E, V, u64)> {
+        self.newest_per_key_holding(interval, |_| false)
+    }
+
+    fn newest_per_key_holding<H>(
+        self,
+        interval: Duration,
+        hold: H,
+    ) -> StreamVec<'scope, u64, (K, E, V, u64)>
+    where
+        H: Fn(&E) -> bool + 'static,
+    {
         let scope = self.scope();
         let pact = Exchange::new(|item: &(K, E, V)| crate::key_hash(&item.0));
         self.unary_frontier(pact, "NewestPerKey", move |_cap, info| {
@@ -97,9 +122,16 @@ where
                         let time = previous.map_or(arrived, |t| t.max(arrived));
                         newest.insert(key.clone(), (ts.clone(), time));
                         *waiting.entry(arrived).or_default() += 1;
+                        let free = !hold(&ts) && !cooling.contains_key(&key);
                         match pending.insert(key.clone(), (ts, value, time, arrived)) {
-                            Some((.., replaced)) => release(&mut waiting, replaced),
-                            None if !cooling.contains_key(&key) => ready.push(key),
+                            Some((was, .., replaced)) => {
+                                release(&mut waiting, replaced);
+                                // A held item is in neither `ready` nor a cooling period.
+                                if free && hold(&was) {
+                                    ready.push(key);
+                                }
+                            }
+                            None if free => ready.push(key),
                             None => {}
                         }
                     }
@@ -117,7 +149,7 @@ where
                     };
                     if cooling.get(&key) == Some(&end) {
                         cooling.remove(&key);
-                        if pending.contains_key(&key) {
+                        if pending.get(&key).is_some_and(|(ts, ..)| !hold(ts)) {
                             ready.push(key);
                         }
                     }
@@ -180,12 +212,21 @@ mod tests {
 
     /// Feeds `(time, key, event time, value)` in order and returns what was emitted, sorted.
     fn run(coalesce: Duration, items: Vec<(u64, &'static str, i64, u32)>) -> Vec<(u64, Vec<Out>)> {
+        run_holding(coalesce, i64::MIN, items)
+    }
+
+    /// [`run`], holding the items whose event time is below `hold_below`.
+    fn run_holding(
+        coalesce: Duration,
+        hold_below: i64,
+        items: Vec<(u64, &'static str, i64, u32)>,
+    ) -> Vec<(u64, Vec<Out>)> {
         timely::execute_directly(move |worker| {
             let mut input = InputHandle::new();
             let captured = worker.dataflow(|scope| {
                 scope
                     .input_from(&mut input)
-                    .newest_per_key(coalesce)
+                    .newest_per_key_holding(coalesce, move |ts: &i64| *ts < hold_below)
                     .capture()
             });
             for (time, key, ts, value) in items {
@@ -207,6 +248,43 @@ mod tests {
             }
             out
         })
+    }
+
+    #[test]
+    fn held_items_wait_for_the_end_unless_a_newer_free_one_replaces_them() {
+        // Event times below 100 are held. "a" sends only held items: its newest goes out once,
+        // when the input ends. "b" is free: out at once. "c" is held, then replaced by a free
+        // item, which goes out at once although the interval never ends within the run.
+        let out = run_holding(
+            Duration::ZERO,
+            100,
+            vec![
+                (0, "a", 5, 1),
+                (0, "b", 200, 2),
+                (0, "c", 6, 3),
+                (1, "a", 9, 4),
+                (2, "c", 150, 5),
+                (3, "a", 10, 6),
+            ],
+        );
+        let emitted: Vec<(u64, Vec<Out>)> = out
+            .into_iter()
+            .filter(|(_, batch)| !batch.is_empty())
+            .collect();
+        let mut all: Vec<Out> = emitted.iter().flat_map(|(_, b)| b.clone()).collect();
+        all.sort();
+        assert_eq!(
+            all,
+            vec![
+                ("a".to_string(), 10, 6, 3),
+                ("b".to_string(), 200, 2, 0),
+                ("c".to_string(), 150, 5, 2),
+            ]
+        );
+        // "a" went out last, alone: it waited for the end.
+        assert!(emitted
+            .last()
+            .is_some_and(|(_, b)| b.len() == 1 && b[0].0 == "a"));
     }
 
     #[test]

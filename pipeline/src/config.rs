@@ -96,7 +96,9 @@ pub struct JobConfig {
     pub registry_topic: Option<String>,
     /// A device's row in the room view is written at most once per this many seconds of
     /// processing time: a reading after a quiet interval at once, the newest of a burst when
-    /// the device's interval ends or the input ends; 0 writes every change (default 10).
+    /// the device's interval ends or the input ends; 0 writes every change (default 10). A
+    /// replay holds the readings of hours the wall clock has left until it ends, so it writes
+    /// each device's row once.
     #[serde(default = "default_room_write_interval")]
     pub room_write_interval_secs: u64,
     /// `host:port` where `hourglass run` serves its own `/metrics` (Prometheus text) and

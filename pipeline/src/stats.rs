@@ -21,6 +21,8 @@ pub struct Stats {
     pub narrow_rows: AtomicU64,
     /// Wide cells written.
     pub wide_cells: AtomicU64,
+    /// Room view rows written (puts and deletes of `ts_room_latest`).
+    pub room_rows: AtomicU64,
     /// Readings older than the table TTL when read (invisible once written).
     pub expired: AtomicU64,
     /// Input bytes consumed (compressed bytes for compressed input), for progress.
@@ -105,6 +107,7 @@ impl Stats {
             late_dropped: get(&self.late_dropped),
             narrow_rows: get(&self.narrow_rows),
             wide_cells: get(&self.wide_cells),
+            room_rows: get(&self.room_rows),
             elapsed_s,
             readings_per_s: if elapsed_s > 0.0 {
                 read as f64 / elapsed_s
@@ -133,6 +136,8 @@ pub struct Summary {
     pub narrow_rows: u64,
     /// Wide cells written.
     pub wide_cells: u64,
+    /// Room view rows written (puts and deletes of `ts_room_latest`).
+    pub room_rows: u64,
     /// Wall-clock duration of the run, seconds.
     pub elapsed_s: f64,
     /// Lines read per second of wall-clock time.

@@ -182,6 +182,7 @@ mod tests {
             late_dropped: 2,
             narrow_rows: 7,
             wide_cells: 5,
+            room_rows: 4,
             elapsed_s: 2.0,
             readings_per_s: 5.0,
         }

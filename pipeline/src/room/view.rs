@@ -36,13 +36,16 @@ type RowChange = (Option<(i64, String, Option<String>)>, Option<i64>);
 /// the first reading after a quiet interval at once, later ones when the interval since the
 /// device's last update ends, the newest of them only; whatever waits is written when the input
 /// ends. The output frontier waits for it, so a durable probe never passes a reading that has
-/// not reached the table.
+/// not reached the table. A reading whose event time (epoch seconds) `hold` says true waits
+/// until the input ends unless a newer one of its device replaces it: a replay holds the
+/// readings of hours the wall clock has left, so it writes each device's row about once.
 pub fn room_view<'scope>(
     readings: StreamVec<'scope, u64, Reading>,
     registry: RegistryInput,
     readings_probe: ProbeHandle<u64>,
     previous: &PreviousView,
     write_interval: Duration,
+    hold: impl Fn(i64) -> bool + 'static,
 ) -> StreamVec<'scope, u64, Mutation> {
     let scope = readings.scope();
 
@@ -71,7 +74,7 @@ pub fn room_view<'scope>(
             let room = r.room();
             (r.device, r.ts, (format_value(r.value), room))
         })
-        .newest_per_key(write_interval)
+        .newest_per_key_holding(write_interval, move |ts: &i64| hold(*ts))
         .map(|(device, ts, (value, room), time)| (device, Some((ts, value, room)), time));
     let latest = arrange_from_upsert::<
         ValBuilder<String, Latest, u64, isize>,
@@ -217,6 +220,7 @@ mod tests {
                     readings_probe,
                     &PreviousView::default(),
                     interval,
+                    |_| false,
                 )
                 .probe();
                 (probe, out.capture())
