@@ -8,6 +8,7 @@ mod fuzz;
 mod generate;
 mod http_thread;
 mod job_metrics;
+mod landing;
 mod produce;
 mod query;
 mod replay;
