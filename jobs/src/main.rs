@@ -12,6 +12,7 @@ mod landing;
 mod produce;
 mod query;
 mod replay;
+mod report;
 mod run;
 mod serve;
 mod store;
@@ -55,6 +56,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
     Serve(serve::ServeArgs),
+    /// A month per device and room from the hourly wide rows (a bounded timely job).
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(code) => code,
