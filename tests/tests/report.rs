@@ -22,8 +22,8 @@ const DEC: i64 = 1_796_083_200;
 /// Some days after November: every hour of it is closed for good.
 const NOW: &str = "1796500000";
 
-/// Device ids that sort next to each other in the wide table (`d1_…` < `d1-x_…`? no: `-` sorts
-/// before `_`), so the report's key walk must tell them apart.
+/// Device ids whose wide rows sort next to each other (`d1-x_…` < `d10_…` < `d1_…`: `-` and
+/// digits sort before `_`), so the report's key walk must tell them apart.
 const DEVICES: [&str; 4] = ["d1", "d1-x", "d10", "e.2"];
 
 fn run(dir: &Path, now: &str, args: &[&str]) -> String {

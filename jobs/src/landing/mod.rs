@@ -79,8 +79,8 @@ pub enum Format {
 /// Rows landing in one salt bucket or region.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Bucket {
-    /// `00`.. for a salt bucket, the region's name for a live region, `r00`.. for a predicted
-    /// plain region.
+    /// `00`.. for a salt bucket, `r00`.. for a predicted plain region, the start key for a
+    /// live region (`(start)` for the first).
     pub label: String,
     /// First row key of the bucket or region (empty: the table's start).
     pub start: String,
