@@ -8,9 +8,11 @@ mod fuzz;
 mod generate;
 mod http_thread;
 mod job_metrics;
+mod landing;
 mod produce;
 mod query;
 mod replay;
+mod report;
 mod run;
 mod serve;
 mod store;
@@ -54,6 +56,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
     Serve(serve::ServeArgs),
+    /// A month per device and room from the hourly wide rows (a bounded timely job).
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -73,12 +73,16 @@ pub enum TablesCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Check how evenly narrow row keys spread over salt buckets or regions, from a recording
+    /// (before go-live) or a live HBase table; exit 1 when max ÷ mean exceeds `--max-skew`.
+    LandingCheck(crate::landing::LandingArgs),
 }
 
 /// Runs a table command.
 pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match cmd {
+        TablesCommand::LandingCheck(args) => return crate::landing::run(&args),
         TablesCommand::Ddl => {
             for spec in schema::all_tables() {
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;

@@ -1,0 +1,80 @@
+//! The spread of a live HBase narrow table: its regions from `getTableRegions`, the rows of
+//! each counted by a scan of the region's key range.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use pipeline::config::JobConfig;
+use pipeline::rowkey::{parse_narrow_key, KeyScheme};
+use pipeline::schema::NARROW_TABLE;
+use pipeline::table::ScanSpec;
+use sinks::hbase::{admin, HbaseConfig, HbaseStore};
+
+use super::{report, Bucket, LandingReport, Tally};
+
+/// How long the check retries an unreachable HBase, as the other interactive commands.
+const RETRY: Duration = Duration::from_secs(60);
+
+/// Counts the narrow table's rows per region at `addr`; `scheme` tells how to read the device
+/// from a key, for the hottest prefixes.
+///
+/// Every row of a region is scanned: the Thrift reader of `sinks` has no key-only filter, so
+/// cells come too (a narrow row is two small cells); one row at a time is held.
+pub(super) fn from_hbase(
+    cfg: &JobConfig,
+    addr: &str,
+    scheme: KeyScheme,
+    max_skew: f64,
+) -> Result<LandingReport> {
+    let mut store = cfg.store.clone();
+    store.hbase = Some(addr.to_string());
+    let mut hb = HbaseConfig::from_store(&store)?;
+    hb.retry.max_elapsed = Some(RETRY);
+    let regions = admin::table_regions(&hb, NARROW_TABLE)
+        .with_context(|| format!("listing the regions of {NARROW_TABLE} at {addr}"))?;
+    let reader = HbaseStore::new(&hb);
+    let mut tally = Tally::default();
+    let mut buckets = Vec::with_capacity(regions.len());
+    for (i, region) in regions.iter().enumerate() {
+        let spec = ScanSpec {
+            start: region.start.clone(),
+            stop: region.end.clone(),
+            limit: None,
+        };
+        let rows = reader
+            .scan_each(NARROW_TABLE, &spec, |row| {
+                match parse_narrow_key(scheme, &row.key) {
+                    Ok(key) => tally.add(&key.device, i, 1),
+                    Err(_) => tally.reject("key"),
+                }
+            })
+            .with_context(|| format!("counting the rows of region {}", region.name))?;
+        let text = |k: &[u8]| k.escape_ascii().to_string();
+        buckets.push(Bucket {
+            label: text(&region.start),
+            start: text(&region.start),
+            end: text(&region.end),
+            rows: rows as u64,
+        });
+    }
+    if let Some(first) = buckets.first_mut() {
+        if first.label.is_empty() {
+            first.label = "(start)".into();
+        }
+    }
+    let unparsed = tally.rejected.get("key").copied().unwrap_or(0);
+    let note = format!(
+        "hbase: {} regions of {NARROW_TABLE} from getTableRegions, every row counted by a scan of each \
+         region's range; {unparsed} keys not of the {scheme:?} shape are counted in their region but \
+         in no prefix",
+        regions.len()
+    );
+    report(
+        format!("hbase {addr} table {NARROW_TABLE}"),
+        scheme,
+        buckets,
+        tally,
+        max_skew,
+        note,
+    )
+}

@@ -1,0 +1,196 @@
+//! Reading a month of hourly wide rows: devices found by walking the table's keys, each
+//! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
+
+use anyhow::Result;
+use pipeline::codec::hourly::wide_key;
+use pipeline::codec::key::SEPARATOR;
+use pipeline::schema::HOURLY_TABLE;
+use pipeline::table::{prefix_successor, Row, ScanSpec, TableReader};
+
+use super::figures::HourFigures;
+
+/// One device's month as read: its hours, and the rows that were no hour the window wrote.
+#[derive(Debug)]
+pub struct DeviceRows {
+    /// Device id.
+    pub device: String,
+    /// The hours read.
+    pub hours: Vec<HourFigures>,
+    /// Rows read.
+    pub rows: u64,
+    /// Keys of rows without the summary and point cells, for the report's `bad_rows`.
+    pub bad: Vec<String>,
+}
+
+/// The device of a wide row key `<device>_<hourStart>`, if it has that shape.
+fn device_of(key: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(key).ok()?;
+    let (device, hour) = text.rsplit_once(SEPARATOR as char)?;
+    (!device.is_empty() && !hour.is_empty() && hour.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(device)
+}
+
+/// Reads `device`'s hours of `[month_start, month_end)`.
+///
+/// # Errors
+/// A store error.
+pub fn read_device(
+    reader: &dyn TableReader,
+    device: &str,
+    month_start: i64,
+    month_end: i64,
+) -> Result<DeviceRows> {
+    let spec = ScanSpec {
+        start: wide_key(device, month_start),
+        stop: wide_key(device, month_end),
+        limit: None,
+    };
+    let rows = reader.scan(HOURLY_TABLE, &spec)?;
+    let mut out = DeviceRows {
+        device: device.to_string(),
+        hours: Vec::with_capacity(rows.len()),
+        rows: rows.len() as u64,
+        bad: Vec::new(),
+    };
+    for row in &rows {
+        match hour_of(device, row) {
+            Some(h) => out.hours.push(h),
+            None => out.bad.push(row.key.escape_ascii().to_string()),
+        }
+    }
+    Ok(out)
+}
+
+fn hour_of(device: &str, row: &Row) -> Option<HourFigures> {
+    let text = std::str::from_utf8(&row.key).ok()?;
+    let hour: i64 = text.strip_prefix(device)?.strip_prefix('_')?.parse().ok()?;
+    HourFigures::from_row(hour, row)
+}
+
+/// Walks the devices whose rows begin in `[start, stop)` (`stop` empty: the table's end), in key
+/// order: one scan of a single key finds the next device, then its month is read. A device whose
+/// rows begin before `start` belongs to the range before, so each device is read by exactly one
+/// range.
+#[derive(Debug)]
+pub struct DeviceWalk {
+    start: Vec<u8>,
+    stop: Vec<u8>,
+    cursor: Vec<u8>,
+    done: bool,
+}
+
+impl DeviceWalk {
+    /// A walk over `[start, stop)`.
+    pub fn new(start: Vec<u8>, stop: Vec<u8>) -> Self {
+        DeviceWalk {
+            cursor: start.clone(),
+            start,
+            stop,
+            done: false,
+        }
+    }
+
+    /// The next device of the range, or `None` at its end. Keys that are no wide row key are
+    /// returned in `bad` and skipped.
+    ///
+    /// # Errors
+    /// A store error.
+    pub fn next_device(
+        &mut self,
+        reader: &dyn TableReader,
+        bad: &mut Vec<String>,
+    ) -> Result<Option<String>> {
+        while !self.done {
+            let spec = ScanSpec {
+                start: self.cursor.clone(),
+                stop: self.stop.clone(),
+                limit: Some(1),
+            };
+            let Some(row) = reader.scan(HOURLY_TABLE, &spec)?.into_iter().next() else {
+                self.done = true;
+                break;
+            };
+            let Some(device) = device_of(&row.key) else {
+                bad.push(row.key.escape_ascii().to_string());
+                self.cursor = row.key;
+                self.cursor.push(0);
+                continue;
+            };
+            let mut prefix = device.as_bytes().to_vec();
+            prefix.push(SEPARATOR);
+            self.cursor = prefix_successor(&prefix);
+            if prefix < self.start {
+                continue;
+            }
+            return Ok(Some(device.to_string()));
+        }
+        Ok(None)
+    }
+}
+
+/// Split keys dividing the table's keys into about `parts` ranges: the first and last keys are
+/// found with single-row scans (the last by bisecting its 8 bytes after the common prefix), and
+/// the split keys spread evenly between them, as HBase's `UniformSplit` does over a key range.
+///
+/// # Errors
+/// A store error.
+pub fn split_keys(reader: &dyn TableReader, parts: usize) -> Result<Vec<Vec<u8>>> {
+    let first_at = |start: &[u8]| -> Result<Option<Vec<u8>>> {
+        let spec = ScanSpec {
+            start: start.to_vec(),
+            stop: Vec::new(),
+            limit: Some(1),
+        };
+        Ok(reader
+            .scan(HOURLY_TABLE, &spec)?
+            .into_iter()
+            .next()
+            .map(|r| r.key))
+    };
+    let Some(lo) = first_at(&[])? else {
+        return Ok(Vec::new());
+    };
+    if parts < 2 {
+        return Ok(Vec::new());
+    }
+    // The last key's first 8 bytes, by bisection: the greatest `k` with a row at or after it.
+    let word = |k: &[u8]| {
+        let mut w = [0u8; 8];
+        for (d, s) in w.iter_mut().zip(k) {
+            *d = *s;
+        }
+        u64::from_be_bytes(w)
+    };
+    let (mut low, mut high) = (word(&lo), u64::MAX);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if first_at(&mid.to_be_bytes())?.is_some() {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let (a, b) = (u128::from(word(&lo)), u128::from(low) + 1);
+    let n = parts as u128;
+    Ok((1..n)
+        .map(|i| {
+            let v = (a + (b - a) * i / n) as u64;
+            let bytes = v.to_be_bytes();
+            let len = bytes.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
+            bytes[..len].to_vec()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_of_takes_the_key_before_the_hour() {
+        assert_eq!(device_of(b"dev-1_1764547200"), Some("dev-1"));
+        assert_eq!(device_of(b"dev-1_"), None);
+        assert_eq!(device_of(b"_1764547200"), None);
+        assert_eq!(device_of(b"dev-1_17x"), None);
+    }
+}
