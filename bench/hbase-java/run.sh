@@ -10,7 +10,8 @@
 # Knobs: ROUNDS (2 runs of each per size), SIZES ("10000:10m 100000:2m 500:25h",
 # devices:duration), WORKERS (2 hourglass workers), BUFFER_MB (8, the Java write buffer), HBASE
 # (127.0.0.1:9090, Thrift1), ZK (127.0.0.1:2181, HBase's ZooKeeper, for the Java client), DIGEST
-# (1: digest the tables after every run; both writers must leave the same one), HOURGLASS (the
+# (1: digest the tables after every run; both writers must leave the same one), HOURGLASS_ARGS
+# (extra arguments of `hourglass replay`, e.g. "--config big-calls.toml"), HOURGLASS (the
 # binary; default: built here with cargo), BENCH_DIR (a fresh /tmp directory, removed at the end
 # unless given). Needs java 17, mvn, jq and HBase from scripts/services.sh.
 # It EMPTIES ts_metric, ts_metric_hourly and ts_room_latest of that HBase: use it on a dev HBase.
@@ -22,7 +23,8 @@
 # their tables could not be compared.
 #
 # CPU: the writer's from /usr/bin/time (user + sys), the HBase JVM's (HMaster + RegionServer in
-# one standalone JVM) and the Thrift1 gateway's from /proc/<pid>/stat (utime + stime) before and
+# one standalone JVM) and the Thrift2 (hourglass's writes) and Thrift1 gateways' from
+# /proc/<pid>/stat (utime + stime) before and
 # after the writer runs; the JVMs' work that continues after a writer exits (memstore flushes,
 # compactions) is not counted for it, nor the digest's scan.
 #
@@ -60,6 +62,18 @@ hbase_pid=${HBASE_PID:-$(service_pid hbase-master)} ||
   { echo "no HBase JVM found: start it with scripts/services.sh up hbase (or set HBASE_PID)" >&2; exit 1; }
 thrift_pid=${THRIFT_PID:-$(service_pid hbase-thrift1)} ||
   { echo "no Thrift1 gateway found: start it with scripts/services.sh up hbase (or set THRIFT_PID)" >&2; exit 1; }
+# hourglass writes through the Thrift2 gateway (putMultiple) and reads through Thrift1.
+thrift2_pid=${THRIFT2_PID:-$(service_pid hbase-thrift2)} ||
+  { echo "no Thrift2 gateway found: start it with scripts/services.sh up hbase (or set THRIFT2_PID)" >&2; exit 1; }
+# The region server's own counters (JMX over the master's info port; standalone HBase runs the
+# region server in the master's JVM): multi RPCs, row mutations, WAL appends and syncs.
+JMX=${JMX:-http://127.0.0.1:16010/jmx}
+rs_counters() {
+  { curl -fsS "$JMX?qry=Hadoop:service=HBase,name=RegionServer,sub=Server" 
+    curl -fsS "$JMX?qry=Hadoop:service=HBase,name=RegionServer,sub=WAL"; } |
+    jq -s '{multi: .[0].beans[0].rpcMultiRequestCount, writes: .[0].beans[0].writeRequestCount,
+      wal_appends: .[1].beans[0].appendCount, wal_syncs: .[1].beans[0].SyncTime_num_ops}'
+}
 ticks=$(getconf CLK_TCK)
 # CPU seconds (utime + stime) of a process so far; fields counted after the ")" ending its name.
 cpu_s() {
@@ -106,13 +120,14 @@ run_one() {
   "${java_cmd[@]}" truncate 2>"$work/java.err" || { cat "$work/java.err" >&2; exit 1; }
   sleep 2
   local hb0 th0 hb1 th1 digest='null'
-  hb0=$(cpu_s "$hbase_pid") th0=$(cpu_s "$thrift_pid")
+  hb0=$(cpu_s "$hbase_pid") th0=$(cpu_s "$thrift_pid") t20=$(cpu_s "$thrift2_pid")
+  rs0=$(rs_counters)
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   case "$system" in
     hourglass)
       /usr/bin/time -v -o "$timing" "$hg" replay "$file" --hbase "$HBASE" \
         --workers "$WORKERS" --quiet --stats-json "$counters" \
-        --dead-letter "$work/dead-letters.jsonl" --late-output "$work/late.jsonl" \
+        --dead-letter "$work/dead-letters.jsonl" --late-output "$work/late.jsonl" ${HOURGLASS_ARGS:-} \
         2>"$work/hourglass.err" || { cat "$work/hourglass.err" >&2; exit 1; }
       rm -f "$work/dead-letters.jsonl" "$work/late.jsonl"
       ;;
@@ -121,7 +136,8 @@ run_one() {
         2>"$work/java.err" || { cat "$work/java.err" >&2; exit 1; }
       ;;
   esac
-  hb1=$(cpu_s "$hbase_pid") th1=$(cpu_s "$thrift_pid")
+  hb1=$(cpu_s "$hbase_pid") th1=$(cpu_s "$thrift_pid") t21=$(cpu_s "$thrift2_pid")
+  rs1=$(rs_counters)
   load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   if [[ "$DIGEST" == 1 ]]; then
     digest=$("${java_cmd[@]}" digest "$from_ms" "$to_ms" 2>"$work/java.err") || { cat "$work/java.err" >&2; exit 1; }
@@ -135,9 +151,13 @@ run_one() {
     --argjson wall "$wall" --argjson cpu "$(awk -v u="$user" -v s="$sys" 'BEGIN {print u + s}')" \
     --argjson hbase "$(awk -v a="$hb0" -v b="$hb1" 'BEGIN {print b - a}')" \
     --argjson thrift "$(awk -v a="$th0" -v b="$th1" 'BEGIN {print b - a}')" \
+    --argjson thrift2 "$(awk -v a="$t20" -v b="$t21" 'BEGIN {print b - a}')" \
+    --argjson rs0 "$rs0" --argjson rs1 "$rs1" \
     --arg load_before "$load_before" --arg load_after "$load_after" --argjson digest "$digest" \
     '{system: $system, size: $size, round: $round, wall_s: $wall, writer_cpu_s: ($cpu * 100 | round / 100),
       hbase_cpu_s: ($hbase * 100 | round / 100), thrift_cpu_s: ($thrift * 100 | round / 100),
+      thrift2_cpu_s: ($thrift2 * 100 | round / 100),
+      region_server: ($rs1 | with_entries(.value -= $rs0[.key])),
       readings: .read, readings_per_s: (.read / $wall | floor),
       hbase_cpu_s_per_m: ($hbase / .read * 1e6 * 10 | round / 10),
       load_before: $load_before, load_after: $load_after,
@@ -180,8 +200,11 @@ for size in $SIZES; do
     | ($h | map(.readings_per_s) | median) as $hr | ($j | map(.readings_per_s) | median) as $jr
     | ($h | map(.hbase_cpu_s_per_m) | median) as $hm | ($j | map(.hbase_cpu_s_per_m) | median) as $jm
     | "\($s): hourglass \($hr | floor) readings/s, Java \($jr | floor) readings/s, hourglass ÷ Java \($hr / $jr | r2)\n"
-      + "  CPU s: hourglass \($h | map(.writer_cpu_s) | median | r1) + HBase \($h | map(.hbase_cpu_s) | median | r1) + Thrift1 \($h | map(.thrift_cpu_s) | median | r1); "
-      + "Java \($j | map(.writer_cpu_s) | median | r1) + HBase \($j | map(.hbase_cpu_s) | median | r1) + Thrift1 \($j | map(.thrift_cpu_s) | median | r1)\n"
+      + "  CPU s: hourglass \($h | map(.writer_cpu_s) | median | r1) + HBase \($h | map(.hbase_cpu_s) | median | r1) + Thrift2 \($h | map(.thrift2_cpu_s) | median | r1) + Thrift1 \($h | map(.thrift_cpu_s) | median | r1); "
+      + "Java \($j | map(.writer_cpu_s) | median | r1) + HBase \($j | map(.hbase_cpu_s) | median | r1)\n"
+      + "  region server: multi RPCs hourglass \($h | map(.region_server.multi) | median), Java \($j | map(.region_server.multi) | median); "
+      + "WAL appends \($h | map(.region_server.wal_appends) | median) vs \($j | map(.region_server.wal_appends) | median); "
+      + "WAL syncs \($h | map(.region_server.wal_syncs) | median) vs \($j | map(.region_server.wal_syncs) | median)\n"
       + "  HBase CPU s per million readings: hourglass \($hm | r1), Java \($jm | r1), hourglass ÷ Java \($hm / $jm | r2)\n"
       + "  load average (1 min) seen \($runs | map(.load_before, .load_after | split(" ")[0] | tonumber) | min)–"
       + "\($runs | map(.load_before, .load_after | split(" ")[0] | tonumber) | max)"' "$work/results.jsonl"
