@@ -5,6 +5,7 @@
 //! keeps anyway ([`Stats`], [`KafkaShared`], the HBase [`WriterStats`]). Consumer lag comes from
 //! the high watermarks the status thread already fetches once a second.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -37,6 +38,8 @@ pub struct JobMetrics {
     control: Arc<JobControl>,
     kafka: OnceLock<Arc<KafkaShared>>,
     writers: OnceLock<Arc<WriterStats>>,
+    /// The process index of a cluster's process, a `process` label on every sample.
+    process: OnceLock<usize>,
 }
 
 impl JobMetrics {
@@ -47,7 +50,14 @@ impl JobMetrics {
             control,
             kafka: OnceLock::new(),
             writers: OnceLock::new(),
+            process: OnceLock::new(),
         }
+    }
+
+    /// Labels every sample with `process="I"` (a cluster's process index); before the server
+    /// starts.
+    pub fn set_process(&self, process: usize) {
+        let _ = self.process.set(process);
     }
 
     /// Adds the Kafka feed's shared state: lag, committed offsets, commits, watermark.
@@ -61,7 +71,11 @@ impl JobMetrics {
     }
 
     fn registry(self: &Arc<Self>) -> Registry {
-        let mut registry = Registry::with_prefix("hourglass_job");
+        let labels = self
+            .process
+            .get()
+            .map(|p| (Cow::Borrowed("process"), Cow::Owned(p.to_string())));
+        let mut registry = Registry::with_prefix_and_labels("hourglass_job", labels.into_iter());
         registry.register_collector(Box::new(self.clone()));
         registry
     }

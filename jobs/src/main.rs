@@ -75,6 +75,11 @@ fn main() -> ExitCode {
             eprintln!("error: an HTTP request failed with an internal error (above) and was answered 500; please report it");
             return;
         }
+        // A peer process of a cluster is gone: not a bug, and the way out is a restart.
+        if let Some(message) = driver::lost_peer_message(info) {
+            eprintln!("{message}");
+            std::process::exit(101);
+        }
         eprintln!("error: hourglass stopped after an internal error (above); please report it");
         std::process::exit(101);
     }));

@@ -145,6 +145,19 @@ impl KafkaShared {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// State for one process of a timely cluster, whose workers are `local` among `peers`: the
+    /// other processes' workers count as not reading here, so that this process's watermark and
+    /// stop drain wait only for its own (timely's progress tracking spans the processes).
+    pub fn for_process(partitions: usize, peers: usize, local: std::ops::Range<usize>) -> Self {
+        let shared = Self::new(partitions, peers);
+        for (i, w) in shared.worker_watermarks.iter().enumerate() {
+            if !local.contains(&i) {
+                w.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
+        shared
+    }
+
     /// The job's watermark (minimum over workers still reading), `None` once all stopped.
     pub fn watermark(&self) -> Option<u64> {
         self.worker_watermarks
