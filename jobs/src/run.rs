@@ -1,6 +1,7 @@
 //! `hourglass run`: the long-running job, Kafka → timely dataflow → tables.
 //!
-//! Each worker reads its partitions (`partition % workers == worker`), and commits offsets only
+//! Each worker reads its partitions (`partition % workers == worker`, over every worker of every
+//! process in a cluster, see `driver::Cluster`), and commits offsets only
 //! once the readings before them are durable in both tables (see `pipeline::source::kafka`). SIGINT or
 //! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
 //! are committed and the job exits 0. A second signal exits at once (130): nothing is committed

@@ -402,6 +402,61 @@ fn sigkill_of_one_process_stops_the_other_and_a_restart_loses_nothing() {
     assert_same_as_one_process_replay(&dir, now, &file, WINDOW, &prefix);
 }
 
+/// A process that fails (here: its dead-letter file cannot be written) exits instead of
+/// waiting for workers that cannot finish, and its exit stops the other process.
+#[test]
+fn a_failed_process_stops_the_whole_cluster() {
+    if !services_up() {
+        return;
+    }
+    let dir = scratch();
+    let now = real_now();
+    let prefix = unique("pd");
+    let topic = unique("hg-cluster-fail-");
+    let file = recording(&dir, now, &prefix, 20, 1);
+    // Every partition gets records that are not readings: they go to the dead letters.
+    let mut text = std::fs::read_to_string(&file).expect("read the recording");
+    for i in 0..40 {
+        text.push_str(&format!(
+            "{{\"device\":\"{prefix}bad{i}\",\"ts\":\"soon\"}}\n"
+        ));
+    }
+    std::fs::write(&file, text).expect("write the recording");
+    ok(
+        produce(&dir, now, &file, &topic, &[])
+            .wait_with_output()
+            .expect("produce"),
+        "produce",
+    );
+    let hosts = hosts_file(&dir);
+    let config = job_config(&dir, "job.toml", &topic, WINDOW);
+    // Process 1's dead-letter file is a directory: it cannot be written, whoever runs the test.
+    std::fs::create_dir(dir.join("dead-1.jsonl")).expect("create the directory");
+    // Without the failed process's exit, process 0 would read on until idle and end the job
+    // normally: an exit 0 the test tells apart.
+    let args = run_args(&config, &["--exit-on-idle", "30s"]);
+    let healthy = cluster_process(&dir, now, &hosts, 0, &args);
+    let failing = cluster_process(&dir, now, &hosts, 1, &args);
+    let failing = failing.wait_with_output().expect("waiting for process 1");
+    let healthy = healthy.wait_with_output().expect("waiting for process 0");
+    let (e1, e0) = (
+        String::from_utf8_lossy(&failing.stderr),
+        String::from_utf8_lossy(&healthy.stderr),
+    );
+    assert!(
+        !failing.status.success()
+            && e1.contains("dead-letter output")
+            && e1.contains("which stops the others"),
+        "process 1 ({}):\n{e1}",
+        failing.status
+    );
+    assert!(
+        !healthy.status.success() && e0.contains("lost the connection to another process"),
+        "process 0 ({}):\n{e0}",
+        healthy.status
+    );
+}
+
 #[test]
 fn processes_that_disagree_are_refused_naming_the_setting() {
     if !services_up() {

@@ -4,9 +4,13 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use pipeline::config::{JobConfig, StoreKind};
+use pipeline::control::JobControl;
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Input, Inspect, Probe};
@@ -258,11 +262,57 @@ pub fn lost_peer_message(info: &std::panic::PanicHookInfo<'_>) -> Option<String>
     (on_network_thread || text.starts_with("timely communication error")).then(|| {
         format!(
             "error: lost the connection to another process of the cluster ({text}): a cluster \
-             fails together, so this process stops too. Offsets are committed only for what \
+             fails together, so this process stops too. `run` commits offsets only for what \
              every process has stored: restart every process (same --processes and --hosts) \
-             and the job resumes without loss"
+             and it resumes without loss (a replay starts over)"
         )
     })
+}
+
+/// How long a failed process of a cluster waits for its workers to finish before it exits.
+const FAILED_EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Makes a failed process of a cluster exit instead of waiting for the others: its workers
+/// cannot finish while the other processes still read, and those would read on, unaware. Its
+/// exit drops their connections, so they stop too (see [`lost_peer_message`]); nothing past
+/// what is durable has been committed. Dropping the guard (the job's end) stops the watch.
+pub struct FailTogether {
+    done: Arc<AtomicBool>,
+}
+
+impl FailTogether {
+    /// Watches `control` for a failure.
+    pub fn start(control: Arc<JobControl>) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        std::thread::Builder::new()
+            .name("fail-together".into())
+            .spawn(move || {
+                let mut failed_at: Option<Instant> = None;
+                while !flag.load(Ordering::Relaxed) {
+                    if let Some(e) = control.error() {
+                        let at = *failed_at.get_or_insert_with(Instant::now);
+                        if at.elapsed() >= FAILED_EXIT_GRACE {
+                            eprintln!(
+                                "error: {e}\nerror: this process of the cluster failed and exits \
+                                 now, which stops the others; restart every process once the \
+                                 cause is fixed"
+                            );
+                            std::process::exit(1);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .ok();
+        FailTogether { done }
+    }
+}
+
+impl Drop for FailTogether {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

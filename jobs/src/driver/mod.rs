@@ -279,6 +279,7 @@ impl Job {
             );
         }
         let watch = source.watch()?;
+        let fail_together = in_cluster.then(|| cluster::FailTogether::start(self.control.clone()));
         let source = Arc::new(source);
         let started = Instant::now();
 
@@ -342,6 +343,7 @@ impl Job {
         for result in guards.join() {
             result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
         }
+        drop(fail_together);
         let elapsed = started.elapsed().as_secs_f64();
         drop(watch);
         drop(self.server);
