@@ -351,4 +351,24 @@ mod tests {
         assert!(!text.contains("hourglass_job_consumer_lag{"), "{text}");
         assert!(!text.contains("hourglass_job_watermark_seconds "), "{text}");
     }
+
+    #[test]
+    fn a_cluster_process_labels_every_sample() {
+        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default()));
+        metrics.set_process(1);
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
+            .unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == "hourglass_job_records_read_total{process=\"1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .all(|l| l.contains("process=\"1\"")),
+            "{text}"
+        );
+    }
 }

@@ -261,3 +261,23 @@ fn load_offsets(v: &[AtomicI64]) -> Vec<Option<i64>> {
         .map(|o| Some(o.load(Ordering::Relaxed)).filter(|&o| o >= 0))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_process_waits_only_for_its_own_workers() {
+        let set = |shared: &KafkaShared| {
+            shared.worker_watermarks[2].store(100, Ordering::Relaxed);
+            shared.worker_watermarks[3].store(50, Ordering::Relaxed);
+        };
+        // Workers 2 and 3 of 4 are this process's; 0 and 1 read in the other process.
+        let process = KafkaShared::for_process(4, 4, 2..4);
+        set(&process);
+        assert_eq!(process.watermark(), Some(50));
+        let alone = KafkaShared::new(4, 4);
+        set(&alone);
+        assert_eq!(alone.watermark(), Some(0));
+    }
+}
