@@ -132,8 +132,8 @@ pub trait Source: Send + Sync + 'static {
         false
     }
 
-    /// Opens worker `worker`'s feed (its index over every process of a cluster). `probe` passes a time once what the feed emitted before
-    /// it is durable.
+    /// Opens worker `worker`'s feed (its index over every process of a cluster). `probe` passes
+    /// a time once what the feed emitted before it is durable.
     ///
     /// # Errors
     /// The message the job fails with; the driver then gives that worker an empty feed, since
