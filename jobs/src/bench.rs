@@ -200,6 +200,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                     metrics_listen: None,
                     http: HttpLimits::default(),
                     recover: false,
+                    cluster: Default::default(),
                 },
             };
             let cfg = replay::job_config(&args)?;

@@ -5,6 +5,7 @@
 //! keeps anyway ([`Stats`], [`KafkaShared`], the HBase [`WriterStats`]). Consumer lag comes from
 //! the high watermarks the status thread already fetches once a second.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -37,6 +38,8 @@ pub struct JobMetrics {
     control: Arc<JobControl>,
     kafka: OnceLock<Arc<KafkaShared>>,
     writers: OnceLock<Arc<WriterStats>>,
+    /// The process index of a cluster's process, a `process` label on every sample.
+    process: OnceLock<usize>,
 }
 
 impl JobMetrics {
@@ -47,7 +50,14 @@ impl JobMetrics {
             control,
             kafka: OnceLock::new(),
             writers: OnceLock::new(),
+            process: OnceLock::new(),
         }
+    }
+
+    /// Labels every sample with `process="I"` (a cluster's process index); before the server
+    /// starts.
+    pub fn set_process(&self, process: usize) {
+        let _ = self.process.set(process);
     }
 
     /// Adds the Kafka feed's shared state: lag, committed offsets, commits, watermark.
@@ -61,7 +71,11 @@ impl JobMetrics {
     }
 
     fn registry(self: &Arc<Self>) -> Registry {
-        let mut registry = Registry::with_prefix("hourglass_job");
+        let labels = self
+            .process
+            .get()
+            .map(|p| (Cow::Borrowed("process"), Cow::Owned(p.to_string())));
+        let mut registry = Registry::with_prefix_and_labels("hourglass_job", labels.into_iter());
         registry.register_collector(Box::new(self.clone()));
         registry
     }
@@ -336,5 +350,25 @@ mod tests {
         // Nothing known yet: no lag, no committed offset, no watermark.
         assert!(!text.contains("hourglass_job_consumer_lag{"), "{text}");
         assert!(!text.contains("hourglass_job_watermark_seconds "), "{text}");
+    }
+
+    #[test]
+    fn a_cluster_process_labels_every_sample() {
+        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default()));
+        metrics.set_process(1);
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
+            .unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == "hourglass_job_records_read_total{process=\"1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .all(|l| l.contains("process=\"1\"")),
+            "{text}"
+        );
     }
 }

@@ -74,6 +74,12 @@ fn main() -> ExitCode {
     // (`http_thread::serve`), and the server, and the job it may serve beside, go on.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // A peer process of a cluster is gone: not a bug (no backtrace), and the way out is a
+        // restart of every process.
+        if let Some(message) = driver::lost_peer_message(info) {
+            eprintln!("{message}");
+            std::process::exit(101);
+        }
         default_hook(info);
         if http_thread::on_http_thread() {
             eprintln!("error: an HTTP request failed with an internal error (above) and was answered 500; please report it");

@@ -14,13 +14,15 @@ use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
 use timely::dataflow::ProbeHandle;
 
-use crate::driver::{self, Job, JobArgs, JobOptions, Progress, Source, WorkerInput};
+use crate::driver::{self, Cluster, Job, JobArgs, JobOptions, Progress, Source, WorkerInput};
 use crate::store::{Backend, BackendArgs};
 
 /// Arguments of `hourglass replay`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// Recorded traffic: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin.
+    /// Recorded traffic: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin. In a cluster,
+    /// every process needs the file (each reads its workers' lines), or every process passes
+    /// `-` and process 0 alone reads its stdin.
     pub file: PathBuf,
     /// Job configuration (TOML); flags below override it. See `config/hourglass.example.toml`.
     #[arg(long)]
@@ -91,6 +93,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
         None => JobConfig::default(),
     };
     args.backend.apply(&mut cfg);
+    args.job.cluster.apply(&mut cfg);
     if let Some(workers) = args.workers {
         pipeline::config::check_workers("--workers", workers)?;
     }
@@ -108,6 +111,8 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
 /// Runs `hourglass replay`.
 pub fn run(args: &ReplayArgs) -> Result<Summary> {
     let cfg = job_config(args)?;
+    // Before the store opens: a cluster refuses the embedded store.
+    Cluster::from_config(&cfg)?;
     let backend = crate::store::open_for_writing(&cfg, &args.backend, args.job.recover)?;
     backend.ensure_tables()?;
     replay_into(args, &cfg, &backend)
@@ -116,6 +121,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
 /// Replays `args.file` into `backend`, one writer per worker, and reports.
 pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
     let speed = parse_speed(&args.speed)?;
+    let cluster = Cluster::from_config(cfg)?;
     let workers = args.workers.unwrap_or_else(driver::default_workers);
     let shift = if args.rebase_time {
         rebase_shift(&args.file, &cfg.metric, &cfg.window)?
@@ -133,6 +139,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         metrics_listen: args.job.checked_metrics_listen()?,
         stop_on_signals: false,
         quiet: args.quiet,
+        cluster: &cluster,
     })?;
     let source = RecordingSource {
         base: ReplayOptions {
@@ -143,9 +150,11 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
             shift,
             ttl_secs: RETENTION_SECS,
             worker: 0,
-            peers: workers,
+            // Lines are spread over every worker of every process, by timely's global index.
+            peers: cluster.peers(workers),
             max_future_skew: cfg.window.future_skew_secs(),
         },
+        threads: workers,
         stdin: args.file == Path::new("-"),
         total_bytes: std::fs::metadata(&args.file)
             .ok()
@@ -161,7 +170,9 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
 struct RecordingSource {
     /// Worker 0's options; the others differ by `worker`.
     base: ReplayOptions,
-    /// stdin can be read once: worker 0 takes every line.
+    /// Worker threads of this process.
+    threads: usize,
+    /// stdin can be read once: worker 0 (of process 0 in a cluster) takes every line.
     stdin: bool,
     /// The input's size, for the progress bar (unknown for stdin and pipes).
     total_bytes: Option<u64>,
@@ -175,7 +186,17 @@ impl Source for RecordingSource {
     type Report = Summary;
 
     fn workers(&self) -> usize {
-        self.base.peers
+        self.threads
+    }
+
+    /// The input's path may differ between hosts; whether it is stdin may not, or lines
+    /// would be read twice or not at all.
+    fn settings(&self) -> driver::Settings {
+        vec![
+            ("replay.stdin".into(), self.stdin.to_string()),
+            ("replay.speed".into(), format!("{:?}", self.base.speed)),
+            ("replay.shift".into(), self.base.shift.to_string()),
+        ]
     }
 
     fn flush_every(&self) -> Duration {

@@ -1,6 +1,7 @@
 //! `hourglass run`: the long-running job, Kafka → timely dataflow → tables.
 //!
-//! Each worker reads its partitions (`partition % workers == worker`), and commits offsets only
+//! Each worker reads its partitions (`partition % workers == worker`, over every worker of every
+//! process in a cluster, see `driver::Cluster`), and commits offsets only
 //! once the readings before them are durable in both tables (see `pipeline::source::kafka`). SIGINT or
 //! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
 //! are committed and the job exits 0. A second signal exits at once (130): nothing is committed
@@ -20,7 +21,9 @@ use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
 use timely::dataflow::ProbeHandle;
 
-use crate::driver::{self, Job, JobArgs, JobOptions, KafkaStatus, RunSummary, Source, WorkerInput};
+use crate::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, RunSummary, Source, WorkerInput,
+};
 use crate::serve::DashboardServer;
 use crate::store::{self, Backend, BackendArgs};
 
@@ -100,6 +103,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(addr) = args.job.checked_metrics_listen()? {
         cfg.metrics_listen = Some(addr.to_string());
     }
+    args.job.cluster.apply(&mut cfg);
+    cfg.validate()?;
     let exit_on_idle = args
         .exit_on_idle
         .as_deref()
@@ -115,11 +120,14 @@ fn run_job(
     config: &Path,
     exit_on_idle: Option<Duration>,
 ) -> Result<RunSummary> {
+    // Before the store opens: a cluster refuses the embedded store.
+    let cluster = Cluster::from_config(cfg)?;
     let job = Job::start(JobOptions {
         args: &args.job,
         metrics_listen: cfg.metrics_listen.as_deref(),
         stop_on_signals: true,
         quiet: false,
+        cluster: &cluster,
     })?;
     let backend = store::open_for_writing(cfg, &BackendArgs::default(), args.job.recover)?;
     backend.ensure_tables()?;
@@ -144,23 +152,34 @@ fn run_job(
     let partitions = kafka::wait_for_partitions(source, job.control())?;
     // `JobConfig::validate` has checked a configured count against `MAX_WORKERS`.
     let workers = cfg.workers.unwrap_or_else(driver::default_workers);
-    if workers > partitions {
+    // Partitions are spread over every worker of every process, by timely's global index.
+    let peers = cluster.peers(workers);
+    if peers > partitions {
         eprintln!(
-            "note: {workers} workers but topic {} has {partitions} partitions: {} workers stay idle",
+            "note: {peers} workers but topic {} has {partitions} partitions: {} workers stay idle",
             source.topic,
-            workers - partitions
+            peers - partitions
         );
     }
-    tracing::info!(topic = %source.topic, partitions, workers, group = %source.group_id, store = %backend.location(), "starting");
+    tracing::info!(topic = %source.topic, partitions, workers, peers, process = cluster.process, group = %source.group_id, store = %backend.location(), "starting");
     eprintln!(
-        "run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers → {}",
+        "run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers{} → {}",
         source.topic,
         source.brokers,
         source.group_id,
+        cluster.label().map_or_else(String::new, |p| format!(
+            " in {p} of {} ({peers} in all)",
+            cluster.processes()
+        )),
         backend.location()
     );
 
-    let shared = Arc::new(KafkaShared::new(partitions, workers));
+    let first = cluster.process * workers;
+    let shared = Arc::new(KafkaShared::for_process(
+        partitions,
+        peers,
+        first..first + workers,
+    ));
     job.metrics().attach_kafka(shared.clone());
     let topic = TopicSource {
         base: KafkaOptions {
@@ -172,12 +191,14 @@ fn run_job(
             ttl_secs: RETENTION_SECS,
             partitions,
             worker: 0,
-            peers: workers,
+            peers,
             max_future_skew: cfg.window.future_skew_secs(),
             // The room view holds a reading back for up to its write interval.
             stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
         },
         shared,
+        threads: workers,
+        process: cluster.label(),
         status_every: Duration::from_secs(cfg.status_interval_secs),
         config: config.to_path_buf(),
         stats: job.stats().clone(),
@@ -188,12 +209,16 @@ fn run_job(
     Ok(summary)
 }
 
-/// A Kafka topic: worker `i` reads the partitions `p % workers == i` and commits their offsets
-/// once what it read before them is durable.
+/// A Kafka topic: worker `i` (over every process of a cluster) reads the partitions
+/// `p % peers == i` and commits their offsets once what every worker read before them is durable.
 struct TopicSource {
     /// Worker 0's options; the others differ by `worker`.
     base: KafkaOptions,
     shared: Arc<KafkaShared>,
+    /// Worker threads of this process.
+    threads: usize,
+    /// `process I` in a cluster, for the status line.
+    process: Option<String>,
     /// How often the status line is printed.
     status_every: Duration,
     /// The job's configuration file, which the report names.
@@ -208,7 +233,17 @@ impl Source for TopicSource {
     type Report = RunSummary;
 
     fn workers(&self) -> usize {
-        self.base.peers
+        self.threads
+    }
+
+    fn settings(&self) -> driver::Settings {
+        let s = &self.base.source;
+        vec![
+            ("source.topic".into(), s.topic.clone()),
+            ("source.brokers".into(), s.brokers.clone()),
+            ("source.group_id".into(), s.group_id.clone()),
+            ("partitions".into(), self.base.partitions.to_string()),
+        ]
     }
 
     fn flush_every(&self) -> Duration {
@@ -257,6 +292,7 @@ impl Source for TopicSource {
     fn watch(&self) -> Result<KafkaStatus> {
         let source = &self.base.source;
         Ok(KafkaStatus::start(
+            self.process.clone(),
             self.status_every,
             kafka::consumer(source, "hourglass-status")?,
             source.topic.clone(),

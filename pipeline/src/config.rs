@@ -106,6 +106,124 @@ pub struct JobConfig {
     /// server).
     #[serde(default)]
     pub metrics_listen: Option<String>,
+    /// The timely cluster this process belongs to (default: none, one process).
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+const fn default_processes() -> usize {
+    1
+}
+
+/// `[cluster]`: the job as a timely cluster of several processes, each with `workers` threads.
+/// `--processes`, `--process` and `--hosts` override it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Number of processes (default 1: no cluster).
+    #[serde(default = "default_processes")]
+    pub processes: usize,
+    /// This process's index, `0..processes`; usually given by `--process` since it differs per
+    /// host (default: none, required in a cluster).
+    #[serde(default)]
+    pub process: Option<usize>,
+    /// A file listing every process's `host:port`, one a line in index order (`#` comments
+    /// and blank lines skipped). Exclusive with `addresses`.
+    #[serde(default)]
+    pub hosts: Option<PathBuf>,
+    /// Every process's `host:port`, in index order. Exclusive with `hosts`.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            processes: default_processes(),
+            process: None,
+            hosts: None,
+            addresses: Vec::new(),
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Most processes a cluster may have: every worker of every process connects to every
+    /// other, as [`MAX_WORKERS`] says.
+    pub const MAX_PROCESSES: usize = MAX_WORKERS;
+
+    fn validate(&self) -> Result<()> {
+        if !(1..=Self::MAX_PROCESSES).contains(&self.processes) {
+            return Err(Error::Config(format!(
+                "cluster.processes = {}: use 1..={}",
+                self.processes,
+                Self::MAX_PROCESSES
+            )));
+        }
+        if let Some(process) = self.process {
+            if process >= self.processes {
+                return Err(Error::Config(format!(
+                    "cluster.process = {process}: process indices run from 0 to                      cluster.processes - 1 = {}",
+                    self.processes - 1
+                )));
+            }
+        }
+        if self.hosts.is_some() && !self.addresses.is_empty() {
+            return Err(Error::Config(
+                "cluster.hosts and cluster.addresses: list the processes once; keep one of them"
+                    .into(),
+            ));
+        }
+        for addr in &self.addresses {
+            check_listen_address("cluster.addresses", addr)?;
+        }
+        Ok(())
+    }
+
+    /// Every process's address, in index order: `addresses`, or the lines of `hosts`; checked
+    /// against `processes`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the hosts file cannot be read, [`Error::Config`] if an address is not
+    /// `host:port`, none is given, or their number is not `processes`.
+    pub fn resolve_addresses(&self) -> Result<Vec<String>> {
+        let (addresses, origin) = match &self.hosts {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                (parse_hosts(&text), path.display().to_string())
+            }
+            None => (self.addresses.clone(), "cluster.addresses".to_string()),
+        };
+        if addresses.is_empty() {
+            return Err(Error::Config(format!(
+                "a cluster of {} processes needs their addresses: --hosts FILE (one host:port a                  line) or cluster.hosts / cluster.addresses",
+                self.processes
+            )));
+        }
+        for addr in &addresses {
+            check_listen_address(&origin, addr)?;
+        }
+        if addresses.len() != self.processes {
+            return Err(Error::Config(format!(
+                "{origin} lists {} addresses for {} processes: list one host:port per process,                  in index order",
+                addresses.len(),
+                self.processes
+            )));
+        }
+        Ok(addresses)
+    }
+}
+
+/// The addresses of a hosts file: one `host:port` a line; `#` starts a comment.
+fn parse_hosts(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim())
+        .filter(|line| !line.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 impl Default for JobConfig {
@@ -122,6 +240,7 @@ impl Default for JobConfig {
             registry_topic: None,
             room_write_interval_secs: default_room_write_interval(),
             metrics_listen: None,
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -334,6 +453,7 @@ impl JobConfig {
             ));
         }
         self.validate_registry()?;
+        self.cluster.validate()?;
         if let Some(addr) = &self.metrics_listen {
             check_listen_address("metrics_listen", addr)?;
         }
@@ -513,6 +633,27 @@ mod tests {
     }
 
     #[test]
+    fn cluster_addresses_come_from_the_table_or_a_hosts_file() {
+        let cfg =
+            JobConfig::parse("[cluster]\nprocesses = 2\naddresses = [\"a:2101\", \"b:2101\"]\n")
+                .unwrap();
+        assert_eq!(
+            cfg.cluster.resolve_addresses().unwrap(),
+            ["a:2101", "b:2101"]
+        );
+        assert_eq!(
+            parse_hosts("# the cluster\n\na:1 # first\n  b:2\n"),
+            ["a:1", "b:2"]
+        );
+        let cfg = JobConfig::parse("[cluster]\nprocesses = 3\naddresses = [\"a:1\"]\n").unwrap();
+        let err = cfg.cluster.resolve_addresses().unwrap_err().to_string();
+        assert!(err.contains("1 addresses for 3 processes"), "{err}");
+        let cfg = JobConfig::parse("[cluster]\nprocesses = 2\n").unwrap();
+        let err = cfg.cluster.resolve_addresses().unwrap_err().to_string();
+        assert!(err.contains("--hosts"), "{err}");
+    }
+
+    #[test]
     fn source_settings_are_checked() {
         let cfg = JobConfig::parse(
             "[source]\ntopic = \"t\"\n[source.rdkafka]\n\"security.protocol\" = \"SASL_SSL\"\n",
@@ -559,6 +700,17 @@ mod tests {
             ("metrics_listen = \"9464\"\n", "metrics_listen"),
             ("metrics_listen = \":9464\"\n", "metrics_listen"),
             ("metrics_listen = \"localhost:http\"\n", "metrics_listen"),
+            ("[cluster]\nprocesses = 0\n", "cluster.processes"),
+            (
+                "[cluster]\nprocesses = 2\nprocess = 2\n",
+                "cluster.process = 2",
+            ),
+            (
+                "[cluster]\nhosts = \"h\"\naddresses = [\"a:1\"]\n",
+                "keep one of them",
+            ),
+            ("[cluster]\naddresses = [\"a\"]\n", "cluster.addresses"),
+            ("[cluster]\nthreads = 2\n", "threads"),
         ] {
             let err = JobConfig::parse(text).unwrap_err().to_string();
             assert!(err.contains(key), "{text:?}: {err}");

@@ -6,6 +6,7 @@
 //! SIGINT/SIGTERM), the dead-letter and late outputs, `/metrics`, the timely workers, the
 //! status or progress line, and the end-of-run report with `--stats-json`.
 
+mod cluster;
 mod progress;
 mod report;
 mod status;
@@ -29,6 +30,7 @@ use crate::http_thread::HttpLimits;
 use crate::job_metrics::{JobMetrics, MetricsServer};
 use crate::store::Backend;
 
+pub use cluster::{lost_peer_message, Cluster, ClusterArgs, Settings};
 pub use progress::Progress;
 pub use report::{Report, RunSummary};
 pub use status::KafkaStatus;
@@ -60,6 +62,9 @@ pub struct JobArgs {
     /// and dropping the rest of that journal file (printed on stderr). Back the store up first.
     #[arg(long)]
     pub recover: bool,
+    /// The job as one process of a timely cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 impl JobArgs {
@@ -103,8 +108,12 @@ pub trait Source: Send + Sync + 'static {
     /// The end-of-run report.
     type Report: Report;
 
-    /// Timely worker threads.
+    /// Timely worker threads of this process; a cluster has this many in every process.
     fn workers(&self) -> usize;
+
+    /// The source's settings every process of a cluster must share (the topic, the speed of a
+    /// replay…), beside the job's (`cluster::job_settings`).
+    fn settings(&self) -> Settings;
 
     /// Longest time written data may wait in a worker's writer buffer.
     fn flush_every(&self) -> Duration;
@@ -123,8 +132,8 @@ pub trait Source: Send + Sync + 'static {
         false
     }
 
-    /// Opens worker `worker`'s feed. `probe` passes a time once what the feed emitted before
-    /// it is durable.
+    /// Opens worker `worker`'s feed (its index over every process of a cluster). `probe` passes
+    /// a time once what the feed emitted before it is durable.
     ///
     /// # Errors
     /// The message the job fails with; the driver then gives that worker an empty feed, since
@@ -158,6 +167,8 @@ pub struct JobOptions<'a> {
     pub stop_on_signals: bool,
     /// Do not print the report's headline.
     pub quiet: bool,
+    /// This process's place in a cluster ([`Cluster::single`] for one process).
+    pub cluster: &'a Cluster,
 }
 
 /// A job started but not yet reading: counters, control and metrics exist, so that the source
@@ -165,6 +176,7 @@ pub struct JobOptions<'a> {
 pub struct Job {
     args: JobArgs,
     quiet: bool,
+    cluster: Cluster,
     stats: Arc<Stats>,
     control: Arc<JobControl>,
     metrics: Arc<JobMetrics>,
@@ -182,6 +194,9 @@ impl Job {
         let stats = Arc::new(Stats::default());
         let control = Arc::new(JobControl::default());
         let metrics = Arc::new(JobMetrics::new(stats.clone(), control.clone()));
+        if opts.cluster.is_cluster() {
+            metrics.set_process(opts.cluster.process);
+        }
         let server = opts
             .metrics_listen
             .map(|addr| MetricsServer::start(addr, metrics.clone(), &opts.args.http))
@@ -197,6 +212,7 @@ impl Job {
         Ok(Job {
             args: opts.args.clone(),
             quiet: opts.quiet,
+            cluster: opts.cluster.clone(),
             stats,
             control,
             metrics,
@@ -250,7 +266,20 @@ impl Job {
             room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
         };
         let workers = source.workers();
+        let mut settings = cluster::job_settings(cfg, workers, self.cluster.processes());
+        settings.extend(source.settings());
+        let in_cluster = self.cluster.is_cluster();
+        let timely_config = self.cluster.timely_config(workers);
+        if in_cluster {
+            eprintln!(
+                "cluster: process {} of {}, {workers} workers each; connecting to {}",
+                self.cluster.process,
+                self.cluster.processes(),
+                self.cluster.addresses.join(", ")
+            );
+        }
         let watch = source.watch()?;
+        let fail_together = in_cluster.then(|| cluster::FailTogether::start(self.control.clone()));
         let source = Arc::new(source);
         let started = Instant::now();
 
@@ -261,11 +290,20 @@ impl Job {
             side.clone(),
             backend.clone(),
         );
-        let guards = timely::execute(timely::Config::process(workers), move |worker| {
+        let guards = timely::execute(timely_config, move |worker| {
             let probe = ProbeHandle::new();
             let side: Arc<dyn SideOutput> = w_side.clone();
             let (stats, control) = (w_stats.clone(), w_control.clone());
-            match w_source.open(worker.index(), &probe, &w_backend) {
+            // Before any worker opens its share of the input: a process that disagrees would
+            // read another split of it, or write another layout into the shared store.
+            let opened = match in_cluster
+                .then(|| cluster::disagreement(worker, &settings))
+                .flatten()
+            {
+                Some(e) => Err(e),
+                None => w_source.open(worker.index(), &probe, &w_backend),
+            };
+            match opened {
                 Ok(input) => {
                     worker.dataflow::<u64, _, _>(|scope| {
                         graph::build(
@@ -305,6 +343,7 @@ impl Job {
         for result in guards.join() {
             result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
         }
+        drop(fail_together);
         let elapsed = started.elapsed().as_secs_f64();
         drop(watch);
         drop(self.server);

@@ -17,8 +17,10 @@ pub struct KafkaStatus {
 }
 
 impl KafkaStatus {
-    /// Starts the thread; `consumer` is its own (not a worker's).
+    /// Starts the thread; `consumer` is its own (not a worker's). `process` names a cluster's
+    /// process in each line (`[status process 1]`): each process prints its own workers'.
     pub fn start(
+        process: Option<String>,
         every: Duration,
         consumer: BaseConsumer,
         topic: String,
@@ -29,6 +31,7 @@ impl KafkaStatus {
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let flag = done.clone();
         let tick = Duration::from_secs(1);
+        let tag = process.map_or_else(|| "status".to_string(), |p| format!("status {p}"));
         let thread = std::thread::spawn(move || {
             let mut last_read = 0;
             let mut last_at = Instant::now();
@@ -78,7 +81,7 @@ impl KafkaStatus {
                     "status"
                 );
                 eprintln!(
-                    "[status] {per_s:.0} records/s, lag {}, watermark {} ({} behind wall clock), \
+                    "[{tag}] {per_s:.0} records/s, lag {}, watermark {} ({} behind wall clock), \
                      {rejected} rejected, {late} late",
                     lag.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
                     watermark.map_or_else(

@@ -145,6 +145,19 @@ impl KafkaShared {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// State for one process of a timely cluster, whose workers are `local` among `peers`: the
+    /// other processes' workers count as not reading here, so that this process's watermark and
+    /// stop drain wait only for its own (timely's progress tracking spans the processes).
+    pub fn for_process(partitions: usize, peers: usize, local: std::ops::Range<usize>) -> Self {
+        let shared = Self::new(partitions, peers);
+        for (i, w) in shared.worker_watermarks.iter().enumerate() {
+            if !local.contains(&i) {
+                w.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
+        shared
+    }
+
     /// The job's watermark (minimum over workers still reading), `None` once all stopped.
     pub fn watermark(&self) -> Option<u64> {
         self.worker_watermarks
@@ -247,4 +260,24 @@ fn load_offsets(v: &[AtomicI64]) -> Vec<Option<i64>> {
     v.iter()
         .map(|o| Some(o.load(Ordering::Relaxed)).filter(|&o| o >= 0))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_process_waits_only_for_its_own_workers() {
+        let set = |shared: &KafkaShared| {
+            shared.worker_watermarks[2].store(100, Ordering::Relaxed);
+            shared.worker_watermarks[3].store(50, Ordering::Relaxed);
+        };
+        // Workers 2 and 3 of 4 are this process's; 0 and 1 read in the other process.
+        let process = KafkaShared::for_process(4, 4, 2..4);
+        set(&process);
+        assert_eq!(process.watermark(), Some(50));
+        let alone = KafkaShared::new(4, 4);
+        set(&alone);
+        assert_eq!(alone.watermark(), Some(0));
+    }
 }
