@@ -56,7 +56,7 @@ pub struct RunArgs {
 }
 
 /// Parses `500ms`, `5s`, `2m`, `1h`.
-fn parse_duration(text: &str) -> Result<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration> {
     let usage = "use a number with a unit ms, s, m or h, such as 500ms, 5s, 2m";
     let text = text.trim();
     let digits = text
