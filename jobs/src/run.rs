@@ -24,10 +24,6 @@ use crate::driver::{self, Job, JobArgs, JobOptions, KafkaStatus, RunSummary, Sou
 use crate::serve::DashboardServer;
 use crate::store::{self, Backend, BackendArgs};
 
-/// How long written data may wait in a worker's writer buffer. Short, so that readings become
-/// visible soon after they are produced.
-const FLUSH_EVERY: Duration = Duration::from_millis(250);
-
 /// Arguments of `hourglass run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -211,8 +207,10 @@ impl Source for TopicSource {
         self.base.peers
     }
 
+    /// `source.flush_interval_ms`: short, so that readings become visible soon after they are
+    /// produced.
     fn flush_every(&self) -> Duration {
-        FLUSH_EVERY
+        Duration::from_millis(self.base.source.flush_interval_ms)
     }
 
     /// Early firings are what let committed offsets pass an open hour's readings.
