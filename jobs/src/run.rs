@@ -283,6 +283,15 @@ impl Source for TopicSource {
             resume_skipped: self.shared.resume_skipped(),
             config: self.config.clone(),
         };
+        let (flushes, f) = self.shared.flushes.quantiles(&[0.5, 0.99, 1.0]);
+        let ms = |q: Option<u64>| q.map_or("-".to_string(), |v| format!("{v} ms"));
+        // `bench live` reads this line from the job's stderr: the store's share of the delay.
+        eprintln!(
+            "store flushes: {flushes}, p50 {}, p99 {}, max {}",
+            ms(f[0]),
+            ms(f[1]),
+            ms(f[2])
+        );
         tracing::info!(summary = ?summary, committed = ?self.shared.committed(), "stopped");
         summary
     }

@@ -1212,7 +1212,10 @@ fn run_serves_its_metrics_while_it_runs() {
         ),
         150.0
     );
-    assert!(get("hourglass_produce_to_durable_seconds_sum") >= 0.0, "{m:#?}");
+    assert!(
+        get("hourglass_produce_to_durable_seconds_sum") >= 0.0,
+        "{m:#?}"
+    );
     assert_eq!(m.types["hourglass_job_records_read_total"], "counter");
     assert_eq!(m.types["hourglass_job_watermark_delay_seconds"], "gauge");
     let (status, _, body) = http_get(&addr, "/healthz");

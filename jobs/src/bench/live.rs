@@ -284,7 +284,13 @@ fn finish_job(mut job: JobChild, dir: &Path) -> Result<serde_json::Value> {
         );
     }
     let stats = std::fs::read(dir.join("stats.json")).context("reading the job's stats")?;
-    Ok(serde_json::from_slice(&stats)?)
+    let mut stats: serde_json::Value = serde_json::from_slice(&stats)?;
+    // `run` prints its writers' flush times (the store's call time) when it stops.
+    let log = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
+    if let Some(line) = log.lines().find_map(|l| l.strip_prefix("store flushes: ")) {
+        stats["store_flushes"] = line.into();
+    }
+    Ok(stats)
 }
 
 fn job_config(args: &LiveArgs, dir: &Path, topic: &str) -> String {
@@ -566,6 +572,7 @@ fn print_text(r: &serde_json::Value) {
             r["job"]["delay_p50_ms"],
             r["job"]["delay_p99_ms"]
         );
+        println!("store flushes: {}", r["job"]["store_flushes"]);
         println!("load average: {}", r["load_average"]);
     } else {
         println!(

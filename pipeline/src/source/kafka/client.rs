@@ -165,9 +165,7 @@ mod tests {
             ..SourceConfig::default()
         };
         assert_eq!(client_config(&tuned).get("fetch.wait.max.ms"), Some("20"));
-        tuned
-            .rdkafka
-            .insert("fetch.wait.max.ms".into(), "7".into());
+        tuned.rdkafka.insert("fetch.wait.max.ms".into(), "7".into());
         assert_eq!(client_config(&tuned).get("fetch.wait.max.ms"), Some("7"));
         assert_eq!(
             registry_config(&SourceConfig::default()).get("auto.offset.reset"),

@@ -151,7 +151,11 @@ impl TableWriter for TimedWriter {
     }
 
     fn flush(&mut self) -> sinks::Result<()> {
+        let started = std::time::Instant::now();
         self.inner.flush()?;
+        self.shared
+            .flushes
+            .record([started.elapsed().as_millis() as i64]);
         let now = chrono::Utc::now().timestamp_millis();
         let produced: Vec<i64> = match self.arrivals.lock() {
             Ok(mut q) => {
