@@ -91,6 +91,17 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// CPU seconds (user + system) a live process has used, from `/proc/PID/stat` (Linux; clock
+/// ticks taken as 100 per second, the kernel's `USER_HZ`).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces, end with ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    Some((ticks(11)? + ticks(12)?) / 100.0)
+}
+
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
@@ -456,6 +467,8 @@ fn live(
         .join()
         .map_err(|_| anyhow::anyhow!("wide poller panicked"))?;
     let _ = load_thread.join();
+    // Still running: it exits once idle for `--exit-on-idle`.
+    let job_cpu = cpu_secs(job.child.id());
     let stats = finish_job(job, dir)?;
     let loads = loads.lock().map(|v| v.clone()).unwrap_or_default();
     let window_s = duration.as_secs_f64();
@@ -479,6 +492,8 @@ fn live(
         "wide_missing": wide_missing,
         "wide_poll_ms": WIDE_POLL.as_millis() as u64,
         "poll_errors": narrow_errors + wide_errors,
+        "job_cpu_s": job_cpu,
+        "job_cpu_us_per_reading": job_cpu.map(|c| c * 1e6 / n.max(1) as f64),
         "load_average": {
             "min": loads.iter().copied().reduce(f64::min),
             "max": loads.iter().copied().reduce(f64::max),
@@ -522,7 +537,23 @@ fn catch_up(
     let load_before = load_average();
     let job_started = Instant::now();
     let job = start_job(dir, config, "5s")?;
+    let pid = job.child.id();
+    // Sampled until the job exits: the last sample is its total.
+    let cpu = Arc::new(Mutex::new(None));
+    let sampler = {
+        let cpu = cpu.clone();
+        std::thread::spawn(move || {
+            while let Some(c) = cpu_secs(pid) {
+                if let Ok(mut v) = cpu.lock() {
+                    *v = Some(c);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
     let stats = finish_job(job, dir)?;
+    let _ = sampler.join();
+    let job_cpu = cpu.lock().ok().and_then(|c| *c);
     let wall = job_started.elapsed().as_secs_f64() - 5.0;
     Ok(serde_json::json!({
         "bench": "catch-up",
@@ -536,6 +567,8 @@ fn catch_up(
         "consume_per_s": stats["consume_per_s"],
         "job_wall_s_without_idle_exit": wall,
         "readings_per_job_wall_s": backlog as f64 / wall.max(1e-9),
+        "job_cpu_s": job_cpu,
+        "job_cpu_us_per_reading": job_cpu.map(|c| c * 1e6 / backlog.max(1) as f64),
         "load_average": { "before": load_before, "after": load_average() },
         "job": stats,
     }))
@@ -573,6 +606,10 @@ fn print_text(r: &serde_json::Value) {
             r["job"]["delay_p99_ms"]
         );
         println!("store flushes: {}", r["job"]["store_flushes"]);
+        println!(
+            "job CPU: {} s, {} µs per reading",
+            r["job_cpu_s"], r["job_cpu_us_per_reading"]
+        );
         println!("load average: {}", r["load_average"]);
     } else {
         println!(
@@ -580,6 +617,10 @@ fn print_text(r: &serde_json::Value) {
             r["backlog"],
             r["consume_per_s"].as_f64().unwrap_or(0.0),
             r["readings_per_job_wall_s"].as_f64().unwrap_or(0.0)
+        );
+        println!(
+            "job CPU: {} s, {} µs per reading",
+            r["job_cpu_s"], r["job_cpu_us_per_reading"]
         );
         println!("load average: {}", r["load_average"]);
     }
