@@ -438,7 +438,7 @@ fn live(
         send(producer, topic, &dev, &reading(&dev, i, ts), at)?;
         if now >= sampled_from {
             sent_in_window.fetch_add(1, Ordering::Relaxed);
-            if n % sample_every == 0 {
+            if n.is_multiple_of(sample_every) {
                 sampled_sent += 1;
                 let s = Sample {
                     device: dev,
@@ -450,7 +450,7 @@ fn live(
             }
         }
         n += 1;
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             producer.poll(Duration::ZERO);
         }
     }
@@ -526,7 +526,7 @@ fn catch_up(
             &reading(&dev, i, at.div_euclid(1000)),
             at,
         )?;
-        if n % 1024 == 0 {
+        if n.is_multiple_of(1024) {
             producer.poll(Duration::ZERO);
         }
     }
