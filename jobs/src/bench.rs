@@ -12,6 +12,8 @@ use crate::replay::{self, ReplayArgs};
 use crate::store::BackendArgs;
 use std::sync::atomic::Ordering;
 
+mod live;
+
 /// Benchmarks.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
@@ -41,6 +43,11 @@ pub enum BenchCommand {
         #[arg(long, value_name = "HOST:PORT")]
         thrift2: Option<String>,
     },
+    /// A live job at fleet rate, measured from outside: a fresh topic, `hourglass run --serve`
+    /// as a child, readings published at `--rate` and polled on its API until visible in the
+    /// narrow table and in the open hour's wide row (p50/p90/p99/max of both delays). With
+    /// `--backlog N`, a catch-up: N readings first, then how fast the job consumes them.
+    Live(live::LiveArgs),
     /// Latencies (p50/p99) of the dashboard queries on existing tables: `query hour`, a 24 h
     /// `query curve` (auto vs narrow) and `query room` (view vs fanout over the same devices).
     Queries {
@@ -138,6 +145,7 @@ fn bench_queries(
 /// Runs a benchmark and prints its JSON result on stdout.
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
+        BenchCommand::Live(args) => live::run(&args)?,
         BenchCommand::Queries {
             backend,
             devices,

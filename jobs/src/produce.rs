@@ -172,7 +172,12 @@ fn key_of(line: &[u8]) -> Option<Vec<u8>> {
 
 /// Creates `topic` unless it exists (`compact`: with `cleanup.policy=compact`); returns whether
 /// it was created.
-fn create_topic(cfg: &ClientConfig, topic: &str, partitions: i32, compact: bool) -> Result<bool> {
+pub(crate) fn create_topic(
+    cfg: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    compact: bool,
+) -> Result<bool> {
     let admin: AdminClient<DefaultClientContext> =
         cfg.create().context("creating the Kafka admin client")?;
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));

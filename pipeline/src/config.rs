@@ -46,6 +46,12 @@ const fn default_idle_partition_timeout() -> u64 {
 const fn default_commit_interval() -> u64 {
     1000
 }
+const fn default_flush_interval() -> u64 {
+    100
+}
+const fn default_fetch_wait_max() -> u64 {
+    100
+}
 const fn default_room_write_interval() -> u64 {
     10
 }
@@ -340,6 +346,17 @@ pub struct SourceConfig {
     /// How often durable offsets are committed, milliseconds (default 1000).
     #[serde(default = "default_commit_interval")]
     pub commit_interval_ms: u64,
+    /// Longest time a reading written to a worker's table writer may wait before the writer is
+    /// flushed (made durable and visible), milliseconds (default 100). Shorter: fresher
+    /// dashboards, more and smaller writes while live; a catch-up flushes in large batches
+    /// whatever this is, since each flush takes what arrived meanwhile.
+    #[serde(default = "default_flush_interval")]
+    pub flush_interval_ms: u64,
+    /// librdkafka's `fetch.wait.max.ms`: how long a broker may hold a fetch while it has less
+    /// than `fetch.min.bytes` (default 100, librdkafka's own default being 500). It bounds the
+    /// wait for the first record after a quiet spell; a `source.rdkafka` entry overrides it.
+    #[serde(default = "default_fetch_wait_max")]
+    pub fetch_wait_max_ms: u64,
     /// librdkafka settings passed through as they are (security, fetch sizes, …), e.g.
     /// `"security.protocol" = "SASL_SSL"`. Values are strings. Settings hourglass owns
     /// (brokers, group, offset commits) are refused.
@@ -356,6 +373,8 @@ impl Default for SourceConfig {
             group_id: default_group_id(),
             idle_partition_timeout_secs: default_idle_partition_timeout(),
             commit_interval_ms: default_commit_interval(),
+            flush_interval_ms: default_flush_interval(),
+            fetch_wait_max_ms: default_fetch_wait_max(),
             rdkafka: BTreeMap::new(),
         }
     }
@@ -396,6 +415,11 @@ impl SourceConfig {
         if self.commit_interval_ms == 0 {
             return Err(Error::Config(
                 "source.commit_interval_ms must be at least 1".into(),
+            ));
+        }
+        if self.flush_interval_ms == 0 {
+            return Err(Error::Config(
+                "source.flush_interval_ms must be at least 1".into(),
             ));
         }
         for key in self.rdkafka.keys() {

@@ -1176,6 +1176,8 @@ fn run_serves_its_metrics_while_it_runs() {
             && m.get("hourglass_job_narrow_rows_written_total", &[]) == Some(150.0)
             && m.get("hourglass_job_wide_cells_written_total", &[]) == Some(wide_cells)
             && m.get("hourglass_job_late_dropped_total", &[]) == Some(2.0)
+            // Every reading's produce → durable delay, once its narrow row is flushed.
+            && m.get("hourglass_produce_to_durable_seconds_count", &[]) == Some(150.0)
             && m.all("hourglass_job_rejected_total")
                 .map(|s| s.value)
                 .sum::<f64>()
@@ -1201,6 +1203,19 @@ fn run_serves_its_metrics_while_it_runs() {
     assert!(batches > 0.0, "{m:#?}");
     // Every narrow row is one mutation of some flushed batch (wide and room rows add more).
     assert!(get("hourglass_job_sink_batch_rows_sum") >= 150.0, "{m:#?}");
+    assert_eq!(m.types["hourglass_produce_to_durable_seconds"], "histogram");
+    assert_eq!(
+        value(
+            &m,
+            "hourglass_produce_to_durable_seconds_bucket",
+            &[("le", "+Inf")]
+        ),
+        150.0
+    );
+    assert!(
+        get("hourglass_produce_to_durable_seconds_sum") >= 0.0,
+        "{m:#?}"
+    );
     assert_eq!(m.types["hourglass_job_records_read_total"], "counter");
     assert_eq!(m.types["hourglass_job_watermark_delay_seconds"], "gauge");
     let (status, _, body) = http_get(&addr, "/healthz");

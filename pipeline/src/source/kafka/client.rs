@@ -45,8 +45,15 @@ pub fn admin_config(source: &SourceConfig) -> ClientConfig {
 /// hourglass owns (brokers, group `source.group_id`, manual offsets); `auto.offset.reset`
 /// defaults to `earliest`. Unknown settings fail when a client is created.
 pub fn client_config(source: &SourceConfig) -> ClientConfig {
+    let fetch_wait = source.fetch_wait_max_ms.to_string();
     manual_offsets(
-        base_config(source, &[("auto.offset.reset", "earliest")]),
+        base_config(
+            source,
+            &[
+                ("auto.offset.reset", "earliest"),
+                ("fetch.wait.max.ms", &fetch_wait),
+            ],
+        ),
         &source.group_id,
     )
 }
@@ -152,6 +159,14 @@ mod tests {
         assert_eq!(admin.get("group.id"), None);
         let default = client_config(&SourceConfig::default());
         assert_eq!(default.get("auto.offset.reset"), Some("earliest"));
+        assert_eq!(default.get("fetch.wait.max.ms"), Some("100"));
+        let mut tuned = SourceConfig {
+            fetch_wait_max_ms: 20,
+            ..SourceConfig::default()
+        };
+        assert_eq!(client_config(&tuned).get("fetch.wait.max.ms"), Some("20"));
+        tuned.rdkafka.insert("fetch.wait.max.ms".into(), "7".into());
+        assert_eq!(client_config(&tuned).get("fetch.wait.max.ms"), Some("7"));
         assert_eq!(
             registry_config(&SourceConfig::default()).get("auto.offset.reset"),
             None

@@ -14,6 +14,18 @@ pub struct DelayHistogram {
     buckets: Mutex<Vec<u64>>,
 }
 
+/// A [`DelayHistogram`] over coarser buckets, as Prometheus encoders take them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelaySnapshot {
+    /// `(upper bound in seconds, delays above the previous bound and ≤ it)`, the last bound
+    /// `+Inf` (not cumulative: the text encoder sums them).
+    pub buckets: Vec<(f64, u64)>,
+    /// Sum of the delays, seconds (each counted at its 1 ms bucket; over 10 min as 10 min).
+    pub sum_secs: f64,
+    /// Number of delays.
+    pub count: u64,
+}
+
 const DELAY_BUCKETS: usize = 600_000;
 
 impl Default for DelayHistogram {
@@ -58,6 +70,39 @@ impl DelayHistogram {
             })
             .collect();
         (total, out)
+    }
+
+    /// Counts per bucket of `bounds_ms` (ascending) and `+Inf`, read at scrape time so that
+    /// recording stays one increment.
+    pub fn snapshot(&self, bounds_ms: &[u64]) -> DelaySnapshot {
+        let mut snap = DelaySnapshot {
+            buckets: Vec::with_capacity(bounds_ms.len() + 1),
+            sum_secs: 0.0,
+            count: 0,
+        };
+        let Ok(b) = self.buckets.lock() else {
+            return snap;
+        };
+        let (mut in_bucket, mut sum_ms, mut next) = (0u64, 0u64, 0usize);
+        for (ms, &n) in b.iter().enumerate() {
+            while next < bounds_ms.len() && (ms as u64) > bounds_ms[next] {
+                snap.buckets.push((
+                    bounds_ms[next] as f64 / 1000.0,
+                    std::mem::take(&mut in_bucket),
+                ));
+                next += 1;
+            }
+            in_bucket += n;
+            snap.count += n;
+            sum_ms += n * ms as u64;
+        }
+        for &bound in &bounds_ms[next..] {
+            snap.buckets
+                .push((bound as f64 / 1000.0, std::mem::take(&mut in_bucket)));
+        }
+        snap.buckets.push((f64::INFINITY, in_bucket));
+        snap.sum_secs = sum_ms as f64 / 1000.0;
+        snap
     }
 }
 
@@ -106,7 +151,11 @@ impl TableWriter for TimedWriter {
     }
 
     fn flush(&mut self) -> sinks::Result<()> {
+        let started = std::time::Instant::now();
         self.inner.flush()?;
+        self.shared
+            .flushes
+            .record([started.elapsed().as_millis() as i64]);
         let now = chrono::Utc::now().timestamp_millis();
         let produced: Vec<i64> = match self.arrivals.lock() {
             Ok(mut q) => {
@@ -135,5 +184,18 @@ mod tests {
         let (n, q) = h.quantiles(&[0.0, 0.5, 0.99, 1.0]);
         assert_eq!(n, 102);
         assert_eq!(q, vec![Some(0), Some(50), Some(100), Some(600_000)]);
+    }
+
+    #[test]
+    fn delay_snapshot_counts_per_bucket() {
+        let h = DelayHistogram::default();
+        h.record([0, 100, 250, 251, 2_000, 10_000_000]);
+        let s = h.snapshot(&[100, 250, 1_000]);
+        assert_eq!(
+            s.buckets,
+            vec![(0.1, 2), (0.25, 1), (1.0, 1), (f64::INFINITY, 2)]
+        );
+        assert_eq!(s.count, 6);
+        assert_eq!(s.sum_secs, 602.601);
     }
 }

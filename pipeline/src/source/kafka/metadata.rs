@@ -120,6 +120,8 @@ pub struct KafkaShared {
     pub(super) resume_skipped: AtomicU64,
     /// Delays from produce (the record's timestamp) to durable in the narrow table.
     pub delays: DelayHistogram,
+    /// How long each flush of a worker's table writer took (the store's call time), ms.
+    pub flushes: DelayHistogram,
 }
 
 impl KafkaShared {
@@ -138,6 +140,7 @@ impl KafkaShared {
             commits: AtomicU64::new(0),
             resume_skipped: AtomicU64::new(0),
             delays: DelayHistogram::default(),
+            flushes: DelayHistogram::default(),
         }
     }
 

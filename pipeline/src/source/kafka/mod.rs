@@ -18,7 +18,7 @@ mod retry;
 
 pub use client::{admin_config, block_on, client_config, consumer, registry_config};
 pub use committer::OffsetCommitter;
-pub use delay::{DelayHistogram, TimedWriter};
+pub use delay::{DelayHistogram, DelaySnapshot, TimedWriter};
 pub use feed::{KafkaFeed, KafkaOptions};
 pub use metadata::{partition_count, wait_for_partitions, KafkaShared, TopicProblem};
 pub use registry_topic::{cleanup_policy, Polled, RegistryTopic, PARTITION_CHECK_EVERY};
