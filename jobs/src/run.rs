@@ -366,6 +366,8 @@ mod tests {
                 stop_drain: Duration::from_secs(20),
             },
             shared: Arc::new(KafkaShared::new(1, 1)),
+            threads: 1,
+            process: None,
             status_every: Duration::from_secs(10),
             config: PathBuf::from("job.toml"),
             stats: Arc::default(),
