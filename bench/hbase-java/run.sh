@@ -66,12 +66,13 @@ thrift_pid=${THRIFT_PID:-$(service_pid hbase-thrift1)} ||
 thrift2_pid=${THRIFT2_PID:-$(service_pid hbase-thrift2)} ||
   { echo "no Thrift2 gateway found: start it with scripts/services.sh up hbase (or set THRIFT2_PID)" >&2; exit 1; }
 # The region server's own counters (JMX over the master's info port; standalone HBase runs the
-# region server in the master's JVM): multi RPCs, row mutations, WAL appends and syncs.
+# region server in the master's JVM): multi RPCs, WAL appends and syncs, all counted since the
+# server started (per-region counters restart when a truncate recreates the regions).
 JMX=${JMX:-http://127.0.0.1:16010/jmx}
 rs_counters() {
   { curl -fsS "$JMX?qry=Hadoop:service=HBase,name=RegionServer,sub=Server" 
     curl -fsS "$JMX?qry=Hadoop:service=HBase,name=RegionServer,sub=WAL"; } |
-    jq -s '{multi: .[0].beans[0].rpcMultiRequestCount, writes: .[0].beans[0].writeRequestCount,
+    jq -s '{multi: .[0].beans[0].rpcMultiRequestCount,
       wal_appends: .[1].beans[0].appendCount, wal_syncs: .[1].beans[0].SyncTime_num_ops}'
 }
 ticks=$(getconf CLK_TCK)
@@ -157,7 +158,7 @@ run_one() {
     '{system: $system, size: $size, round: $round, wall_s: $wall, writer_cpu_s: ($cpu * 100 | round / 100),
       hbase_cpu_s: ($hbase * 100 | round / 100), thrift_cpu_s: ($thrift * 100 | round / 100),
       thrift2_cpu_s: ($thrift2 * 100 | round / 100),
-      region_server: ($rs1 | with_entries(.value -= $rs0[.key])),
+      region_server: ($rs1 | with_entries(.value = .value - ($rs0[.key] // 0))),
       readings: .read, readings_per_s: (.read / $wall | floor),
       hbase_cpu_s_per_m: ($hbase / .read * 1e6 * 10 | round / 10),
       load_before: $load_before, load_after: $load_after,
@@ -186,7 +187,7 @@ done
 
 echo
 echo "== summary: medians over $ROUNDS rounds; readings/s = lines / writer process wall time;"
-echo "   CPU s of the writer process, the HBase JVM (HMaster + RegionServer) and the Thrift1 gateway"
+echo "   CPU s of the writer process, the HBase JVM (HMaster + RegionServer) and the Thrift gateways"
 status=0
 for size in $SIZES; do
   jq -rs --arg s "$size" '
