@@ -93,6 +93,7 @@ fn stats_count_every_line() {
             "read",
             "readings_per_s",
             "rejected",
+            "room_rows",
             "wide_cells"
         ]
     );
@@ -104,6 +105,9 @@ fn stats_count_every_line() {
     // Every reading reaches its wide row but the two beyond the allowed lateness and the
     // duplicate (its second is already in the row).
     assert_eq!(stats["wide_cells"], 147);
+    // The hours are past ("now" is two days later): each of the three devices' room-view rows
+    // is written once, when the replay ends.
+    assert_eq!(stats["room_rows"], 3);
 }
 
 #[test]
