@@ -54,7 +54,29 @@ fn services_up() -> bool {
              `scripts/services.sh up hbase`, or set HOURGLASS_SKIP_HBASE=1 to skip"
         );
     }
+    tables_exist();
     true
+}
+
+/// Creates the hourglass tables once per run of this file, as a user would before a first
+/// `run --hbase` (`tables create` keeps tables that exist with the same schema): a fresh HBase
+/// has none, and the tests of another file may have dropped them.
+fn tables_exist() {
+    static CREATED: std::sync::Once = std::sync::Once::new();
+    CREATED.call_once(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = run_ok(
+            dir.path(),
+            real_now(),
+            &["tables", "create", "--hbase", THRIFT1],
+        );
+        for table in TABLES {
+            assert!(
+                out.contains(table),
+                "`tables create` said nothing of {table}:\n{out}"
+            );
+        }
+    });
 }
 
 /// A name no other test or run uses: a topic, a group, a device prefix (letters and digits).
