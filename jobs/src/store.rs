@@ -24,11 +24,11 @@ pub struct BackendArgs {
     /// Directory of the embedded store [default: ./hourglass-data, or the config's store.dir].
     #[arg(long, global = true, conflicts_with = "hbase")]
     pub store: Option<PathBuf>,
-    /// Use HBase instead of the embedded store, reading through its Thrift1 gateway at
-    /// HOST:PORT [default: the config's store.hbase when store.kind = "hbase"].
+    /// Use HBase instead of the embedded store, its Thrift1 gateway (table names and regions)
+    /// at HOST:PORT [default: the config's store.hbase when store.kind = "hbase"].
     #[arg(long, global = true, value_name = "HOST:PORT")]
     pub hbase: Option<String>,
-    /// HBase Thrift2 gateway, for writes and table admin [default: the config's
+    /// HBase Thrift2 gateway, for reads, writes and table admin [default: the config's
     /// store.hbase_client.thrift2, or the --hbase host, port 9091].
     #[arg(long, global = true, value_name = "HOST:PORT")]
     pub thrift2: Option<String>,

@@ -250,7 +250,8 @@ enum ReaderKind {
 
 impl Reader {
     /// The gateway calls an HBase reader made (`None` for the embedded store, which has no
-    /// calls to count): how tests see that a multi-get was one `getRows`, not one `getRow` a row.
+    /// calls to count): how tests see that a multi-get was one `getMultiple` call per
+    /// [`GET_ROWS_CHUNK`](crate::hbase::GET_ROWS_CHUNK) rows, not one get a row.
     pub fn hbase_stats(&self) -> Option<&crate::hbase::ReaderStats> {
         match &self.0 {
             ReaderKind::Embedded(_) => None,
@@ -267,8 +268,8 @@ impl TableReader for Reader {
         }
     }
 
-    // Forwarded, not left to the trait's default: HBase answers a multi-get with one `getRows`
-    // call, where the default would make one Get per row.
+    // Forwarded, not left to the trait's default: HBase answers a multi-get with `getMultiple`
+    // calls of many rows, where the default would make one Get per row.
     fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
         match &self.0 {
             ReaderKind::Embedded(store) => store.get_many(table, rows),

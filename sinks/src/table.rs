@@ -149,7 +149,7 @@ pub trait TableReader {
     fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>>;
 
     /// The rows with these keys, in the order asked, `None` where a row has no visible cell.
-    /// Backends with a multi-get (HBase's `getRows`) answer in one call; the default asks for
+    /// Backends with a multi-get (HBase's `getMultiple`) answer in few calls; the default asks for
     /// each row in turn.
     ///
     /// # Errors

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sinks::config::{StoreConfig, StoreKind};
+use sinks::hbase::GET_ROWS_CHUNK;
 use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
 use sinks::table::{Cell, Mutation, Row, ScanSpec, TableReader};
 use sinks::{OpenOptions, Store};
@@ -193,7 +194,7 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         assert_eq!(
             (gets - before.0, multi_gets - before.1),
             (0, 1),
-            "get_many of {} rows must be one getRows call, not one getRow per row",
+            "get_many of {} rows must be one multi-get call, not one get per row",
             asked.len()
         );
     }
@@ -210,6 +211,45 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         "rows in the order asked, None where missing"
     );
     assert!(store.reader().get_many(t.data, &[]).unwrap().is_empty());
+
+    // More keys than one HBase call takes: the answers of its calls (made in parallel) come
+    // back in the order asked.
+    let many: Vec<String> = (0..2 * GET_ROWS_CHUNK + 5)
+        .map(|i| format!("m/{i:03}"))
+        .collect();
+    write(
+        store,
+        many.iter()
+            .step_by(3)
+            .map(|k| put(t.data, k, vec![cell("v", now, k)]))
+            .collect(),
+    );
+    let asked: Vec<Vec<u8>> = many.iter().rev().map(|k| k.as_bytes().to_vec()).collect();
+    let before = calls(&reader);
+    let got = reader.get_many(t.data, &asked).expect("get_many");
+    if let (Some((gets, multi_gets)), Some(before)) = (calls(&reader), before) {
+        assert_eq!(
+            (gets - before.0, multi_gets - before.1),
+            (0, asked.len().div_ceil(GET_ROWS_CHUNK) as u64),
+            "one multi-get call per {GET_ROWS_CHUNK} rows"
+        );
+    }
+    let want: Vec<Option<String>> = many
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, k)| (i % 3 == 0).then(|| k.clone()))
+        .collect();
+    let got: Vec<Option<String>> = got
+        .iter()
+        .map(|r| {
+            r.as_ref().map(|r| {
+                assert_eq!(values(Some(r))[0].2, String::from_utf8_lossy(&r.key));
+                String::from_utf8_lossy(&r.key).into_owned()
+            })
+        })
+        .collect();
+    assert_eq!(got, want, "rows in the order asked, None where missing");
 }
 
 fn deletes(store: &Store, t: &Tables, now: i64) {
@@ -425,6 +465,9 @@ fn hbase_conforms() {
     };
     cfg.hbase_client.thrift2 = Some(THRIFT2.into());
     cfg.hbase_client.retry_max_elapsed_secs = Some(120);
+    // Two rows per scan call, so the scans below take every path of the reader: one call that
+    // is the whole answer, a first call then a scanner, a limit reached on a full answer.
+    cfg.hbase_client.scan_caching = 2;
     let store = sinks::open(&cfg, &options(&tables)).expect("opening HBase");
     let _drop = DropTables {
         store: &store,

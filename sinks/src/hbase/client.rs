@@ -11,7 +11,7 @@ use thrift::transport::{
 };
 
 use super::config::HbaseConfig;
-use super::thrift2::{THBaseServiceSyncClient, TIOError};
+use super::thrift2::{THBaseServiceSyncClient, TIOError, TIllegalArgument};
 use super::Error;
 
 type In = TBinaryInputProtocol<TBufferedReadTransport<ReadHalf<TTcpChannel>>>;
@@ -198,6 +198,12 @@ pub(crate) fn classify(e: thrift::Error, addr: &str, call: &'static str, table: 
             } else if let Some(io) = user.downcast_ref::<TIOError>() {
                 server(io.message.clone().unwrap_or_default(), io.can_retry)
             } else if let Some(arg) = user.downcast_ref::<IllegalArgument>() {
+                Error::IllegalArgument {
+                    call,
+                    table: table.to_string(),
+                    message: arg.message.clone().unwrap_or_default(),
+                }
+            } else if let Some(arg) = user.downcast_ref::<TIllegalArgument>() {
                 Error::IllegalArgument {
                     call,
                     table: table.to_string(),

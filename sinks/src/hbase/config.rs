@@ -49,9 +49,10 @@ impl RetryPolicy {
 /// Where HBase is and how to talk to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HbaseConfig {
-    /// Thrift1 gateway `host:port` (reads).
+    /// Thrift1 gateway `host:port` (table names, regions).
     pub thrift1: String,
-    /// Thrift2 gateway `host:port` (writes, table creation with split keys, descriptors).
+    /// Thrift2 gateway `host:port` (reads, writes, table creation with split keys,
+    /// descriptors).
     pub thrift2: String,
     /// A write call (`putMultiple`) is sent once it holds this many rows (default 10,000) …
     pub batch_rows: usize,

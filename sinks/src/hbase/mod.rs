@@ -1,4 +1,5 @@
-//! The HBase backend: a batched Thrift2 writer, a Thrift1 reader and table admin over Thrift2.
+//! The HBase backend: a batched Thrift2 writer, a Thrift2 reader, and table admin over both
+//! gateways (Thrift1 for table names and regions).
 
 pub mod admin;
 mod client;
@@ -14,7 +15,7 @@ mod tests;
 pub use config::{HbaseConfig, RetryPolicy};
 pub use retry::is_retriable;
 pub use sink::{HbaseWriter, WriterStats};
-pub use store::{HbaseStore, ReaderStats};
+pub use store::{HbaseStore, ReaderStats, GET_ROWS_CHUNK, PARALLEL_GETS};
 
 /// Why a call to HBase failed; each message says what to do about it.
 #[derive(Debug, thiserror::Error)]

@@ -1,40 +1,48 @@
-//! The read side: Thrift1 `getRow` and scanners with caching.
+//! The read side, on the Thrift2 gateway: `getMultiple` for gets and multi-gets, and
+//! `getScannerResults` (open, fetch, close in one call) for scans.
+//!
+//! Thrift1 took three to four round trips per scan (`scannerOpenWithScan`, `scannerGetList`
+//! until an empty answer, `scannerClose`) and answered rows as maps keyed by `family:qualifier`
+//! that had to be split and re-sorted; Thrift2 answers cells as a list in HBase's own order.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::table::{Cell, Row, ScanSpec, TableReader};
-use hbase_thrift::hbase::{THbaseSyncClient, TRowResult, TScan};
-
-use super::client::{Connection, Thrift1};
+use super::client::{Connection, Thrift2};
 use super::config::HbaseConfig;
 use super::retry::retrying;
+use super::thrift2::{TGet, TResult, TScan, TTHBaseServiceSyncClient};
 use super::Result;
+use crate::table::{Cell, Row, ScanSpec, TableReader};
 
-/// Rows per `getRows` call: a day of wide rows (up to 3,600 cells each, ~100 KiB).
-pub const GET_ROWS_CHUNK: usize = 24;
+/// Rows per `getMultiple` call: half a day of wide rows (up to 3,600 cells each).
+pub const GET_ROWS_CHUNK: usize = 12;
+
+/// `getMultiple` calls one multi-get makes at a time.
+pub const PARALLEL_GETS: usize = 4;
 
 /// Counters of the gateway calls a reader made, so tests and benchmarks can see that a multi-get
-/// went out as `getRows` and not as one `getRow` per row (all atomic).
+/// went out as one call and not as one get per row (all atomic).
 #[derive(Debug, Default)]
 pub struct ReaderStats {
-    /// `getRow` calls that succeeded.
+    /// Single-row gets that succeeded (`getMultiple` of one row).
     pub get_row_calls: AtomicU64,
-    /// `getRows` calls that succeeded.
+    /// Multi-row gets that succeeded (`getMultiple` of up to [`GET_ROWS_CHUNK`] rows).
     pub get_rows_calls: AtomicU64,
-    /// Scans opened (`scannerOpenWithScan` calls that succeeded).
+    /// Scans made.
     pub scans: AtomicU64,
+    /// Calls that fetched rows of a scan (`getScannerResults`, `getScannerRows`) and succeeded.
+    pub scan_calls: AtomicU64,
 }
 
-/// Reads hourglass tables from HBase through the Thrift1 gateway.
+/// Reads hourglass tables from HBase through the Thrift2 gateway.
 ///
 /// Rows come in key order with their cells ordered by family then qualifier, one version each
-/// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. Scans fetch
-/// [`HbaseConfig::scan_caching`] rows per call (default 1000) and, after a retriable failure,
-/// resume after the last row received. Concurrent callers (the HTTP server's requests, the
+/// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. A scan fetches
+/// [`HbaseConfig::scan_caching`] rows per call (default 1000), so a scan of fewer rows is one
+/// round trip, and after a retriable failure resumes after the last row received. Concurrent callers (the HTTP server's requests, the
 /// room fan-out's 16 scans) each get a connection of their own from a pool of at most
 /// [`HbaseConfig::read_connections`], opened on first use and kept for the next caller.
 pub struct HbaseStore {
@@ -48,18 +56,18 @@ pub struct HbaseStore {
 /// The connections not in use, and how many exist in all.
 #[derive(Default)]
 struct Pool {
-    idle: Vec<Connection<Thrift1>>,
+    idle: Vec<Connection<Thrift2>>,
     open: usize,
 }
 
 /// A connection taken from the pool; it goes back when dropped.
 struct Lease<'a> {
     store: &'a HbaseStore,
-    conn: Option<Connection<Thrift1>>,
+    conn: Option<Connection<Thrift2>>,
 }
 
 impl Deref for Lease<'_> {
-    type Target = Connection<Thrift1>;
+    type Target = Connection<Thrift2>;
     fn deref(&self) -> &Self::Target {
         self.conn
             .as_ref()
@@ -88,33 +96,52 @@ impl Drop for Lease<'_> {
 impl fmt::Debug for HbaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HbaseStore")
-            .field("thrift1", &self.cfg.thrift1)
+            .field("thrift2", &self.cfg.thrift2)
             .finish_non_exhaustive()
     }
 }
 
-/// Converts a Thrift1 row; `None` if it has no cell.
-fn row_from_thrift(result: TRowResult) -> Option<Row> {
+/// Converts a Thrift2 result; `None` if it has no cell (how the gateway answers a row that is
+/// not there).
+fn row_from_thrift(result: TResult) -> Option<Row> {
     let key = result.row?;
-    let mut cells: Vec<Cell> = result
-        .columns
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(column, cell)| {
-            let split = column.iter().position(|&b| b == b':')?;
-            let family = String::from_utf8_lossy(&column[..split]).into_owned();
-            Some(Cell {
-                family,
-                qualifier: column[split + 1..].to_vec(),
-                ts_ms: cell.timestamp.unwrap_or_default(),
-                value: cell.value.unwrap_or_default(),
-            })
-        })
-        .collect();
-    // The map is ordered by `family:qualifier` bytes, which differs from (family, qualifier)
-    // order when one family name is a prefix of another.
-    cells.sort_by(|a, b| (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier)));
-    (!cells.is_empty()).then_some(Row { key, cells })
+    if result.column_values.is_empty() {
+        return None;
+    }
+    // Every cell of an hourglass row is in one family: convert its name once.
+    let mut family = String::new();
+    let mut family_bytes: Vec<u8> = Vec::new();
+    let mut cells: Vec<Cell> = Vec::with_capacity(result.column_values.len());
+    for cv in result.column_values {
+        if cv.family != family_bytes {
+            family = String::from_utf8_lossy(&cv.family).into_owned();
+            family_bytes = cv.family;
+        }
+        cells.push(Cell {
+            family: family.clone(),
+            qualifier: cv.qualifier,
+            ts_ms: cv.timestamp.unwrap_or_default(),
+            value: cv.value,
+        });
+    }
+    // HBase sends a row's cells sorted by family then qualifier bytes; sort anyway if a gateway
+    // does not (a no-op pass over a sorted row).
+    let order = |a: &Cell, b: &Cell| (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier));
+    if !cells.is_sorted_by(|a, b| order(a, b).is_le()) {
+        cells.sort_by(order);
+    }
+    Some(Row { key, cells })
+}
+
+/// A get of the whole row `key`, one version (the tables keep one).
+fn tget(key: &[u8]) -> TGet {
+    TGet {
+        row: key.to_vec(),
+        columns: None,
+        timestamp: None,
+        max_versions: None,
+        cache_blocks: None,
+    }
 }
 
 impl HbaseStore {
@@ -151,7 +178,7 @@ impl HbaseStore {
             }
             if pool.open < self.cfg.read_connections.max(1) {
                 pool.open += 1;
-                let conn = Connection::new(&self.cfg.thrift1, &self.cfg);
+                let conn = Connection::new(&self.cfg.thrift2, &self.cfg);
                 return Lease {
                     store: self,
                     conn: Some(conn),
@@ -170,39 +197,77 @@ impl HbaseStore {
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_row(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
         let mut conn = self.conn();
-        let rows = retrying(&self.cfg.retry, &format!("getRow on {table}"), || {
-            conn.call("getRow", table, |c| {
-                c.get_row(table.as_bytes().to_vec(), row.to_vec(), BTreeMap::new())
+        let results = retrying(&self.cfg.retry, &format!("get on {table}"), || {
+            conn.call("getMultiple", table, |c| {
+                c.get_multiple(table.as_bytes().to_vec(), vec![tget(row)])
             })
         })?;
         self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
-        Ok(rows.into_iter().find_map(row_from_thrift))
+        Ok(results.into_iter().find_map(row_from_thrift))
     }
 
     /// The rows with these keys in the order asked (`None` where a row has no visible cell),
-    /// fetched with `getRows`, [`GET_ROWS_CHUNK`] rows per call.
+    /// fetched with `getMultiple`, [`GET_ROWS_CHUNK`] rows per call and up to
+    /// [`PARALLEL_GETS`] calls at a time, each on a connection of its own: the gateway and the
+    /// region server work on one chunk while this reader decodes another.
     ///
     /// # Errors
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_rows(&self, table: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
-        let mut found: BTreeMap<Vec<u8>, Row> = BTreeMap::new();
-        let mut conn = self.conn();
-        for chunk in keys.chunks(GET_ROWS_CHUNK) {
-            let results = retrying(&self.cfg.retry, &format!("getRows on {table}"), || {
-                conn.call("getRows", table, |c| {
-                    c.get_rows(table.as_bytes().to_vec(), chunk.to_vec(), BTreeMap::new())
-                })
-            })?;
-            self.stats.get_rows_calls.fetch_add(1, Ordering::Relaxed);
-            // The gateway leaves out the rows it did not find.
-            found.extend(
-                results
-                    .into_iter()
-                    .filter_map(row_from_thrift)
-                    .map(|row| (row.key.clone(), row)),
-            );
+        let mut rows = Vec::with_capacity(keys.len());
+        let chunks: Vec<&[Vec<u8>]> = keys.chunks(GET_ROWS_CHUNK).collect();
+        for wave in chunks.chunks(PARALLEL_GETS) {
+            let answers: Vec<Result<Vec<Option<Row>>>> = match wave {
+                [one] => vec![self.get_chunk(table, one)],
+                _ => std::thread::scope(|s| {
+                    let rest: Vec<_> = wave[1..]
+                        .iter()
+                        .map(|chunk| s.spawn(|| self.get_chunk(table, chunk)))
+                        .collect();
+                    let mut answers = vec![self.get_chunk(table, wave[0])];
+                    answers.extend(rest.into_iter().map(|h| match h.join() {
+                        Ok(answer) => answer,
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    }));
+                    answers
+                }),
+            };
+            for answer in answers {
+                rows.extend(answer?);
+            }
         }
-        Ok(keys.iter().map(|key| found.get(key).cloned()).collect())
+        Ok(rows)
+    }
+
+    /// One `getMultiple` call (retried) for at most [`GET_ROWS_CHUNK`] keys.
+    fn get_chunk(&self, table: &str, chunk: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+        let mut conn = self.conn();
+        let results = retrying(&self.cfg.retry, &format!("getMultiple on {table}"), || {
+            conn.call("getMultiple", table, |c| {
+                c.get_multiple(
+                    table.as_bytes().to_vec(),
+                    chunk.iter().map(|k| tget(k)).collect(),
+                )
+            })
+        })?;
+        self.stats.get_rows_calls.fetch_add(1, Ordering::Relaxed);
+        // One result per get, in the order asked; an empty one where the row is missing.
+        if results.len() != chunk.len() {
+            return Err(super::Error::Protocol {
+                addr: self.cfg.thrift2.clone(),
+                call: "getMultiple",
+                message: format!(
+                    "{} results for {} gets on {table}",
+                    results.len(),
+                    chunk.len()
+                ),
+            });
+        }
+        Ok(chunk
+            .iter()
+            .zip(results)
+            .map(|(key, result)| row_from_thrift(result).filter(|row| row.key == *key))
+            .collect())
     }
 
     /// Calls `each` on every row of `[spec.start, spec.stop)` in key order, at most `spec.limit`
@@ -220,6 +285,7 @@ impl HbaseStore {
         let mut start = spec.start.clone();
         let mut conn = self.conn();
         let what = format!("scan of {table}");
+        self.stats.scans.fetch_add(1, Ordering::Relaxed);
         retrying(&self.cfg.retry, &what, || {
             self.scan_from(&mut conn, table, spec, &mut start, &mut seen, &mut each)
         })?;
@@ -228,9 +294,14 @@ impl HbaseStore {
 
     /// One attempt of a scan from `start`; on success or failure, `start` and `seen` tell where
     /// the next attempt resumes.
+    ///
+    /// The first [`HbaseConfig::scan_caching`] rows come in one `getScannerResults` call, which
+    /// is the whole of most dashboard scans (a partial hour, a room). A scan with more rows
+    /// goes on with a scanner (`openScanner`, `getScannerRows` until a short answer,
+    /// `closeScanner`): one region scanner for the rest rather than one per call.
     fn scan_from(
         &self,
-        conn: &mut Connection<Thrift1>,
+        conn: &mut Connection<Thrift2>,
         table: &str,
         spec: &ScanSpec,
         start: &mut Vec<u8>,
@@ -238,60 +309,69 @@ impl HbaseStore {
         each: &mut impl FnMut(Row),
     ) -> Result<()> {
         let remaining = |seen: usize| spec.limit.map_or(usize::MAX, |l| l.saturating_sub(seen));
-        if remaining(*seen) == 0 {
-            return Ok(());
-        }
         let caching = self.cfg.scan_caching.clamp(1, i32::MAX as usize);
-        let first = caching.min(remaining(*seen));
-        // Every field explicitly: `TScan::default()` fills in an empty filter string (which
-        // HBase rejects) and a timestamp of 0 (which would hide every cell).
-        let scan = TScan {
-            start_row: Some(start.clone()),
+        let as_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        // Every field explicitly: the gateway reads an unset field as "not asked".
+        let tscan = |start: &[u8], rows: usize, limit: Option<usize>| TScan {
+            start_row: Some(start.to_vec()),
             stop_row: (!spec.stop.is_empty()).then(|| spec.stop.clone()),
-            timestamp: None,
             columns: None,
-            caching: Some(i32::try_from(first).unwrap_or(i32::MAX)),
-            filter_string: None,
-            batch_size: None,
-            sort_columns: None,
+            caching: Some(as_i32(rows)),
+            max_versions: None,
             reversed: None,
             cache_blocks: None,
+            limit: limit.map(as_i32),
         };
-        let id = conn.call("scannerOpenWithScan", table, |c| {
-            c.scanner_open_with_scan(table.as_bytes().to_vec(), scan, BTreeMap::new())
+        // Passes the rows on; whether the answer was full (`want` rows: there may be more).
+        let mut take = |rows: Vec<TResult>, want: usize, start: &mut Vec<u8>, seen: &mut usize| {
+            let full = rows.len() >= want;
+            for row in rows.into_iter().filter_map(row_from_thrift) {
+                // A later call or attempt starts strictly after this row.
+                start.clear();
+                start.extend_from_slice(&row.key);
+                start.push(0);
+                each(row);
+                *seen += 1;
+            }
+            full
+        };
+
+        let want = caching.min(remaining(*seen));
+        if want == 0 {
+            return Ok(());
+        }
+        let scan = tscan(start, want, Some(want));
+        let rows = conn.call("getScannerResults", table, |c| {
+            c.get_scanner_results(table.as_bytes().to_vec(), scan, as_i32(want))
         })?;
-        self.stats.scans.fetch_add(1, Ordering::Relaxed);
+        self.stats.scan_calls.fetch_add(1, Ordering::Relaxed);
+        if !take(rows, want, start, seen) || remaining(*seen) == 0 {
+            return Ok(());
+        }
+
+        let limit = spec.limit.map(|_| remaining(*seen));
+        let scan = tscan(start, caching.min(remaining(*seen)), limit);
+        let id = conn.call("openScanner", table, |c| {
+            c.open_scanner(table.as_bytes().to_vec(), scan)
+        })?;
         let result = (|| -> Result<()> {
             loop {
                 let want = caching.min(remaining(*seen));
                 if want == 0 {
                     return Ok(());
                 }
-                let rows = conn.call("scannerGetList", table, |c| {
-                    c.scanner_get_list(id, i32::try_from(want).unwrap_or(i32::MAX))
+                let rows = conn.call("getScannerRows", table, |c| {
+                    c.get_scanner_rows(id, as_i32(want))
                 })?;
-                if rows.is_empty() {
+                self.stats.scan_calls.fetch_add(1, Ordering::Relaxed);
+                if !take(rows, want, start, seen) {
                     return Ok(());
-                }
-                for result in rows {
-                    let Some(row) = row_from_thrift(result) else {
-                        continue;
-                    };
-                    // Resume strictly after this row if the next call fails.
-                    start.clear();
-                    start.extend_from_slice(&row.key);
-                    start.push(0);
-                    each(row);
-                    *seen += 1;
-                    if remaining(*seen) == 0 {
-                        return Ok(());
-                    }
                 }
             }
         })();
         // The gateway keeps a scanner until closed; a failed close only leaks it until the
         // gateway's scanner lease expires.
-        if let Err(e) = conn.call("scannerClose", table, |c| c.scanner_close(id)) {
+        if let Err(e) = conn.call("closeScanner", table, |c| c.close_scanner(id)) {
             tracing::debug!("closing HBase scanner {id} on {table}: {e}");
         }
         result

@@ -381,6 +381,389 @@ impl TSerializable for TColumnValue {
 }
 
 //
+// TResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TResult {
+  pub row: Option<Vec<u8>>,
+  pub column_values: Vec<TColumnValue>,
+  pub stale: Option<bool>,
+}
+
+impl TResult {
+  pub fn new<F1, F3>(row: F1, column_values: Vec<TColumnValue>, stale: F3) -> TResult where F1: Into<Option<Vec<u8>>>, F3: Into<Option<bool>> {
+    TResult {
+      row: row.into(),
+      column_values,
+      stale: stale.into(),
+    }
+  }
+}
+
+impl TSerializable for TResult {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TColumnValue>> = None;
+    let mut f_3: Option<bool> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TColumnValue> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_0 = TColumnValue::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_0);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_bool()?;
+          f_3 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TResult.column_values", &f_2)?;
+    let ret = TResult {
+      row: f_1,
+      column_values: f_2.expect("auto-generated code should have checked for presence of required fields"),
+      stale: f_3,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.row {
+      o_prot.write_field_begin(&TFieldIdentifier::new("row", TType::String, 1))?;
+      o_prot.write_bytes(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_begin(&TFieldIdentifier::new("columnValues", TType::List, 2))?;
+    o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, self.column_values.len() as i32))?;
+    for e in &self.column_values {
+      e.write_to_out_protocol(o_prot)?;
+    }
+    o_prot.write_list_end()?;
+    o_prot.write_field_end()?;
+    if let Some(fld_var) = self.stale {
+      o_prot.write_field_begin(&TFieldIdentifier::new("stale", TType::Bool, 3))?;
+      o_prot.write_bool(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// TGet
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TGet {
+  pub row: Vec<u8>,
+  pub columns: Option<Vec<TColumn>>,
+  pub timestamp: Option<i64>,
+  pub max_versions: Option<i32>,
+  pub cache_blocks: Option<bool>,
+}
+
+impl TGet {
+  pub fn new<F2, F3, F5, F11>(row: Vec<u8>, columns: F2, timestamp: F3, max_versions: F5, cache_blocks: F11) -> TGet where F2: Into<Option<Vec<TColumn>>>, F3: Into<Option<i64>>, F5: Into<Option<i32>>, F11: Into<Option<bool>> {
+    TGet {
+      row,
+      columns: columns.into(),
+      timestamp: timestamp.into(),
+      max_versions: max_versions.into(),
+      cache_blocks: cache_blocks.into(),
+    }
+  }
+}
+
+impl TSerializable for TGet {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TGet> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TColumn>> = None;
+    let mut f_3: Option<i64> = None;
+    let mut f_5: Option<i32> = None;
+    let mut f_11: Option<bool> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TColumn> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_1 = TColumn::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_1);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_i64()?;
+          f_3 = Some(val);
+        },
+        5 => {
+          let val = i_prot.read_i32()?;
+          f_5 = Some(val);
+        },
+        11 => {
+          let val = i_prot.read_bool()?;
+          f_11 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TGet.row", &f_1)?;
+    let ret = TGet {
+      row: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      columns: f_2,
+      timestamp: f_3,
+      max_versions: f_5,
+      cache_blocks: f_11,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TGet");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("row", TType::String, 1))?;
+    o_prot.write_bytes(&self.row)?;
+    o_prot.write_field_end()?;
+    if let Some(ref fld_var) = self.columns {
+      o_prot.write_field_begin(&TFieldIdentifier::new("columns", TType::List, 2))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.timestamp {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 3))?;
+      o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.max_versions {
+      o_prot.write_field_begin(&TFieldIdentifier::new("maxVersions", TType::I32, 5))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.cache_blocks {
+      o_prot.write_field_begin(&TFieldIdentifier::new("cacheBlocks", TType::Bool, 11))?;
+      o_prot.write_bool(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// TScan
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TScan {
+  pub start_row: Option<Vec<u8>>,
+  pub stop_row: Option<Vec<u8>>,
+  pub columns: Option<Vec<TColumn>>,
+  pub caching: Option<i32>,
+  pub max_versions: Option<i32>,
+  pub reversed: Option<bool>,
+  pub cache_blocks: Option<bool>,
+  pub limit: Option<i32>,
+}
+
+impl TScan {
+  pub fn new<F1, F2, F3, F4, F5, F11, F12, F15>(start_row: F1, stop_row: F2, columns: F3, caching: F4, max_versions: F5, reversed: F11, cache_blocks: F12, limit: F15) -> TScan where F1: Into<Option<Vec<u8>>>, F2: Into<Option<Vec<u8>>>, F3: Into<Option<Vec<TColumn>>>, F4: Into<Option<i32>>, F5: Into<Option<i32>>, F11: Into<Option<bool>>, F12: Into<Option<bool>>, F15: Into<Option<i32>> {
+    TScan {
+      start_row: start_row.into(),
+      stop_row: stop_row.into(),
+      columns: columns.into(),
+      caching: caching.into(),
+      max_versions: max_versions.into(),
+      reversed: reversed.into(),
+      cache_blocks: cache_blocks.into(),
+      limit: limit.into(),
+    }
+  }
+}
+
+impl TSerializable for TScan {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TScan> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<u8>> = None;
+    let mut f_3: Option<Vec<TColumn>> = None;
+    let mut f_4: Option<i32> = None;
+    let mut f_5: Option<i32> = None;
+    let mut f_11: Option<bool> = None;
+    let mut f_12: Option<bool> = None;
+    let mut f_15: Option<i32> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = i_prot.read_bytes()?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TColumn> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_2 = TColumn::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_2);
+          }
+          i_prot.read_list_end()?;
+          f_3 = Some(val);
+        },
+        4 => {
+          let val = i_prot.read_i32()?;
+          f_4 = Some(val);
+        },
+        5 => {
+          let val = i_prot.read_i32()?;
+          f_5 = Some(val);
+        },
+        11 => {
+          let val = i_prot.read_bool()?;
+          f_11 = Some(val);
+        },
+        12 => {
+          let val = i_prot.read_bool()?;
+          f_12 = Some(val);
+        },
+        15 => {
+          let val = i_prot.read_i32()?;
+          f_15 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = TScan {
+      start_row: f_1,
+      stop_row: f_2,
+      columns: f_3,
+      caching: f_4,
+      max_versions: f_5,
+      reversed: f_11,
+      cache_blocks: f_12,
+      limit: f_15,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TScan");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.start_row {
+      o_prot.write_field_begin(&TFieldIdentifier::new("startRow", TType::String, 1))?;
+      o_prot.write_bytes(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.stop_row {
+      o_prot.write_field_begin(&TFieldIdentifier::new("stopRow", TType::String, 2))?;
+      o_prot.write_bytes(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.columns {
+      o_prot.write_field_begin(&TFieldIdentifier::new("columns", TType::List, 3))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.caching {
+      o_prot.write_field_begin(&TFieldIdentifier::new("caching", TType::I32, 4))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.max_versions {
+      o_prot.write_field_begin(&TFieldIdentifier::new("maxVersions", TType::I32, 5))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.reversed {
+      o_prot.write_field_begin(&TFieldIdentifier::new("reversed", TType::Bool, 11))?;
+      o_prot.write_bool(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.cache_blocks {
+      o_prot.write_field_begin(&TFieldIdentifier::new("cacheBlocks", TType::Bool, 12))?;
+      o_prot.write_bool(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(fld_var) = self.limit {
+      o_prot.write_field_begin(&TFieldIdentifier::new("limit", TType::I32, 15))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+impl Default for TScan {
+  fn default() -> Self {
+    TScan{
+      start_row: Some(Vec::new()),
+      stop_row: Some(Vec::new()),
+      columns: Some(Vec::new()),
+      caching: Some(0),
+      max_versions: Some(0),
+      reversed: Some(false),
+      cache_blocks: Some(false),
+      limit: Some(0),
+    }
+  }
+}
+
+//
 // TPut
 //
 
@@ -422,8 +805,8 @@ impl TSerializable for TPut {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TColumnValue> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_0 = TColumnValue::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_0);
+            let list_elem_3 = TColumnValue::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_3);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -516,8 +899,8 @@ impl TSerializable for TDelete {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TColumn> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_1 = TColumn::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_1);
+            let list_elem_4 = TColumn::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_4);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -792,8 +1175,8 @@ impl TSerializable for TTableDescriptor {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TColumnFamilyDescriptor> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_2 = TColumnFamilyDescriptor::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_2);
+            let list_elem_5 = TColumnFamilyDescriptor::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_5);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -926,10 +1309,94 @@ impl Display for TIOError {
 }
 
 //
+// TIllegalArgument
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TIllegalArgument {
+  pub message: Option<String>,
+}
+
+impl TIllegalArgument {
+  pub fn new<F1>(message: F1) -> TIllegalArgument where F1: Into<Option<String>> {
+    TIllegalArgument {
+      message: message.into(),
+    }
+  }
+}
+
+impl TSerializable for TIllegalArgument {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TIllegalArgument> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<String> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_string()?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = TIllegalArgument {
+      message: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TIllegalArgument");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.message {
+      o_prot.write_field_begin(&TFieldIdentifier::new("message", TType::String, 1))?;
+      o_prot.write_string(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+impl Default for TIllegalArgument {
+  fn default() -> Self {
+    TIllegalArgument{
+      message: Some("".to_owned()),
+    }
+  }
+}
+
+impl Error for TIllegalArgument {}
+
+impl From<TIllegalArgument> for thrift::Error {
+  fn from(e: TIllegalArgument) -> Self {
+    thrift::Error::User(Box::new(e))
+  }
+}
+
+impl Display for TIllegalArgument {
+  fn fmt(&self, f: &mut Formatter) -> fmt::Result {
+    write!(f, "remote service threw TIllegalArgument")
+  }
+}
+
+//
 // THBaseService service client
 //
 
 pub trait TTHBaseServiceSyncClient {
+  fn get_multiple(&mut self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>>;
+  fn get_scanner_results(&mut self, table: Vec<u8>, tscan: TScan, num_rows: i32) -> thrift::Result<Vec<TResult>>;
+  fn open_scanner(&mut self, table: Vec<u8>, tscan: TScan) -> thrift::Result<i32>;
+  fn get_scanner_rows(&mut self, scanner_id: i32, num_rows: i32) -> thrift::Result<Vec<TResult>>;
+  fn close_scanner(&mut self, scanner_id: i32) -> thrift::Result<()>;
   fn put_multiple(&mut self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()>;
   fn delete_multiple(&mut self, table: Vec<u8>, tdeletes: Vec<TDelete>) -> thrift::Result<Vec<TDelete>>;
   fn get_table_descriptor(&mut self, table: TTableName) -> thrift::Result<TTableDescriptor>;
@@ -963,6 +1430,141 @@ impl <IP, OP> TThriftClient for THBaseServiceSyncClient<IP, OP> where IP: TInput
 impl <IP, OP> TTHBaseServiceSyncClientMarker for THBaseServiceSyncClient<IP, OP> where IP: TInputProtocol, OP: TOutputProtocol {}
 
 impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClient for C {
+  fn get_multiple(&mut self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceGetMultipleArgs { table, tgets };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("getMultiple", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceGetMultipleResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
+  fn get_scanner_results(&mut self, table: Vec<u8>, tscan: TScan, num_rows: i32) -> thrift::Result<Vec<TResult>> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceGetScannerResultsArgs { table, tscan, num_rows };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("getScannerResults", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceGetScannerResultsResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
+  fn open_scanner(&mut self, table: Vec<u8>, tscan: TScan) -> thrift::Result<i32> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceOpenScannerArgs { table, tscan };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("openScanner", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceOpenScannerResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
+  fn get_scanner_rows(&mut self, scanner_id: i32, num_rows: i32) -> thrift::Result<Vec<TResult>> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceGetScannerRowsArgs { scanner_id, num_rows };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("getScannerRows", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceGetScannerRowsResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
+  fn close_scanner(&mut self, scanner_id: i32) -> thrift::Result<()> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceCloseScannerArgs { scanner_id };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("closeScanner", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceCloseScannerResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
   fn put_multiple(&mut self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()> {
     (
       {
@@ -1159,6 +1761,11 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
 //
 
 pub trait THBaseServiceSyncHandler {
+  fn handle_get_multiple(&self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>>;
+  fn handle_get_scanner_results(&self, table: Vec<u8>, tscan: TScan, num_rows: i32) -> thrift::Result<Vec<TResult>>;
+  fn handle_open_scanner(&self, table: Vec<u8>, tscan: TScan) -> thrift::Result<i32>;
+  fn handle_get_scanner_rows(&self, scanner_id: i32, num_rows: i32) -> thrift::Result<Vec<TResult>>;
+  fn handle_close_scanner(&self, scanner_id: i32) -> thrift::Result<()>;
   fn handle_put_multiple(&self, table: Vec<u8>, tputs: Vec<TPut>) -> thrift::Result<()>;
   fn handle_delete_multiple(&self, table: Vec<u8>, tdeletes: Vec<TDelete>) -> thrift::Result<Vec<TDelete>>;
   fn handle_get_table_descriptor(&self, table: TTableName) -> thrift::Result<TTableDescriptor>;
@@ -1177,6 +1784,21 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
     THBaseServiceSyncProcessor {
       handler,
     }
+  }
+  fn process_get_multiple(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_get_multiple(&self.handler, incoming_sequence_number, i_prot, o_prot)
+  }
+  fn process_get_scanner_results(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_get_scanner_results(&self.handler, incoming_sequence_number, i_prot, o_prot)
+  }
+  fn process_open_scanner(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_open_scanner(&self.handler, incoming_sequence_number, i_prot, o_prot)
+  }
+  fn process_get_scanner_rows(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_get_scanner_rows(&self.handler, incoming_sequence_number, i_prot, o_prot)
+  }
+  fn process_close_scanner(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_close_scanner(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
   fn process_put_multiple(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_put_multiple(&self.handler, incoming_sequence_number, i_prot, o_prot)
@@ -1204,6 +1826,322 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
 pub struct TTHBaseServiceProcessFunctions;
 
 impl TTHBaseServiceProcessFunctions {
+  pub fn process_get_multiple<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceGetMultipleArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_get_multiple(args.table, args.tgets) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceGetMultipleResult { result_value: Some(handler_return), io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceGetMultipleResult{ result_value: None, io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("getMultiple", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
+  pub fn process_get_scanner_results<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceGetScannerResultsArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_get_scanner_results(args.table, args.tscan, args.num_rows) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceGetScannerResultsResult { result_value: Some(handler_return), io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceGetScannerResultsResult{ result_value: None, io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("getScannerResults", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
+  pub fn process_open_scanner<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceOpenScannerArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_open_scanner(args.table, args.tscan) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceOpenScannerResult { result_value: Some(handler_return), io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceOpenScannerResult{ result_value: None, io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("openScanner", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
+  pub fn process_get_scanner_rows<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceGetScannerRowsArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_get_scanner_rows(args.scanner_id, args.num_rows) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceGetScannerRowsResult { result_value: Some(handler_return), io: None, ia: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceGetScannerRowsResult{ result_value: None, io: Some(*err), ia: None };
+              let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else if usr_err.downcast_ref::<TIllegalArgument>().is_some() {
+              let err = usr_err.downcast::<TIllegalArgument>().expect("downcast already checked");
+              let ret_err = THBaseServiceGetScannerRowsResult{ result_value: None, io: None, ia: Some(*err) };
+              let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("getScannerRows", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
+  pub fn process_close_scanner<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceCloseScannerArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_close_scanner(args.scanner_id) {
+      Ok(_) => {
+        let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceCloseScannerResult { io: None, ia: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceCloseScannerResult{ io: Some(*err), ia: None };
+              let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else if usr_err.downcast_ref::<TIllegalArgument>().is_some() {
+              let err = usr_err.downcast::<TIllegalArgument>().expect("downcast already checked");
+              let ret_err = THBaseServiceCloseScannerResult{ io: None, ia: Some(*err) };
+              let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("closeScanner", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
   pub fn process_put_multiple<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let args = THBaseServicePutMultipleArgs::read_from_in_protocol(i_prot)?;
     match handler.handle_put_multiple(args.table, args.tputs) {
@@ -1630,6 +2568,21 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
   fn process(&self, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let message_ident = i_prot.read_message_begin()?;
     let res = match &*message_ident.name {
+      "getMultiple" => {
+        self.process_get_multiple(message_ident.sequence_number, i_prot, o_prot)
+      },
+      "getScannerResults" => {
+        self.process_get_scanner_results(message_ident.sequence_number, i_prot, o_prot)
+      },
+      "openScanner" => {
+        self.process_open_scanner(message_ident.sequence_number, i_prot, o_prot)
+      },
+      "getScannerRows" => {
+        self.process_get_scanner_rows(message_ident.sequence_number, i_prot, o_prot)
+      },
+      "closeScanner" => {
+        self.process_close_scanner(message_ident.sequence_number, i_prot, o_prot)
+      },
       "putMultiple" => {
         self.process_put_multiple(message_ident.sequence_number, i_prot, o_prot)
       },
@@ -1667,6 +2620,733 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
 }
 
 //
+// THBaseServiceGetMultipleArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetMultipleArgs {
+  table: Vec<u8>,
+  tgets: Vec<TGet>,
+}
+
+impl THBaseServiceGetMultipleArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetMultipleArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<Vec<TGet>> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TGet> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_6 = TGet::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_6);
+          }
+          i_prot.read_list_end()?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceGetMultipleArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServiceGetMultipleArgs.tgets", &f_2)?;
+    let ret = THBaseServiceGetMultipleArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tgets: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("getMultiple_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tgets", TType::List, 2))?;
+    o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, self.tgets.len() as i32))?;
+    for e in &self.tgets {
+      e.write_to_out_protocol(o_prot)?;
+    }
+    o_prot.write_list_end()?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetMultipleResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetMultipleResult {
+  result_value: Option<Vec<TResult>>,
+  io: Option<TIOError>,
+}
+
+impl THBaseServiceGetMultipleResult {
+  fn ok_or(self) -> thrift::Result<Vec<TResult>> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceGetMultiple"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetMultipleResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<Vec<TResult>> = None;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TResult> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_7 = TResult::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_7);
+          }
+          i_prot.read_list_end()?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceGetMultipleResult {
+      result_value: f_0,
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceGetMultipleResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::List, 0))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetScannerResultsArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetScannerResultsArgs {
+  table: Vec<u8>,
+  tscan: TScan,
+  num_rows: i32,
+}
+
+impl THBaseServiceGetScannerResultsArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetScannerResultsArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<TScan> = None;
+    let mut f_3: Option<i32> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = TScan::read_from_in_protocol(i_prot)?;
+          f_2 = Some(val);
+        },
+        3 => {
+          let val = i_prot.read_i32()?;
+          f_3 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceGetScannerResultsArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServiceGetScannerResultsArgs.tscan", &f_2)?;
+    verify_required_field_exists("THBaseServiceGetScannerResultsArgs.num_rows", &f_3)?;
+    let ret = THBaseServiceGetScannerResultsArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tscan: f_2.expect("auto-generated code should have checked for presence of required fields"),
+      num_rows: f_3.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("getScannerResults_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tscan", TType::Struct, 2))?;
+    self.tscan.write_to_out_protocol(o_prot)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("numRows", TType::I32, 3))?;
+    o_prot.write_i32(self.num_rows)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetScannerResultsResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetScannerResultsResult {
+  result_value: Option<Vec<TResult>>,
+  io: Option<TIOError>,
+}
+
+impl THBaseServiceGetScannerResultsResult {
+  fn ok_or(self) -> thrift::Result<Vec<TResult>> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceGetScannersResult"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetScannerResultsResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<Vec<TResult>> = None;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TResult> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_8 = TResult::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_8);
+          }
+          i_prot.read_list_end()?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceGetScannerResultsResult {
+      result_value: f_0,
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceGetScannerResultsResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::List, 0))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceOpenScannerArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceOpenScannerArgs {
+  table: Vec<u8>,
+  tscan: TScan,
+}
+
+impl THBaseServiceOpenScannerArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceOpenScannerArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<TScan> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = TScan::read_from_in_protocol(i_prot)?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceOpenScannerArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServiceOpenScannerArgs.tscan", &f_2)?;
+    let ret = THBaseServiceOpenScannerArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tscan: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("openScanner_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tscan", TType::Struct, 2))?;
+    self.tscan.write_to_out_protocol(o_prot)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceOpenScannerResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceOpenScannerResult {
+  result_value: Option<i32>,
+  io: Option<TIOError>,
+}
+
+impl THBaseServiceOpenScannerResult {
+  fn ok_or(self) -> thrift::Result<i32> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceOpenScanner"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceOpenScannerResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<i32> = None;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let val = i_prot.read_i32()?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceOpenScannerResult {
+      result_value: f_0,
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceOpenScannerResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::I32, 0))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetScannerRowsArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetScannerRowsArgs {
+  scanner_id: i32,
+  num_rows: i32,
+}
+
+impl THBaseServiceGetScannerRowsArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetScannerRowsArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<i32> = None;
+    let mut f_2: Option<i32> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_i32()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = i_prot.read_i32()?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceGetScannerRowsArgs.scanner_id", &f_1)?;
+    verify_required_field_exists("THBaseServiceGetScannerRowsArgs.num_rows", &f_2)?;
+    let ret = THBaseServiceGetScannerRowsArgs {
+      scanner_id: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      num_rows: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("getScannerRows_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("scannerId", TType::I32, 1))?;
+    o_prot.write_i32(self.scanner_id)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("numRows", TType::I32, 2))?;
+    o_prot.write_i32(self.num_rows)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetScannerRowsResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetScannerRowsResult {
+  result_value: Option<Vec<TResult>>,
+  io: Option<TIOError>,
+  ia: Option<TIllegalArgument>,
+}
+
+impl THBaseServiceGetScannerRowsResult {
+  fn ok_or(self) -> thrift::Result<Vec<TResult>> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.ia.is_some() {
+      Err(thrift::Error::User(Box::new(self.ia.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceGetScannerRows"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetScannerRowsResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<Vec<TResult>> = None;
+    let mut f_1: Option<TIOError> = None;
+    let mut f_2: Option<TIllegalArgument> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let list_ident = i_prot.read_list_begin()?;
+          let mut val: Vec<TResult> = Vec::with_capacity(list_ident.size as usize);
+          for _ in 0..list_ident.size {
+            let list_elem_9 = TResult::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_9);
+          }
+          i_prot.read_list_end()?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = TIllegalArgument::read_from_in_protocol(i_prot)?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceGetScannerRowsResult {
+      result_value: f_0,
+      io: f_1,
+      ia: f_2,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceGetScannerRowsResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::List, 0))?;
+      o_prot.write_list_begin(&TListIdentifier::new(TType::Struct, fld_var.len() as i32))?;
+      for e in fld_var {
+        e.write_to_out_protocol(o_prot)?;
+      }
+      o_prot.write_list_end()?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.ia {
+      o_prot.write_field_begin(&TFieldIdentifier::new("ia", TType::Struct, 2))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceCloseScannerArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceCloseScannerArgs {
+  scanner_id: i32,
+}
+
+impl THBaseServiceCloseScannerArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceCloseScannerArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<i32> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_i32()?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceCloseScannerArgs.scanner_id", &f_1)?;
+    let ret = THBaseServiceCloseScannerArgs {
+      scanner_id: f_1.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("closeScanner_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("scannerId", TType::I32, 1))?;
+    o_prot.write_i32(self.scanner_id)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceCloseScannerResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceCloseScannerResult {
+  io: Option<TIOError>,
+  ia: Option<TIllegalArgument>,
+}
+
+impl THBaseServiceCloseScannerResult {
+  fn ok_or(self) -> thrift::Result<()> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.ia.is_some() {
+      Err(thrift::Error::User(Box::new(self.ia.unwrap())))
+    } else {
+      Ok(())
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceCloseScannerResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<TIOError> = None;
+    let mut f_2: Option<TIllegalArgument> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = TIllegalArgument::read_from_in_protocol(i_prot)?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceCloseScannerResult {
+      io: f_1,
+      ia: f_2,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceCloseScannerResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.ia {
+      o_prot.write_field_begin(&TFieldIdentifier::new("ia", TType::Struct, 2))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
 // THBaseServicePutMultipleArgs
 //
 
@@ -1696,8 +3376,8 @@ impl THBaseServicePutMultipleArgs {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TPut> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_3 = TPut::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_3);
+            let list_elem_10 = TPut::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_10);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -1821,8 +3501,8 @@ impl THBaseServiceDeleteMultipleArgs {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TDelete> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_4 = TDelete::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_4);
+            let list_elem_11 = TDelete::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_11);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);
@@ -1902,8 +3582,8 @@ impl THBaseServiceDeleteMultipleResult {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<TDelete> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_5 = TDelete::read_from_in_protocol(i_prot)?;
-            val.push(list_elem_5);
+            let list_elem_12 = TDelete::read_from_in_protocol(i_prot)?;
+            val.push(list_elem_12);
           }
           i_prot.read_list_end()?;
           f_0 = Some(val);
@@ -2102,8 +3782,8 @@ impl THBaseServiceCreateTableArgs {
           let list_ident = i_prot.read_list_begin()?;
           let mut val: Vec<Vec<u8>> = Vec::with_capacity(list_ident.size as usize);
           for _ in 0..list_ident.size {
-            let list_elem_6 = i_prot.read_bytes()?;
-            val.push(list_elem_6);
+            let list_elem_13 = i_prot.read_bytes()?;
+            val.push(list_elem_13);
           }
           i_prot.read_list_end()?;
           f_2 = Some(val);

@@ -1,6 +1,8 @@
 // The few Thrift2 (THBaseService) structs and calls hourglass needs: the table admin calls
-// Thrift1 lacks (split keys, descriptors) and the batched writes (`putMultiple`, whose cells
-// each carry their own timestamp, and `deleteMultiple`).
+// Thrift1 lacks (split keys, descriptors), the batched writes (`putMultiple`, whose cells
+// each carry their own timestamp, and `deleteMultiple`), and the reads: `getMultiple` (results
+// in the order asked), `getScannerResults` (open, fetch and close in one call) and a scanner
+// for longer scans.
 //
 // Field ids, types and enum values are copied from HBase 2.6.1's own IDL,
 // org/apache/hadoop/hbase/thrift2/hbase.thrift inside hbase-thrift-2.6.1.jar; fields
@@ -49,6 +51,31 @@ struct TColumnValue {
   4: optional i64 timestamp
 }
 
+struct TResult {
+  1: optional binary row,
+  2: required list<TColumnValue> columnValues,
+  3: optional bool stale = false
+}
+
+struct TGet {
+  1: required binary row,
+  2: optional list<TColumn> columns,
+  3: optional i64 timestamp,
+  5: optional i32 maxVersions,
+  11: optional bool cacheBlocks
+}
+
+struct TScan {
+  1: optional binary startRow,
+  2: optional binary stopRow,
+  3: optional list<TColumn> columns
+  4: optional i32 caching,
+  5: optional i32 maxVersions=1,
+  11: optional bool reversed
+  12: optional bool cacheBlocks
+  15: optional i32 limit
+}
+
 struct TPut {
   1: required binary row,
   2: required list<TColumnValue> columnValues
@@ -85,7 +112,19 @@ exception TIOError {
   2: optional bool canRetry
 }
 
+exception TIllegalArgument {
+  1: optional string message
+}
+
 service THBaseService {
+  list<TResult> getMultiple(1: required binary table, 2: required list<TGet> tgets)
+    throws (1: TIOError io)
+  list<TResult> getScannerResults(1: required binary table, 2: required TScan tscan,
+    3: i32 numRows = 1) throws (1: TIOError io)
+  i32 openScanner(1: required binary table, 2: required TScan tscan) throws (1: TIOError io)
+  list<TResult> getScannerRows(1: required i32 scannerId, 2: i32 numRows = 1)
+    throws (1: TIOError io, 2: TIllegalArgument ia)
+  void closeScanner(1: required i32 scannerId) throws (1: TIOError io, 2: TIllegalArgument ia)
   void putMultiple(1: required binary table, 2: required list<TPut> tputs) throws (1: TIOError io)
   list<TDelete> deleteMultiple(1: required binary table, 2: required list<TDelete> tdeletes)
     throws (1: TIOError io)
