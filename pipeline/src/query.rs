@@ -113,8 +113,8 @@ pub enum CurveSource {
     Narrow,
     /// One Get per hour of the wide table.
     Wide,
-    /// Whole hours from wide rows (one Get each), the partial hours at the ends from the narrow
-    /// table (default).
+    /// Hours before the one `to` falls in from wide rows (a multi-get; the first filtered to
+    /// `from`), the rest of the range from the narrow table (default).
     #[default]
     Auto,
 }
@@ -188,13 +188,15 @@ pub fn curve_points(
         CurveSource::Narrow => narrow(from, to),
         CurveSource::Wide => wide(rowkey::hour_start(from), from, to),
         CurveSource::Auto => {
-            let first_whole = rowkey::hour_start(from + HOUR_SECS - 1);
+            // The hours before the one `to` falls in come from wide rows, the first one too when
+            // `from` cuts it (its row is filtered: one more row in the multi-get costs less than
+            // a scan); the hour of `to`, which may still be filling, from the narrow table.
+            let first = rowkey::hour_start(from);
             let last_whole_end = rowkey::hour_start(to);
-            if first_whole >= last_whole_end {
+            if first >= last_whole_end {
                 return narrow(from, to);
             }
-            let mut points = narrow(from, first_whole)?;
-            points.extend(wide(first_whole, first_whole, last_whole_end)?);
+            let mut points = wide(first, from, last_whole_end)?;
             points.extend(narrow(last_whole_end, to)?);
             Ok(points)
         }
