@@ -7,9 +7,10 @@
 //! run together by `make soak`; they are not product code.
 //!
 //! HBase tables are global, and other tests drop and recreate `ts_metric`…, so the HBase runs
-//! write into tables of their own, `<prefix>ts_metric`…, through a Thrift proxy in this file
-//! that renames the table of every Thrift1 call (hourglass has no table prefix setting). The
-//! job, `tables dump` and the replay use the usual names. The same proxy plays the HBase outage.
+//! write into tables of their own, `<prefix>ts_metric`…, through a proxy in this file in front
+//! of each Thrift gateway that renames the table of every call (hourglass has no table prefix
+//! setting). The job, `tables dump` and the replay use the usual names. The same proxies play
+//! the HBase outage.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -161,9 +162,13 @@ impl Env {
 
     /// Writes `job.toml`: 2 workers, early firings every 2 s (offsets move within seconds),
     /// the registry `devices.csv`, and the store `store` (`hbase = None`: embedded).
-    fn job_config(&self, topic: &str, hbase: Option<&str>) {
+    fn job_config(&self, topic: &str, hbase: Option<&Gateways>) {
         let store = match hbase {
-            Some(addr) => format!("kind = \"hbase\"\nhbase = \"{addr}\""),
+            Some(g) => format!(
+                "kind = \"hbase\"\nhbase = \"{}\"\n\n[store.hbase_client]\nthrift2 = \"{}\"",
+                g.thrift1.addr(),
+                g.thrift2.addr()
+            ),
             None => "kind = \"embedded\"\ndir = \"store\"".to_string(),
         };
         let text = format!(
@@ -448,11 +453,12 @@ impl PrefixedTables {
 
 // ---------------------------------------------------------------------------- Thrift proxy
 
-/// A TCP proxy in front of the HBase Thrift1 gateway that renames hourglass's tables to
+/// A TCP proxy in front of an HBase Thrift gateway that renames hourglass's tables to
 /// `<prefix><table>` in requests (and back in `getTableNames` answers), and can play an
 /// outage: every connection cut and the port closed until [`ThriftProxy::set_down`]`(false)`.
 ///
-/// Thrift1 passes the table as field 1 of every call, a binary: `0x0B 0x00 0x01`, a 4-byte
+/// Both gateways take the table as field 1 of every call that names one, a binary (Thrift2's
+/// `putMultiple`, `getMultiple`, `getScannerResults`… as Thrift1's): `0x0B 0x00 0x01`, a 4-byte
 /// length, the name. A request cut by TCP in the middle of that pattern is held back until the
 /// rest arrives (or 5 ms pass: a message that merely ends like the pattern's beginning).
 struct ThriftProxy {
@@ -518,6 +524,52 @@ impl ThriftProxy {
         if down {
             self.shared.cut_all();
         }
+    }
+}
+
+/// Both HBase gateways behind renaming proxies: the job reads and writes through Thrift2, and
+/// checks its tables through Thrift1.
+struct Gateways {
+    thrift1: ThriftProxy,
+    thrift2: ThriftProxy,
+}
+
+impl Gateways {
+    fn start(prefix: &str) -> Self {
+        Gateways {
+            thrift1: ThriftProxy::start(THRIFT1, prefix),
+            thrift2: ThriftProxy::start(THRIFT2, prefix),
+        }
+    }
+
+    /// `--hbase` and `--thrift2` for an hourglass command.
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--hbase".into(),
+            self.thrift1.addr(),
+            "--thrift2".into(),
+            self.thrift2.addr(),
+        ]
+    }
+
+    /// Both down or both up, as HBase would be.
+    fn set_down(&self, down: bool) {
+        self.thrift1.set_down(down);
+        self.thrift2.set_down(down);
+    }
+
+    fn renamed(&self) -> u64 {
+        [&self.thrift1, &self.thrift2]
+            .iter()
+            .map(|p| p.shared.renamed.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn cut(&self) -> u64 {
+        [&self.thrift1, &self.thrift2]
+            .iter()
+            .map(|p| p.shared.cut.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
@@ -708,14 +760,14 @@ fn soak_1_sigkill_20_times_into_hbase_loses_nothing() {
     let env = Env::new();
     let prefix = unique("soak");
     let tables = PrefixedTables::create(&prefix);
-    let proxy = ThriftProxy::start(THRIFT1, &prefix);
+    let proxy = Gateways::start(&prefix);
     let topic = unique("hg-soak-kill-");
     // 10 devices × 96 h every 30 s (115k readings) published at 500/s (~4 min): an hour of
     // event time every 1.2 s, so every run sees hours become final and commits.
     let file = env.generate(10, 96, 30);
     let lines = lines_of(&file);
     let devices = env.registry(&file);
-    env.job_config(&topic, Some(&proxy.addr()));
+    env.job_config(&topic, Some(&proxy));
     let mut producer = env.produce(&file, &topic, &["--rate", "500"]);
     let produced = Arc::new(AtomicBool::new(false));
     let mut rng = Rng::new();
@@ -781,7 +833,9 @@ fn soak_1_sigkill_20_times_into_hbase_loses_nothing() {
         read < lines,
         "the final run read {read} of {lines} records: it did not resume from committed offsets"
     );
-    let sizes = env.assert_same_as_replay(&file, &["--hbase", &proxy.addr()]);
+    let args = proxy.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sizes = env.assert_same_as_replay(&file, &args);
     let (dead, replayed) = env.dead_letters();
     assert!(
         replayed > 100,
@@ -796,7 +850,7 @@ fn soak_1_sigkill_20_times_into_hbase_loses_nothing() {
          {read} ({s}); tables equal to the replay: {sizes:?}; dead letters {dead} = replay \
          {replayed}; table names renamed by the proxy {} times",
         started.elapsed().as_secs_f64(),
-        proxy.shared.renamed.load(Ordering::Relaxed)
+        proxy.renamed()
     );
     drop(proxy);
     tables.drop_all();
@@ -824,13 +878,13 @@ fn soak_2_hbase_down_60_s_memory_stays_bounded_and_nothing_is_lost() {
     let env = Env::new();
     let prefix = unique("soak");
     let tables = PrefixedTables::create(&prefix);
-    let proxy = ThriftProxy::start(THRIFT1, &prefix);
+    let proxy = Gateways::start(&prefix);
     let topic = unique("hg-soak-down-");
     // 20 devices × 48 h every 30 s (115k readings) published at 600/s (~3 min): the producer
     // goes on through the whole outage.
     let file = env.generate(20, 48, 30);
     env.registry(&file);
-    env.job_config(&topic, Some(&proxy.addr()));
+    env.job_config(&topic, Some(&proxy));
     let producer = env.produce(&file, &topic, &["--rate", "600"]);
     let (mut job, addr, log) = env.run_job(&[]);
     let pid = job.id();
@@ -928,7 +982,7 @@ fn soak_2_hbase_down_60_s_memory_stays_bounded_and_nothing_is_lost() {
         last_down.lag,
         first_down.read,
         last_down.read,
-        proxy.shared.cut.load(Ordering::Relaxed)
+        proxy.cut()
     );
     assert!(
         retries > 0.0,
@@ -947,7 +1001,9 @@ fn soak_2_hbase_down_60_s_memory_stays_bounded_and_nothing_is_lost() {
         during <= before + 256 && after <= before + 256,
         "RSS grew from {before} MiB to {during} MiB during the outage, {after} MiB after"
     );
-    let sizes = env.assert_same_as_replay(&file, &["--hbase", &proxy.addr()]);
+    let args = proxy.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sizes = env.assert_same_as_replay(&file, &args);
     eprintln!("SOAK hbase-down: tables equal to the replay: {sizes:?}");
     drop(proxy);
     tables.drop_all();
