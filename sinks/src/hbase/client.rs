@@ -1,20 +1,20 @@
-//! Transport: lazily (re)connected Thrift clients over TBinaryProtocol on a buffered socket.
+//! Transport: lazily (re)connected Thrift clients over TBinaryProtocol on a buffered socket
+//! (replies decoded by [`BinaryIn`], straight from the read buffer).
 
 use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use hbase_thrift::hbase::{AlreadyExists, HbaseSyncClient, IOError, IllegalArgument};
-use thrift::protocol::{TBinaryInputProtocol, TBinaryOutputProtocol};
-use thrift::transport::{
-    ReadHalf, TBufferedReadTransport, TBufferedWriteTransport, TIoChannel, TTcpChannel, WriteHalf,
-};
+use thrift::protocol::TBinaryOutputProtocol;
+use thrift::transport::{ReadHalf, TBufferedWriteTransport, TIoChannel, TTcpChannel, WriteHalf};
 
 use super::config::HbaseConfig;
 use super::thrift2::{THBaseServiceSyncClient, TIOError, TIllegalArgument};
+use super::wire::BinaryIn;
 use super::Error;
 
-type In = TBinaryInputProtocol<TBufferedReadTransport<ReadHalf<TTcpChannel>>>;
+type In = BinaryIn<ReadHalf<TTcpChannel>>;
 type Out = TBinaryOutputProtocol<TBufferedWriteTransport<WriteHalf<TTcpChannel>>>;
 
 /// The Thrift1 (`Hbase`) client of the `hbase-thrift` crate.
@@ -101,10 +101,7 @@ impl<C: FromProtocols> Connection<C> {
                     let (read, write) = TTcpChannel::with_stream(stream)
                         .split()
                         .map_err(|e| transport(format!("splitting the socket: {e}")))?;
-                    let input = TBinaryInputProtocol::new(
-                        TBufferedReadTransport::with_capacity(READ_BUFFER, read),
-                        true,
-                    );
+                    let input = BinaryIn::new(read, READ_BUFFER);
                     let output = TBinaryOutputProtocol::new(
                         TBufferedWriteTransport::with_capacity(WRITE_BUFFER, write),
                         true,

@@ -8,6 +8,7 @@ mod retry;
 mod sink;
 mod store;
 mod thrift2;
+mod wire;
 
 #[cfg(test)]
 mod tests;
