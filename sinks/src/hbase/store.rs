@@ -27,7 +27,7 @@ pub const PARALLEL_GETS: usize = 4;
 /// went out as one call and not as one get per row (all atomic).
 #[derive(Debug, Default)]
 pub struct ReaderStats {
-    /// Single-row gets that succeeded (`getMultiple` of one row).
+    /// Single-row gets that succeeded (`get`).
     pub get_row_calls: AtomicU64,
     /// Multi-row gets that succeeded (`getMultiple` of up to [`GET_ROWS_CHUNK`] rows).
     pub get_rows_calls: AtomicU64,
@@ -197,13 +197,14 @@ impl HbaseStore {
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_row(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
         let mut conn = self.conn();
-        let results = retrying(&self.cfg.retry, &format!("get on {table}"), || {
-            conn.call("getMultiple", table, |c| {
-                c.get_multiple(table.as_bytes().to_vec(), vec![tget(row)])
+        // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
+        let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
+            conn.call("get", table, |c| {
+                c.get(table.as_bytes().to_vec(), tget(row))
             })
         })?;
         self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
-        Ok(results.into_iter().find_map(row_from_thrift))
+        Ok(row_from_thrift(result).filter(|r| r.key == row))
     }
 
     /// The rows with these keys in the order asked (`None` where a row has no visible cell),

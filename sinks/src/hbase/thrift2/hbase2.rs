@@ -1392,6 +1392,7 @@ impl Display for TIllegalArgument {
 //
 
 pub trait TTHBaseServiceSyncClient {
+  fn get(&mut self, table: Vec<u8>, tget: TGet) -> thrift::Result<TResult>;
   fn get_multiple(&mut self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>>;
   fn get_scanner_results(&mut self, table: Vec<u8>, tscan: TScan, num_rows: i32) -> thrift::Result<Vec<TResult>>;
   fn open_scanner(&mut self, table: Vec<u8>, tscan: TScan) -> thrift::Result<i32>;
@@ -1430,6 +1431,33 @@ impl <IP, OP> TThriftClient for THBaseServiceSyncClient<IP, OP> where IP: TInput
 impl <IP, OP> TTHBaseServiceSyncClientMarker for THBaseServiceSyncClient<IP, OP> where IP: TInputProtocol, OP: TOutputProtocol {}
 
 impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClient for C {
+  fn get(&mut self, table: Vec<u8>, tget: TGet) -> thrift::Result<TResult> {
+    (
+      {
+        self.increment_sequence_number();
+        let message_ident = TMessageIdentifier::new("get", TMessageType::Call, self.sequence_number());
+        let call_args = THBaseServiceGetArgs { table, tget };
+        self.o_prot_mut().write_message_begin(&message_ident)?;
+        call_args.write_to_out_protocol(self.o_prot_mut())?;
+        self.o_prot_mut().write_message_end()?;
+        self.o_prot_mut().flush()
+      }
+    )?;
+    {
+      let message_ident = self.i_prot_mut().read_message_begin()?;
+      verify_expected_sequence_number(self.sequence_number(), message_ident.sequence_number)?;
+      verify_expected_service_call("get", &message_ident.name)?;
+      if message_ident.message_type == TMessageType::Exception {
+        let remote_error = thrift::Error::read_application_error_from_in_protocol(self.i_prot_mut())?;
+        self.i_prot_mut().read_message_end()?;
+        return Err(thrift::Error::Application(remote_error))
+      }
+      verify_expected_message_type(TMessageType::Reply, message_ident.message_type)?;
+      let result = THBaseServiceGetResult::read_from_in_protocol(self.i_prot_mut())?;
+      self.i_prot_mut().read_message_end()?;
+      result.ok_or()
+    }
+  }
   fn get_multiple(&mut self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>> {
     (
       {
@@ -1761,6 +1789,7 @@ impl <C: TThriftClient + TTHBaseServiceSyncClientMarker> TTHBaseServiceSyncClien
 //
 
 pub trait THBaseServiceSyncHandler {
+  fn handle_get(&self, table: Vec<u8>, tget: TGet) -> thrift::Result<TResult>;
   fn handle_get_multiple(&self, table: Vec<u8>, tgets: Vec<TGet>) -> thrift::Result<Vec<TResult>>;
   fn handle_get_scanner_results(&self, table: Vec<u8>, tscan: TScan, num_rows: i32) -> thrift::Result<Vec<TResult>>;
   fn handle_open_scanner(&self, table: Vec<u8>, tscan: TScan) -> thrift::Result<i32>;
@@ -1784,6 +1813,9 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
     THBaseServiceSyncProcessor {
       handler,
     }
+  }
+  fn process_get(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    TTHBaseServiceProcessFunctions::process_get(&self.handler, incoming_sequence_number, i_prot, o_prot)
   }
   fn process_get_multiple(&self, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     TTHBaseServiceProcessFunctions::process_get_multiple(&self.handler, incoming_sequence_number, i_prot, o_prot)
@@ -1826,6 +1858,66 @@ impl <H: THBaseServiceSyncHandler> THBaseServiceSyncProcessor<H> {
 pub struct TTHBaseServiceProcessFunctions;
 
 impl TTHBaseServiceProcessFunctions {
+  pub fn process_get<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let args = THBaseServiceGetArgs::read_from_in_protocol(i_prot)?;
+    match handler.handle_get(args.table, args.tget) {
+      Ok(handler_return) => {
+        let message_ident = TMessageIdentifier::new("get", TMessageType::Reply, incoming_sequence_number);
+        o_prot.write_message_begin(&message_ident)?;
+        let ret = THBaseServiceGetResult { result_value: Some(handler_return), io: None };
+        ret.write_to_out_protocol(o_prot)?;
+        o_prot.write_message_end()?;
+        o_prot.flush()
+      },
+      Err(e) => {
+        match e {
+          thrift::Error::User(usr_err) => {
+            if usr_err.downcast_ref::<TIOError>().is_some() {
+              let err = usr_err.downcast::<TIOError>().expect("downcast already checked");
+              let ret_err = THBaseServiceGetResult{ result_value: None, io: Some(*err) };
+              let message_ident = TMessageIdentifier::new("get", TMessageType::Reply, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              ret_err.write_to_out_protocol(o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            } else {
+              let ret_err = {
+                ApplicationError::new(
+                  ApplicationErrorKind::Unknown,
+                  usr_err.to_string()
+                )
+              };
+              let message_ident = TMessageIdentifier::new("get", TMessageType::Exception, incoming_sequence_number);
+              o_prot.write_message_begin(&message_ident)?;
+              thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+              o_prot.write_message_end()?;
+              o_prot.flush()
+            }
+          },
+          thrift::Error::Application(app_err) => {
+            let message_ident = TMessageIdentifier::new("get", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&app_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+          _ => {
+            let ret_err = {
+              ApplicationError::new(
+                ApplicationErrorKind::Unknown,
+                e.to_string()
+              )
+            };
+            let message_ident = TMessageIdentifier::new("get", TMessageType::Exception, incoming_sequence_number);
+            o_prot.write_message_begin(&message_ident)?;
+            thrift::Error::write_application_error_to_out_protocol(&ret_err, o_prot)?;
+            o_prot.write_message_end()?;
+            o_prot.flush()
+          },
+        }
+      },
+    }
+  }
   pub fn process_get_multiple<H: THBaseServiceSyncHandler>(handler: &H, incoming_sequence_number: i32, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let args = THBaseServiceGetMultipleArgs::read_from_in_protocol(i_prot)?;
     match handler.handle_get_multiple(args.table, args.tgets) {
@@ -2568,6 +2660,9 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
   fn process(&self, i_prot: &mut dyn TInputProtocol, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
     let message_ident = i_prot.read_message_begin()?;
     let res = match &*message_ident.name {
+      "get" => {
+        self.process_get(message_ident.sequence_number, i_prot, o_prot)
+      },
       "getMultiple" => {
         self.process_get_multiple(message_ident.sequence_number, i_prot, o_prot)
       },
@@ -2616,6 +2711,142 @@ impl <H: THBaseServiceSyncHandler> TProcessor for THBaseServiceSyncProcessor<H> 
       },
     };
     thrift::server::handle_process_result(&message_ident, res, o_prot)
+  }
+}
+
+//
+// THBaseServiceGetArgs
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetArgs {
+  table: Vec<u8>,
+  tget: TGet,
+}
+
+impl THBaseServiceGetArgs {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetArgs> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<Vec<u8>> = None;
+    let mut f_2: Option<TGet> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_bytes()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = TGet::read_from_in_protocol(i_prot)?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("THBaseServiceGetArgs.table", &f_1)?;
+    verify_required_field_exists("THBaseServiceGetArgs.tget", &f_2)?;
+    let ret = THBaseServiceGetArgs {
+      table: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      tget: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("get_args");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("table", TType::String, 1))?;
+    o_prot.write_bytes(&self.table)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("tget", TType::Struct, 2))?;
+    self.tget.write_to_out_protocol(o_prot)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
+// THBaseServiceGetResult
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+struct THBaseServiceGetResult {
+  result_value: Option<TResult>,
+  io: Option<TIOError>,
+}
+
+impl THBaseServiceGetResult {
+  fn ok_or(self) -> thrift::Result<TResult> {
+    if self.io.is_some() {
+      Err(thrift::Error::User(Box::new(self.io.unwrap())))
+    } else if self.result_value.is_some() {
+      Ok(self.result_value.unwrap())
+    } else {
+      Err(
+        thrift::Error::Application(
+          ApplicationError::new(
+            ApplicationErrorKind::MissingResult,
+            "no result received for THBaseServiceGet"
+          )
+        )
+      )
+    }
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<THBaseServiceGetResult> {
+    i_prot.read_struct_begin()?;
+    let mut f_0: Option<TResult> = None;
+    let mut f_1: Option<TIOError> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        0 => {
+          let val = TResult::read_from_in_protocol(i_prot)?;
+          f_0 = Some(val);
+        },
+        1 => {
+          let val = TIOError::read_from_in_protocol(i_prot)?;
+          f_1 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    let ret = THBaseServiceGetResult {
+      result_value: f_0,
+      io: f_1,
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("THBaseServiceGetResult");
+    o_prot.write_struct_begin(&struct_ident)?;
+    if let Some(ref fld_var) = self.result_value {
+      o_prot.write_field_begin(&TFieldIdentifier::new("result_value", TType::Struct, 0))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.io {
+      o_prot.write_field_begin(&TFieldIdentifier::new("io", TType::Struct, 1))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
   }
 }
 

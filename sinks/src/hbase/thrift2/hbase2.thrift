@@ -1,8 +1,8 @@
 // The few Thrift2 (THBaseService) structs and calls hourglass needs: the table admin calls
 // Thrift1 lacks (split keys, descriptors), the batched writes (`putMultiple`, whose cells
-// each carry their own timestamp, and `deleteMultiple`), and the reads: `getMultiple` (results
-// in the order asked), `getScannerResults` (open, fetch and close in one call) and a scanner
-// for longer scans.
+// each carry their own timestamp, and `deleteMultiple`), and the reads: `get`, `getMultiple`
+// (results in the order asked), `getScannerResults` (open, fetch and close in one call) and a
+// scanner for longer scans.
 //
 // Field ids, types and enum values are copied from HBase 2.6.1's own IDL,
 // org/apache/hadoop/hbase/thrift2/hbase.thrift inside hbase-thrift-2.6.1.jar; fields
@@ -117,6 +117,7 @@ exception TIllegalArgument {
 }
 
 service THBaseService {
+  TResult get(1: required binary table, 2: required TGet tget) throws (1: TIOError io)
   list<TResult> getMultiple(1: required binary table, 2: required list<TGet> tgets)
     throws (1: TIOError io)
   list<TResult> getScannerResults(1: required binary table, 2: required TScan tscan,
