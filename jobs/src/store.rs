@@ -36,7 +36,7 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     /// Applies the flags to `cfg.store`: `--store` selects the embedded store, `--hbase` HBase,
-    /// `--thrift2` the HBase write and admin gateway.
+    /// `--thrift2` the HBase gateway for reads, writes and admin.
     pub fn apply(&self, cfg: &mut JobConfig) {
         if let Some(dir) = &self.store {
             cfg.store.kind = StoreKind::Embedded;

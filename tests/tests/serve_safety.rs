@@ -72,12 +72,14 @@ fn token_guards_every_endpoint_but_healthz() {
 
 #[test]
 fn store_down_is_503_and_counted() {
-    // Nothing listens on the port of a socket bound and dropped just now.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let server = start_with(&["--hbase", &format!("127.0.0.1:{port}")], false);
+    // Nothing listens on the ports of sockets bound and dropped just now: neither gateway
+    // (reads go through Thrift2, whose default port 9091 may well have a live gateway).
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let (one, two) = (bind(), bind());
+    let addr = |l: &std::net::TcpListener| l.local_addr().expect("address").to_string();
+    let (thrift1, thrift2) = (addr(&one), addr(&two));
+    drop((one, two));
+    let server = start_with(&["--hbase", &thrift1, "--thrift2", &thrift2], false);
     let (status, got) = get_json(
         &server,
         "/api/v1/hour",
