@@ -61,7 +61,7 @@ pub struct StoreConfig {
     /// Directory of the embedded store (default `./hourglass-data`).
     #[serde(default = "default_dir")]
     pub dir: PathBuf,
-    /// HBase Thrift1 gateway `host:port`, for `kind = "hbase"`.
+    /// HBase Thrift1 gateway `host:port` (table names and regions), for `kind = "hbase"`.
     #[serde(default)]
     pub hbase: Option<String>,
     /// How hourglass talks to HBase: gateways, batches, connections, timeouts, retries.
@@ -73,8 +73,8 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HbaseClientConfig {
-    /// Thrift2 gateway `host:port`, which takes the writes, creates pre-split tables and
-    /// describes them (default: the `store.hbase` host, port 9091).
+    /// Thrift2 gateway `host:port`, which takes the reads and writes, creates pre-split
+    /// tables and describes them (default: the `store.hbase` host, port 9091).
     #[serde(default)]
     pub thrift2: Option<String>,
     /// A write call (`putMultiple`) is sent once it holds this many rows (default 10000) …
@@ -87,7 +87,7 @@ pub struct HbaseClientConfig {
     /// gateway's Thrift message limit). A writer buffers at most four times this.
     #[serde(default = "default_batch_bytes")]
     pub batch_bytes: usize,
-    /// Rows fetched per scanner call (default 1000).
+    /// Rows fetched per scan call (default 1000): a scan of up to this many rows is one call.
     #[serde(default = "default_scan_caching")]
     pub scan_caching: usize,
     /// Gateway connections a reader opens at most, one per concurrent call (default 16).
