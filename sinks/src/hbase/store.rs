@@ -1,5 +1,5 @@
-//! The read side, on the Thrift2 gateway: `getMultiple` for gets and multi-gets, and
-//! `getScannerResults` (open, fetch, close in one call) for scans.
+//! The read side, on the Thrift2 gateway: `get` for a row, `getMultiple` for many, and
+//! `getScannerResults` (open, fetch, close in one call) for scans, with a scanner for long ones.
 //!
 //! Thrift1 took three to four round trips per scan (`scannerOpenWithScan`, `scannerGetList`
 //! until an empty answer, `scannerClose`) and answered rows as maps keyed by `family:qualifier`
@@ -42,8 +42,9 @@ pub struct ReaderStats {
 /// Rows come in key order with their cells ordered by family then qualifier, one version each
 /// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. A scan fetches
 /// [`HbaseConfig::scan_caching`] rows per call (default 1000), so a scan of fewer rows is one
-/// round trip, and after a retriable failure resumes after the last row received. Concurrent callers (the HTTP server's requests, the
-/// room fan-out's 16 scans) each get a connection of their own from a pool of at most
+/// round trip, and after a retriable failure resumes after the last row received. Concurrent
+/// callers (the HTTP server's requests, the room fan-out's 16 scans, a multi-get's parallel
+/// calls) each get a connection of their own from a pool of at most
 /// [`HbaseConfig::read_connections`], opened on first use and kept for the next caller.
 pub struct HbaseStore {
     cfg: HbaseConfig,
