@@ -4,9 +4,12 @@
 # hold `hourglass generate --devices N` traffic.
 #
 #   scripts/bench-serve.sh --store DIR --devices N        # embedded store
-#   scripts/bench-serve.sh --hbase HOST:PORT --devices N  # HBase through Thrift1
+#   scripts/bench-serve.sh --hbase HOST:PORT --devices N  # HBase (the Thrift1 address; reads
+#                                                         # go to the Thrift2 gateway, :9091)
 #
-# Knobs: CONNECTIONS (16), THREADS (2), DURATION (20s). Prints one JSON line per kind.
+# Knobs: CONNECTIONS (16), THREADS (2), DURATION (20s), HOURGLASS (a binary to measure instead
+# of this checkout's release build, e.g. an older one for a side-by-side run). Prints one JSON
+# line per kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend=() devices=1000
@@ -19,8 +22,8 @@ while (($#)); do
 done
 ((${#backend[@]})) || { echo "usage: $0 (--store DIR | --hbase HOST:PORT) [--devices N]" >&2; exit 2; }
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
-hg=target/release/hourglass
-cargo build --release --locked -q -p hourglass-jobs
+hg=${HOURGLASS:-target/release/hourglass}
+[[ -n "${HOURGLASS:-}" ]] || cargo build --release --locked -q -p hourglass-jobs
 at=$($hg query latest --device dev00000 "${backend[@]}" --format json | sed -n 's/.*"ts":\([0-9]*\).*/\1/p')
 [[ -n "$at" ]] || { echo "dev00000 has no readings: replay generated traffic first" >&2; exit 1; }
 log=$(mktemp)
