@@ -394,6 +394,26 @@ fn scans(store: &Store, t: &Tables, now: i64) {
         .scan(t.data, &ScanSpec::prefix(b"z2/"))
         .unwrap();
     assert_eq!(values(rows.first()), [("v".into(), now, "z2/x".into())]);
+
+    // HBase, at 2 rows a call in this run: a scan its first call answers in full is one call;
+    // a longer one goes on until a short answer (the embedded store has no calls to count).
+    let reader = store.reader();
+    let scan_calls = || {
+        reader
+            .hbase_stats()
+            .map(|s| s.scan_calls.load(Ordering::Relaxed))
+    };
+    for (spec, rows, calls) in [
+        (range("z1/bb", "z1/c", None), 0, 1),
+        (ScanSpec::prefix(b"z2/"), 1, 1),
+        (ScanSpec::prefix(b"z1/"), 4, 3),
+    ] {
+        let before = scan_calls();
+        assert_eq!(reader.scan(t.data, &spec).unwrap().len(), rows);
+        if let (Some(after), Some(before)) = (scan_calls(), before) {
+            assert_eq!(after - before, calls, "calls for a scan of {rows} rows");
+        }
+    }
 }
 
 #[test]
