@@ -180,6 +180,72 @@ pub trait TumblingWindow<'scope, K, V> {
     ) -> StreamVec<'scope, u64, WindowOutput<K, V, A::Summary>>;
 }
 
+/// Groups a window's keys are split into for early firings (by key index): each group fires
+/// once per [`WindowSpec::early_fire`] period, the groups a tenth of a period apart, so a worker
+/// emits a tenth of its open hours' panes every second instead of all of them every ten
+/// seconds. A firing of every key at once stalled the worker (and the narrow rows it reads and
+/// writes meanwhile) for as long as it took to build and write 50,000 panes.
+pub const EARLY_GROUPS: usize = 10;
+
+/// When each early-firing group is next due: group `g` first fires `(g + 1) / EARLY_GROUPS` of a
+/// period after the operator starts, then once a period.
+#[derive(Debug)]
+struct EarlyClock {
+    period: Duration,
+    next: [Instant; EARLY_GROUPS],
+}
+
+impl EarlyClock {
+    fn new(period: Duration, now: Instant) -> Self {
+        EarlyClock {
+            period,
+            next: std::array::from_fn(|g| now + period * (g as u32 + 1) / EARLY_GROUPS as u32),
+        }
+    }
+
+    /// Which groups are due at `now` (each then due again a period later; one that fell a
+    /// period or more behind, a period from now).
+    fn due(&mut self, now: Instant) -> [bool; EARLY_GROUPS] {
+        let period = self.period;
+        std::array::from_fn(|g| {
+            let next = &mut self.next[g];
+            if *next > now {
+                return false;
+            }
+            *next += period;
+            if *next <= now {
+                *next = now + period;
+            }
+            true
+        })
+    }
+
+    /// How long until the next group is due.
+    fn until_next(&self, now: Instant) -> Duration {
+        self.next
+            .iter()
+            .min()
+            .map_or(self.period, |next| next.saturating_duration_since(now))
+    }
+}
+
+/// Items of one early-firing group of a window not yet emitted.
+struct Held<V> {
+    /// In arrival order: (key index, offset from the window start, value).
+    items: Vec<(u32, u32, V)>,
+    /// Least timely time (watermark at arrival) of the items.
+    since: Option<u64>,
+}
+
+impl<V> Default for Held<V> {
+    fn default() -> Self {
+        Held {
+            items: Vec::new(),
+            since: None,
+        }
+    }
+}
+
 /// One window's state on one worker, flat: a held item is its key's index, its offset in the
 /// window and its value (16 bytes for an `f64`), and a key costs one map entry and one
 /// accumulator per window however many items it has.
@@ -188,10 +254,8 @@ struct WindowSlot<K, V, A> {
     index: HashMap<K, u32>,
     /// Accumulators by key index, kept until the window is released.
     accs: Vec<A>,
-    /// Items not yet emitted, in arrival order: (key index, offset from the window start, value).
-    pending: Vec<(u32, u32, V)>,
-    /// Least timely time (watermark at arrival) of the pending items.
-    pending_since: Option<u64>,
+    /// Items not yet emitted, by early-firing group (key index modulo [`EARLY_GROUPS`]).
+    pending: [Held<V>; EARLY_GROUPS],
     /// Whether the on-time firing happened.
     fired: bool,
 }
@@ -201,23 +265,37 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
         WindowSlot {
             index: HashMap::new(),
             accs: Vec::new(),
-            pending: Vec::new(),
-            pending_since: None,
+            pending: std::array::from_fn(|_| Held::default()),
             fired: false,
         }
     }
 
-    /// Emits the held items as one pane per key, its items ascending by time (arrival order
-    /// among equal times), and returns how many items it emitted. The held buffer is freed, not
-    /// kept for reuse: memory follows what is held now, not the largest burst so far.
+    /// Least timely time (watermark at arrival) of the items not yet emitted.
+    fn pending_since(&self) -> Option<u64> {
+        self.pending.iter().filter_map(|held| held.since).min()
+    }
+
+    /// Emits the items held in the groups `groups` selects as one pane per key, its items
+    /// ascending by time (arrival order among equal times), and returns how many items it
+    /// emitted. The held buffers are freed, not kept for reuse: memory follows what is held
+    /// now, not the largest burst so far.
     fn fire(
         &mut self,
         start: u64,
         firing: Firing,
+        groups: &[bool; EARLY_GROUPS],
         mut give: impl FnMut(Pane<K, V, A::Summary>),
     ) -> usize {
-        let mut pending = std::mem::take(&mut self.pending);
-        self.pending_since = None;
+        let mut pending = Vec::new();
+        for (held, _) in self.pending.iter_mut().zip(groups).filter(|(_, &on)| on) {
+            held.since = None;
+            if pending.is_empty() {
+                pending = std::mem::take(&mut held.items);
+            } else {
+                pending.append(&mut held.items);
+                held.items = Vec::new();
+            }
+        }
         let emitted = pending.len();
         if emitted == 0 {
             return 0;
@@ -268,7 +346,9 @@ where
             let activator = scope.activator_for(info.address);
             let mut slots: BTreeMap<u64, WindowSlot<K, V, A>> = BTreeMap::new();
             let mut caps = CapabilitySet::new();
-            let mut last_early = Instant::now();
+            let mut early = spec
+                .early_fire
+                .map(|period| EarlyClock::new(period, Instant::now()));
             // Items held over all slots, against `spec.max_pending`.
             let mut held = 0usize;
             move |(input, frontier), output| {
@@ -321,17 +401,17 @@ where
                                 summary: acc.summary(),
                             }));
                         } else {
+                            let group = &mut slot.pending[k as usize % EARLY_GROUPS];
                             // Grow by a quarter, not double: the budget counts items, and a
                             // doubled buffer would hold up to twice the memory it allows.
-                            if slot.pending.len() == slot.pending.capacity() {
-                                let more = (slot.pending.capacity() / 4).max(1024);
-                                slot.pending.reserve_exact(more);
+                            if group.items.len() == group.items.capacity() {
+                                let more = (group.items.capacity() / 4).max(128);
+                                group.items.reserve_exact(more);
                             }
                             // `ts - start < width <= u32::MAX`.
-                            slot.pending.push((k, (ts - start) as u32, value));
+                            group.items.push((k, (ts - start) as u32, value));
                             held += 1;
-                            slot.pending_since =
-                                Some(slot.pending_since.map_or(watermark, |t| t.min(watermark)));
+                            group.since = Some(group.since.map_or(watermark, |t| t.min(watermark)));
                         }
                     }
                     if !late.is_empty() || !dropped.is_empty() {
@@ -346,33 +426,35 @@ where
 
                 let frontier = frontier.frontier();
                 let passed = |t: u64| !frontier.less_equal(&t);
-                let early_due = spec
-                    .early_fire
-                    .is_some_and(|period| last_early.elapsed() >= period);
+                let due = early
+                    .as_mut()
+                    .map_or([false; EARLY_GROUPS], |clock| clock.due(Instant::now()));
                 // Read only when due: the wall clock decides which windows a dashboard watches.
-                let wall = early_due.then(&mut now);
+                let wall = due.contains(&true).then(&mut now);
                 let over_budget = spec.max_pending.is_some_and(|max| held > max);
                 if let Some(cap) = crate::least(&caps) {
                     // Panes go out at the least time held, which is at most the arrival of any
                     // held item, so releasing the hold afterwards never passes an item unwritten.
                     let mut session = output.session(cap);
+                    let all = [true; EARLY_GROUPS];
                     for (&start, slot) in slots.iter_mut() {
                         let end = start.saturating_add(spec.width);
-                        let firing = if slot.fired {
+                        let (firing, groups) = if slot.fired {
                             continue;
                         } else if passed(end) {
                             slot.fired = true;
-                            Firing::OnTime
-                        } else if over_budget || wall.is_some_and(|n| spec.is_live(start, n)) {
-                            Firing::Early
+                            (Firing::OnTime, &all)
+                        } else if over_budget {
+                            (Firing::Early, &all)
+                        } else if wall.is_some_and(|n| spec.is_live(start, n)) {
+                            (Firing::Early, &due)
                         } else {
                             continue;
                         };
-                        held -= slot.fire(start, firing, |p| session.give(WindowOutput::Pane(p)));
+                        held -= slot.fire(start, firing, groups, |p| {
+                            session.give(WindowOutput::Pane(p));
+                        });
                     }
-                }
-                if early_due {
-                    last_early = Instant::now();
                 }
                 slots.retain(|&start, _| !passed(spec.closes_at(start)));
                 if slots.is_empty() {
@@ -380,15 +462,15 @@ where
                 } else {
                     // Hold the output back at the oldest item not yet emitted, so a probe
                     // downstream of the sink only passes times whose wide cells are written.
-                    let oldest = slots.values().filter_map(|s| s.pending_since).min();
+                    let oldest = slots.values().filter_map(WindowSlot::pending_since).min();
                     let target: Vec<u64> = match (frontier.first(), oldest) {
                         (Some(&f), Some(o)) => vec![f.min(o)],
                         (Some(&f), None) => vec![f],
                         (None, _) => Vec::new(),
                     };
                     crate::downgrade_to_frontier(&mut caps, &target);
-                    if let Some(period) = spec.early_fire {
-                        activator.activate_after(period);
+                    if let Some(clock) = &early {
+                        activator.activate_after(clock.until_next(Instant::now()));
                     }
                 }
             }
@@ -520,6 +602,36 @@ mod tests {
             assert_eq!(of(HOUR), vec![(Firing::Early, 1); 3], "{key}: {panes:?}");
         }
         assert!(spec(None, None).is_live(HOUR, now) && !spec(None, None).is_live(0, now));
+    }
+
+    #[test]
+    fn early_groups_fire_once_a_period_a_tenth_of_a_period_apart() {
+        let period = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let mut clock = EarlyClock::new(period, t0);
+        let tick = period / EARLY_GROUPS as u32;
+        assert_eq!(clock.until_next(t0), tick);
+        let mut fired = [0u32; EARLY_GROUPS];
+        // Three periods in tenths: one group a tick, each group once a period.
+        for i in 1..=3 * EARLY_GROUPS as u32 {
+            let due = clock.due(t0 + tick * i);
+            assert_eq!(due.iter().filter(|&&d| d).count(), 1, "tick {i}: {due:?}");
+            assert!(due[(i as usize - 1) % EARLY_GROUPS], "tick {i}: {due:?}");
+            for (n, d) in fired.iter_mut().zip(due) {
+                *n += u32::from(d);
+            }
+        }
+        assert_eq!(fired, [3; EARLY_GROUPS]);
+        // Nothing in between ticks; a stalled worker fires every overdue group once, then each
+        // a period later.
+        assert_eq!(clock.due(t0 + tick * 30 + tick / 2), [false; EARLY_GROUPS]);
+        let late = t0 + period * 10;
+        assert_eq!(clock.due(late), [true; EARLY_GROUPS]);
+        assert_eq!(clock.until_next(late), period);
+        // A zero period fires every group at every activation.
+        let mut every = EarlyClock::new(Duration::ZERO, t0);
+        assert_eq!(every.due(t0), [true; EARLY_GROUPS]);
+        assert_eq!(every.due(t0), [true; EARLY_GROUPS]);
     }
 
     #[test]
