@@ -100,6 +100,28 @@ pub struct ScanSpec {
     pub stop: Vec<u8>,
     /// Stop after this many rows (`None`: no limit).
     pub limit: Option<usize>,
+    /// Only these cells of each row, as HBase's `Scan.addColumn` (empty: every cell). A row
+    /// with none of them is not returned.
+    pub columns: Vec<Column>,
+}
+
+/// One column of a table: a family and a qualifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// Column family, e.g. `t`.
+    pub family: String,
+    /// Column qualifier.
+    pub qualifier: Vec<u8>,
+}
+
+impl Column {
+    /// The column `family:qualifier`.
+    pub fn new(family: &str, qualifier: &[u8]) -> Self {
+        Column {
+            family: family.to_string(),
+            qualifier: qualifier.to_vec(),
+        }
+    }
 }
 
 impl ScanSpec {
@@ -109,6 +131,7 @@ impl ScanSpec {
             start: prefix.to_vec(),
             stop: prefix_successor(prefix),
             limit: None,
+            columns: Vec::new(),
         }
     }
 }
@@ -141,7 +164,10 @@ pub trait TableWriter: Send {
 }
 
 /// The read side of a backend, used by dashboard queries.
-pub trait TableReader {
+///
+/// `Sync`: one reader serves the HTTP server's request threads, and a query may read two tables
+/// at once (the `auto` curve reads its open hour's narrow rows while the wide rows come).
+pub trait TableReader: Sync {
     /// The row with this key, or `None` if it has no visible cell.
     ///
     /// # Errors

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::hbase::GET_ROWS_CHUNK;
 use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
-use sinks::table::{Cell, Mutation, Row, ScanSpec, TableReader};
+use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader};
 use sinks::{OpenOptions, Store};
 
 const THRIFT1: &str = "127.0.0.1:9090";
@@ -368,6 +368,7 @@ fn scans(store: &Store, t: &Tables, now: i64) {
         start: start.as_bytes().to_vec(),
         stop: stop.as_bytes().to_vec(),
         limit,
+        columns: Vec::new(),
     };
     assert_eq!(
         scan(store, t.data, range("z1/b", "z1/c", None)),
@@ -414,6 +415,34 @@ fn scans(store: &Store, t: &Tables, now: i64) {
             assert_eq!(after - before, calls, "calls for a scan of {rows} rows");
         }
     }
+
+    // Columns: only the cells asked for, and no row that has none of them.
+    write(
+        store,
+        vec![
+            put(
+                t.data,
+                "z0/both",
+                vec![cell("v", now, "1"), cell("x", now, "extra")],
+            ),
+            put(t.data, "z0/x-only", vec![cell("x", now, "extra")]),
+            put(t.data, "z0/v-only", vec![cell("v", now, "2")]),
+        ],
+    );
+    let mut only_v = ScanSpec::prefix(b"z0/");
+    only_v.columns = vec![Column::new(FAMILY, b"v")];
+    let rows = reader.scan(t.data, &only_v).unwrap();
+    assert_eq!(
+        keys(&rows),
+        ["z0/both", "z0/v-only"],
+        "rows with a `v` cell"
+    );
+    assert_eq!(values(rows.first()), [("v".into(), now, "1".into())]);
+    assert_eq!(values(rows.get(1)), [("v".into(), now, "2".into())]);
+    only_v.columns.push(Column::new(FAMILY, b"x"));
+    let rows = reader.scan(t.data, &only_v).unwrap();
+    assert_eq!(keys(&rows), ["z0/both", "z0/v-only", "z0/x-only"]);
+    assert_eq!(rows[0].cells.len(), 2, "both columns asked: {rows:?}");
 }
 
 #[test]

@@ -334,6 +334,7 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
             start: r.start.clone(),
             stop: r.end.clone(),
             limit: Some(1),
+            columns: Vec::new(),
         };
         let rows = store.scan_rows(NARROW_TABLE, &spec).expect("scan a region");
         assert_eq!(

@@ -40,6 +40,7 @@ pub(super) fn from_hbase(
             start: region.start.clone(),
             stop: region.end.clone(),
             limit: None,
+            columns: Vec::new(),
         };
         let rows = reader
             .scan_each(NARROW_TABLE, &spec, |row| {

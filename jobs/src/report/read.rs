@@ -44,6 +44,7 @@ pub fn read_device(
         start: wide_key(device, month_start),
         stop: wide_key(device, month_end),
         limit: None,
+        columns: Vec::new(),
     };
     let rows = reader.scan(HOURLY_TABLE, &spec)?;
     let mut out = DeviceRows {
@@ -105,6 +106,7 @@ impl DeviceWalk {
                 start: self.cursor.clone(),
                 stop: self.stop.clone(),
                 limit: Some(1),
+                columns: Vec::new(),
             };
             let Some(row) = reader.scan(HOURLY_TABLE, &spec)?.into_iter().next() else {
                 self.done = true;
@@ -140,6 +142,7 @@ pub fn split_keys(reader: &dyn TableReader, parts: usize) -> Result<Vec<Vec<u8>>
             start: start.to_vec(),
             stop: Vec::new(),
             limit: Some(1),
+            columns: Vec::new(),
         };
         Ok(reader
             .scan(HOURLY_TABLE, &spec)?

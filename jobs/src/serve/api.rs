@@ -302,6 +302,7 @@ pub(crate) fn list_devices(
                 start: start.clone(),
                 stop: stop.clone(),
                 limit: Some(1),
+                columns: Vec::new(),
             };
             let Some(row) = store.scan(NARROW_TABLE, &spec)?.into_iter().next() else {
                 break;
@@ -382,6 +383,7 @@ pub(crate) fn room_map(st: &AppState) -> pipeline::Result<Option<Arc<HashMap<Str
     }
     let spec = ScanSpec {
         limit: Some(MAX_DEVICES_LISTED),
+        columns: Vec::new(),
         ..ScanSpec::default()
     };
     let map: HashMap<String, String> = room_rows(st.reader(), &spec)?
@@ -417,7 +419,7 @@ mod tests {
     /// An in-memory narrow table that counts scans.
     struct Mem {
         rows: BTreeMap<Vec<u8>, ()>,
-        scans: std::cell::Cell<usize>,
+        scans: std::sync::atomic::AtomicUsize,
     }
 
     impl TableReader for Mem {
@@ -425,7 +427,8 @@ mod tests {
             Ok(None)
         }
         fn scan(&self, _: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {
-            self.scans.set(self.scans.get() + 1);
+            self.scans
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let it = self
                 .rows
                 .range(spec.start.clone()..)
@@ -449,7 +452,7 @@ mod tests {
         }
         Mem {
             rows,
-            scans: std::cell::Cell::new(0),
+            scans: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -466,9 +469,9 @@ mod tests {
             // One hit per device plus one empty scan per root, not one per reading.
             let roots = if scheme == KeyScheme::Salted { 16 } else { 1 };
             assert!(
-                store.scans.get() <= DEVICES.len() + roots,
+                store.scans.load(std::sync::atomic::Ordering::Relaxed) <= DEVICES.len() + roots,
                 "{scheme:?}: {} scans",
-                store.scans.get()
+                store.scans.load(std::sync::atomic::Ordering::Relaxed)
             );
         }
     }

@@ -12,7 +12,7 @@ use super::key::{salt_bucket, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::{format_value, room_of_extra, Reading};
 use crate::schema::{FAMILY, NARROW_TABLE};
-use crate::table::{Mutation, Row};
+use crate::table::{Cell, Mutation, Row};
 use crate::{Error, Result};
 
 /// `Long.MAX_VALUE`, the base of reversed timestamps.
@@ -180,18 +180,33 @@ pub fn narrow_put(scheme: KeyScheme, r: &Reading) -> Mutation {
     }
 }
 
+/// The `t:v` cell of a narrow row.
+fn value_cell(row: &Row) -> Result<&Cell> {
+    row.cell(FAMILY, VALUE_QUALIFIER).ok_or_else(|| {
+        Error::Invalid(format!(
+            "row {:?} has no t:v cell",
+            String::from_utf8_lossy(&row.key)
+        ))
+    })
+}
+
+/// The `(ts, value)` point of a narrow row: its key and `t:v` cell, all a curve needs (a scan
+/// for one can leave out the `t:x` extras, half a row's bytes).
+///
+/// # Errors
+/// [`Error::Invalid`] if the key or the `t:v` cell is malformed.
+pub fn point_from_narrow(scheme: KeyScheme, row: &Row) -> Result<(i64, f64)> {
+    let key = parse_narrow_key(scheme, &row.key)?;
+    Ok((key.ts, parse_value(&value_cell(row)?.value)?))
+}
+
 /// Recovers the reading stored in a narrow row.
 ///
 /// # Errors
 /// [`Error::Invalid`] if the key or the `t:v` cell is malformed.
 pub fn reading_from_narrow(scheme: KeyScheme, row: &Row) -> Result<Reading> {
     let key = parse_narrow_key(scheme, &row.key)?;
-    let value = row.cell(FAMILY, VALUE_QUALIFIER).ok_or_else(|| {
-        Error::Invalid(format!(
-            "row {:?} has no t:v cell",
-            String::from_utf8_lossy(&row.key)
-        ))
-    })?;
+    let value = value_cell(row)?;
     let extra = row.cell(FAMILY, EXTRA_QUALIFIER).map_or_else(
         || "{}".to_string(),
         |c| String::from_utf8_lossy(&c.value).into_owned(),

@@ -47,7 +47,7 @@ pub fn room(store: &dyn TableReader, room: &str) -> Result<Vec<RoomEntry>> {
 /// # Errors
 /// A store error or a malformed row.
 pub fn room_fanout(
-    store: &(dyn TableReader + Sync),
+    store: &dyn TableReader,
     scheme: KeyScheme,
     devices: &[String],
 ) -> Result<Vec<RoomEntry>> {

@@ -7,7 +7,7 @@ use super::ttl::{FamilyTtls, TtlFilterFactory};
 use super::writer::EmbeddedWriter;
 use super::StoreError;
 use crate::schema::TableSpec;
-use crate::table::{Cell, Row, ScanSpec, TableReader};
+use crate::table::{Cell, Column, Row, ScanSpec, TableReader};
 use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::fmt;
@@ -416,7 +416,7 @@ impl<'a> RowCollector<'a> {
 
 impl EmbeddedStore {
     /// Collects the visible rows in `[start, stop)` (`stop` empty: no end) from a key-ordered
-    /// iterator that starts at or before `start`.
+    /// iterator that starts at or before `start`, only the cells of `columns` if it names any.
     fn collect(
         &self,
         table: &Table,
@@ -424,6 +424,7 @@ impl EmbeddedStore {
         start: &[u8],
         stop: &[u8],
         limit: Option<usize>,
+        columns: &[Column],
     ) -> Result<Vec<Row>> {
         let inner = &self.inner;
         let mut rows = RowCollector::new(table, (inner.now_ms)(), limit);
@@ -456,7 +457,13 @@ impl EmbeddedStore {
                     return Ok(rows.rows);
                 }
             }
-            rows.push(family, qualifier, &value).ok_or_else(corrupt)?;
+            let wanted = columns.is_empty()
+                || columns
+                    .iter()
+                    .any(|c| c.family.as_bytes() == family && c.qualifier == qualifier);
+            if wanted {
+                rows.push(family, qualifier, &value).ok_or_else(corrupt)?;
+            }
         }
         Ok(rows.finish())
     }
@@ -472,7 +479,7 @@ impl TableReader for EmbeddedStore {
         let mut prefix = Vec::with_capacity(row.len() + 1);
         codec::encode_row_prefix(&mut prefix, row);
         let iter = t.keyspace.prefix(&prefix);
-        let rows = self.collect(t, iter, row, &[], Some(1))?;
+        let rows = self.collect(t, iter, row, &[], Some(1), &[])?;
         Ok(rows.into_iter().next())
     }
 
@@ -487,6 +494,6 @@ impl TableReader for EmbeddedStore {
             t.keyspace
                 .range(spec.start.as_slice()..spec.stop.as_slice())
         };
-        self.collect(t, iter, &spec.start, &spec.stop, spec.limit)
+        self.collect(t, iter, &spec.start, &spec.stop, spec.limit, &spec.columns)
     }
 }

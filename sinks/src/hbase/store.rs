@@ -13,7 +13,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use super::client::{Connection, Thrift2};
 use super::config::HbaseConfig;
 use super::retry::retrying;
-use super::thrift2::{TGet, TResult, TScan, TTHBaseServiceSyncClient};
+use super::thrift2::{TColumn, TGet, TResult, TScan, TTHBaseServiceSyncClient};
 use super::Result;
 use crate::table::{Cell, Row, ScanSpec, TableReader};
 
@@ -317,7 +317,16 @@ impl HbaseStore {
         let tscan = |start: &[u8], rows: usize, limit: Option<usize>| TScan {
             start_row: Some(start.to_vec()),
             stop_row: (!spec.stop.is_empty()).then(|| spec.stop.clone()),
-            columns: None,
+            columns: (!spec.columns.is_empty()).then(|| {
+                spec.columns
+                    .iter()
+                    .map(|c| TColumn {
+                        family: c.family.as_bytes().to_vec(),
+                        qualifier: Some(c.qualifier.clone()),
+                        timestamp: None,
+                    })
+                    .collect()
+            }),
             caching: Some(as_i32(rows)),
             max_versions: None,
             reversed: None,

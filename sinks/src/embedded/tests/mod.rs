@@ -89,6 +89,7 @@ fn scan(store: &EmbeddedStore, start: &[u8], stop: &[u8], limit: Option<usize>) 
         start: start.to_vec(),
         stop: stop.to_vec(),
         limit,
+        columns: Vec::new(),
     };
     store.scan(T, &spec).unwrap()
 }
