@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hourglass vs the Java HBase client on the same recordings (issue 11, item 1):
-# `hourglass replay --hbase` (Thrift1 gateway) and bench/hbase-java's BufferedMutator writer of the
-# same rows, run interleaved on one file per size, the three tables truncated (splits kept)
-# before each run, each writer under /usr/bin/time -v.
+# `hourglass replay --hbase` (writes through the Thrift2 gateway) and bench/hbase-java's
+# BufferedMutator writer of the same rows, run interleaved on one file per size, the three
+# tables truncated (splits kept) before each run, each writer under /usr/bin/time -v.
 #
 #   bench/hbase-java/run.sh            # or: make bench-hbase-java
 #   SIZES=10000:10m bench/hbase-java/run.sh
