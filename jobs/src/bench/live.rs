@@ -223,6 +223,11 @@ fn poll_samples(
                 if errors == 1 {
                     eprintln!("bench live: polling the job: {e:#}");
                 }
+                // A job that stopped answering must not keep the bench polling forever.
+                if now_ms() - s.produced_ms > GIVE_UP.as_millis() as i64 {
+                    missing += 1;
+                    return false;
+                }
                 true
             }
         });
@@ -379,7 +384,7 @@ fn live(
     duration: Duration,
     warmup: Duration,
 ) -> Result<serde_json::Value> {
-    let job = start_job(dir, config, "5s")?;
+    let mut job = start_job(dir, config, "5s")?;
     let addr = job
         .addr
         .recv_timeout(Duration::from_secs(120))
@@ -452,6 +457,14 @@ fn live(
         n += 1;
         if n.is_multiple_of(256) {
             producer.poll(Duration::ZERO);
+        }
+        if n.is_multiple_of(8192) {
+            if let Some(status) = job.child.try_wait()? {
+                bail!(
+                    "hourglass run exited ({status}) while the bench was publishing; see {}",
+                    dir.join("job.log").display()
+                );
+            }
         }
     }
     let publish_s = start.elapsed().as_secs_f64();
