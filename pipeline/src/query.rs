@@ -23,26 +23,39 @@ pub fn curve(
     to: i64,
 ) -> Result<Vec<Reading>> {
     rowkey::validate_device(device)?;
+    scan_narrow(store, scheme, device, (from, to), Vec::new(), |row| {
+        rows::reading_from_narrow(scheme, row)
+    })
+}
+
+/// `decode` of each narrow row of `device` with `from <= ts < to`, oldest first: one scan,
+/// of `columns` only if it names any.
+fn scan_narrow<T>(
+    store: &dyn TableReader,
+    scheme: KeyScheme,
+    device: &str,
+    (from, to): (i64, i64),
+    columns: Vec<Column>,
+    decode: impl Fn(&Row) -> Result<T>,
+) -> Result<Vec<T>> {
     let Some(range) = rowkey::narrow_range(scheme, device, from, to) else {
         return Ok(Vec::new());
     };
-    let rows = store.scan(
-        NARROW_TABLE,
-        &ScanSpec {
-            start: range.start,
-            stop: range.stop,
-            limit: None,
-            columns: Vec::new(),
-        },
-    )?;
-    let mut readings = rows
+    let spec = ScanSpec {
+        start: range.start,
+        stop: range.stop,
+        limit: None,
+        columns,
+    };
+    let mut out = store
+        .scan(NARROW_TABLE, &spec)?
         .iter()
-        .map(|row| rows::reading_from_narrow(scheme, row))
+        .map(decode)
         .collect::<Result<Vec<_>>>()?;
     if range.newest_first {
-        readings.reverse();
+        out.reverse();
     }
-    Ok(readings)
+    Ok(out)
 }
 
 /// One hour of one device, read from its wide row.
@@ -145,24 +158,10 @@ pub fn curve_points(
 ) -> Result<Vec<(i64, f64)>> {
     // Only `t:v`: the points need neither the extras nor the room.
     let narrow = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let Some(range) = rowkey::narrow_range(scheme, device, from, to) else {
-            return Ok(Vec::new());
-        };
-        let spec = ScanSpec {
-            start: range.start,
-            stop: range.stop,
-            limit: None,
-            columns: vec![Column::new(FAMILY, rows::VALUE_QUALIFIER)],
-        };
-        let mut points = store
-            .scan(NARROW_TABLE, &spec)?
-            .iter()
-            .map(|row| rows::point_from_narrow(scheme, row))
-            .collect::<Result<Vec<_>>>()?;
-        if range.newest_first {
-            points.reverse();
-        }
-        Ok(points)
+        let value = vec![Column::new(FAMILY, rows::VALUE_QUALIFIER)];
+        scan_narrow(store, scheme, device, (from, to), value, |row| {
+            rows::point_from_narrow(scheme, row)
+        })
     };
     // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.
     let wide = |first: i64, from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
