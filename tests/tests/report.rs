@@ -185,6 +185,58 @@ fn readings() -> impl Strategy<Value = Vec<(usize, i64, i32)>> {
     })
 }
 
+/// One device alone: the split keys fall inside its key prefix, before its first row, and the
+/// report once found no device at all (a case the property below drew only now and then).
+#[test]
+fn a_table_of_one_device_is_reported() {
+    for workers in ["1", "2", "3"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let readings = [(2, NOV + 100, 15), (2, NOV + 10 * 86_400, 20)];
+        std::fs::write(
+            dir.path().join("rec.jsonl"),
+            recording(&readings, &[], &[0]),
+        )
+        .expect("writing the recording");
+        run(
+            dir.path(),
+            NOW,
+            &[
+                "replay",
+                "rec.jsonl",
+                "--store",
+                "st",
+                "--quiet",
+                "--workers",
+                workers,
+            ],
+        );
+        let report: Value = serde_json::from_str(&run(
+            dir.path(),
+            NOW,
+            &[
+                "report",
+                "--month",
+                "2026-11",
+                "--store",
+                "st",
+                "--format",
+                "json",
+                "--workers",
+                workers,
+            ],
+        ))
+        .expect("JSON");
+        let dump = run(
+            dir.path(),
+            NOW,
+            &["tables", "dump", "ts_metric", "--store", "st"],
+        );
+        let narrow = from_narrow(&dump, NOV, DEC, NOW.parse().expect("now"));
+        assert_eq!(narrow.len(), 1, "{workers} workers");
+        assert_report_matches(&report, &narrow);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 

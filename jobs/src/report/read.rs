@@ -121,8 +121,20 @@ impl DeviceWalk {
             let mut prefix = device.as_bytes().to_vec();
             prefix.push(SEPARATOR);
             self.cursor = prefix_successor(&prefix);
+            // The device belongs to the range its first row is in. A split key can fall inside
+            // its prefix but before its first row (split keys are cut from 8 bytes of a key), and
+            // then no earlier range sees any of its rows: ask where its rows begin.
             if prefix < self.start {
-                continue;
+                let spec = ScanSpec {
+                    start: prefix.clone(),
+                    stop: self.cursor.clone(),
+                    limit: Some(1),
+                    columns: Vec::new(),
+                };
+                let first = reader.scan(HOURLY_TABLE, &spec)?.into_iter().next();
+                if first.is_none_or(|r| r.key < self.start) {
+                    continue;
+                }
             }
             return Ok(Some(device.to_string()));
         }
