@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::codec::hourly::HOUR_SECS;
+use crate::codec::narrow;
 use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
 use crate::rows;
@@ -158,9 +159,9 @@ pub fn curve_points(
 ) -> Result<Vec<(i64, f64)>> {
     // Only `t:v`: the points need neither the extras nor the room.
     let narrow = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let value = vec![Column::new(FAMILY, rows::VALUE_QUALIFIER)];
+        let value = vec![Column::new(FAMILY, narrow::VALUE_QUALIFIER)];
         scan_narrow(store, scheme, device, (from, to), value, |row| {
-            rows::point_from_narrow(scheme, row)
+            narrow::point_from_narrow(scheme, row)
         })
     };
     // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.

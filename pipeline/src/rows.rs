@@ -3,6 +3,4 @@
 //! Re-exports only: new code uses [`crate::codec`]. Remove once no `rows::` path is left.
 
 pub use crate::codec::hourly::{points_from_wide, wide_put};
-pub use crate::codec::narrow::{
-    narrow_put, point_from_narrow, reading_from_narrow, EXTRA_QUALIFIER, VALUE_QUALIFIER,
-};
+pub use crate::codec::narrow::{narrow_put, reading_from_narrow, EXTRA_QUALIFIER, VALUE_QUALIFIER};

@@ -102,19 +102,13 @@ impl DeviceWalk {
         bad: &mut Vec<String>,
     ) -> Result<Option<String>> {
         while !self.done {
-            let spec = ScanSpec {
-                start: self.cursor.clone(),
-                stop: self.stop.clone(),
-                limit: Some(1),
-                columns: Vec::new(),
-            };
-            let Some(row) = reader.scan(HOURLY_TABLE, &spec)?.into_iter().next() else {
+            let Some(key) = first_key(reader, &self.cursor, &self.stop)? else {
                 self.done = true;
                 break;
             };
-            let Some(device) = device_of(&row.key) else {
-                bad.push(row.key.escape_ascii().to_string());
-                self.cursor = row.key;
+            let Some(device) = device_of(&key) else {
+                bad.push(key.escape_ascii().to_string());
+                self.cursor = key;
                 self.cursor.push(0);
                 continue;
             };
@@ -124,22 +118,31 @@ impl DeviceWalk {
             // The device belongs to the range its first row is in. A split key can fall inside
             // its prefix but before its first row (split keys are cut from 8 bytes of a key), and
             // then no earlier range sees any of its rows: ask where its rows begin.
-            if prefix < self.start {
-                let spec = ScanSpec {
-                    start: prefix.clone(),
-                    stop: self.cursor.clone(),
-                    limit: Some(1),
-                    columns: Vec::new(),
-                };
-                let first = reader.scan(HOURLY_TABLE, &spec)?.into_iter().next();
-                if first.is_none_or(|r| r.key < self.start) {
-                    continue;
-                }
+            if prefix < self.start
+                && first_key(reader, &prefix, &self.cursor)?.is_none_or(|k| k < self.start)
+            {
+                continue;
             }
             return Ok(Some(device.to_string()));
         }
         Ok(None)
     }
+}
+
+/// The key of the first wide row in `[start, stop)` (`stop` empty: to the end), by a one-row
+/// scan.
+fn first_key(reader: &dyn TableReader, start: &[u8], stop: &[u8]) -> Result<Option<Vec<u8>>> {
+    let spec = ScanSpec {
+        start: start.to_vec(),
+        stop: stop.to_vec(),
+        limit: Some(1),
+        columns: Vec::new(),
+    };
+    Ok(reader
+        .scan(HOURLY_TABLE, &spec)?
+        .into_iter()
+        .next()
+        .map(|r| r.key))
 }
 
 /// Split keys dividing the table's keys into about `parts` ranges: the first and last keys are
@@ -149,19 +152,7 @@ impl DeviceWalk {
 /// # Errors
 /// A store error.
 pub fn split_keys(reader: &dyn TableReader, parts: usize) -> Result<Vec<Vec<u8>>> {
-    let first_at = |start: &[u8]| -> Result<Option<Vec<u8>>> {
-        let spec = ScanSpec {
-            start: start.to_vec(),
-            stop: Vec::new(),
-            limit: Some(1),
-            columns: Vec::new(),
-        };
-        Ok(reader
-            .scan(HOURLY_TABLE, &spec)?
-            .into_iter()
-            .next()
-            .map(|r| r.key))
-    };
+    let first_at = |start: &[u8]| first_key(reader, start, &[]);
     let Some(lo) = first_at(&[])? else {
         return Ok(Vec::new());
     };

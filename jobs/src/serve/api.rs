@@ -383,7 +383,6 @@ pub(crate) fn room_map(st: &AppState) -> pipeline::Result<Option<Arc<HashMap<Str
     }
     let spec = ScanSpec {
         limit: Some(MAX_DEVICES_LISTED),
-        columns: Vec::new(),
         ..ScanSpec::default()
     };
     let map: HashMap<String, String> = room_rows(st.reader(), &spec)?
