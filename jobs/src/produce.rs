@@ -84,7 +84,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 
 /// Counts delivery failures reported by librdkafka.
 #[derive(Default)]
-struct Deliveries {
+pub(crate) struct Deliveries {
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
@@ -444,7 +444,7 @@ fn send(
 
 /// Waits until the brokers acknowledged the `sent` records (`what`), failing if any was not
 /// delivered.
-fn flush_all(
+pub(crate) fn flush_all(
     producer: &BaseProducer<Deliveries>,
     sent: u64,
     what: &str,
