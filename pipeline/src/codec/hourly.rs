@@ -102,6 +102,24 @@ pub fn wide_put(
     }
 }
 
+/// The put of a window pane: its `items`, the hour's readings new since the hour's last pane,
+/// and of the `summary` (the whole hour's, these items included) only the cells the items can
+/// have changed ([`HourSummary::cells_touched_by`]). Every cell of a wide row has one
+/// timestamp, so the row reads exactly as if every summary cell had been rewritten; a live
+/// hour's early firing then writes four cells a reading instead of seven.
+pub fn pane_put(
+    device: &str,
+    hour_start: i64,
+    items: &[(i64, f64)],
+    summary: &HourSummary,
+) -> Mutation {
+    let mut put = wide_put(device, hour_start, items, None);
+    if let Mutation::Put { cells, .. } = &mut put {
+        cells.extend(summary.cells_touched_by(hour_start, items));
+    }
+    put
+}
+
 /// The `(ts, value)` points of a wide row, ascending; summary cells are skipped.
 ///
 /// # Errors
@@ -135,6 +153,27 @@ impl HourSummary {
             .iter()
             .zip(values)
             .map(|(q, v)| cell(q.as_bytes().to_vec(), ts_ms, v.into_bytes()))
+            .collect()
+    }
+
+    /// The cells of [`HourSummary::cells`] that adding the readings `items` to the hour can have
+    /// changed: `n` and `sum`, and `min`, `max`, `first` or `last` only when one of the items
+    /// has its value. A value that changed was taken from an item, so an item has it; an equal
+    /// value that did not change is rewritten with the same bytes, which is harmless.
+    pub fn cells_touched_by(&self, hour_start: i64, items: &[(i64, f64)]) -> Vec<Cell> {
+        let has = |x: f64| items.iter().any(|&(_, v)| v == x);
+        let touched = [
+            true,
+            has(self.min),
+            has(self.max),
+            true,
+            has(self.first),
+            has(self.last),
+        ];
+        self.cells(hour_start)
+            .into_iter()
+            .zip(touched)
+            .filter_map(|(cell, t)| t.then_some(cell))
             .collect()
     }
 
@@ -222,6 +261,49 @@ mod tests {
             for &(ts, _) in &points {
                 prop_assert_eq!(hour_start(ts), hour);
             }
+        }
+
+        /// The hour's readings arrive in panes, in any order (late and out-of-order readings
+        /// included, values repeating); each pane's put, as the window makes it, is applied over
+        /// the row the earlier ones left (last write of a cell wins, as in both stores). The row
+        /// must read the summary of all readings, as if every pane had rewritten every cell.
+        #[test]
+        fn pane_puts_add_up_to_the_hours_summary(
+            readings in proptest::collection::vec((0i64..3600, -3i32..4), 1..60),
+            cuts in proptest::collection::vec(1usize..8, 1..20),
+        ) {
+            let hour = 7 * HOUR_SECS;
+            let mut acc = crate::summary::HourAccumulator::default();
+            let mut stored: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = Default::default();
+            let (mut at, mut cut) = (0, cuts.iter().cycle());
+            let mut writes = 0;
+            while at < readings.len() {
+                let end = (at + cut.next().unwrap()).min(readings.len());
+                // The window's pane: the readings it accepted (a repeated second is a duplicate).
+                let mut items: Vec<(i64, f64)> = readings[at..end]
+                    .iter()
+                    .map(|&(o, v)| (hour + o, f64::from(v) / 2.0))
+                    .filter(|&(ts, v)| operators::Accumulate::accept(&mut acc, ts as u64, &v))
+                    .collect();
+                at = end;
+                if items.is_empty() {
+                    continue;
+                }
+                items.sort_by_key(|p| p.0);
+                let summary = operators::Accumulate::summary(&acc);
+                let row = put_row(pane_put("dev-1", hour, &items, &summary));
+                for c in row.cells {
+                    writes += usize::from(SUMMARY_QUALIFIERS.contains(&std::str::from_utf8(&c.qualifier).unwrap_or("")));
+                    stored.insert(c.qualifier, c.value);
+                }
+            }
+            let row = Row {
+                key: wide_key("dev-1", hour),
+                cells: stored.into_iter().map(|(q, v)| cell(q, wide_cell_ts_ms(hour), v)).collect(),
+            };
+            let expected = operators::Accumulate::summary(&acc);
+            prop_assert_eq!(HourSummary::from_row(&row), Some(expected));
+            prop_assert!(writes >= SUMMARY_QUALIFIERS.len());
         }
 
         #[test]
