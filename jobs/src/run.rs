@@ -327,15 +327,21 @@ impl Source for TopicSource {
             resume_skipped: self.shared.resume_skipped(),
             config: self.config.clone(),
         };
-        let (flushes, f) = self.shared.flushes.quantiles(&[0.5, 0.99, 1.0]);
         let ms = |q: Option<u64>| q.map_or("-".to_string(), |v| format!("{v} ms"));
-        // `bench live` reads this line from the job's stderr: the store's share of the delay.
-        eprintln!(
-            "store flushes: {flushes}, p50 {}, p99 {}, max {}",
-            ms(f[0]),
-            ms(f[1]),
-            ms(f[2])
-        );
+        // `bench live` reads these lines from the job's stderr: the store's share of the delay.
+        for (what, h) in [
+            ("flushes", &self.shared.flushes),
+            ("writes", &self.shared.writes),
+        ] {
+            let (n, q) = h.quantiles(&[0.5, 0.99, 1.0]);
+            eprintln!(
+                "store {what}: {n}, p50 {}, p99 {}, max {}, {:.1} s in all",
+                ms(q[0]),
+                ms(q[1]),
+                ms(q[2]),
+                h.snapshot(&[]).sum_secs
+            );
+        }
         tracing::info!(summary = ?summary, committed = ?self.shared.committed(), "stopped");
         summary
     }

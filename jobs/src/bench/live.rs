@@ -323,8 +323,11 @@ fn finish_job(mut job: JobChild, dir: &Path) -> Result<serde_json::Value> {
     let mut stats: serde_json::Value = serde_json::from_slice(&stats)?;
     // `run` prints its writers' flush times (the store's call time) when it stops.
     let log = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
-    if let Some(line) = log.lines().find_map(|l| l.strip_prefix("store flushes: ")) {
-        stats["store_flushes"] = line.into();
+    for what in ["flushes", "writes"] {
+        let prefix = format!("store {what}: ");
+        if let Some(line) = log.lines().find_map(|l| l.strip_prefix(prefix.as_str())) {
+            stats[format!("store_{what}")] = line.into();
+        }
     }
     Ok(stats)
 }
@@ -644,6 +647,7 @@ fn print_text(r: &serde_json::Value) {
             r["job"]["delay_p99_ms"]
         );
         println!("store flushes: {}", r["job"]["store_flushes"]);
+        println!("store writes: {}", r["job"]["store_writes"]);
         println!(
             "job CPU: {} s, {} µs per reading",
             r["job_cpu_s"], r["job_cpu_us_per_reading"]

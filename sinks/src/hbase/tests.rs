@@ -556,3 +556,61 @@ fn schema_differences_name_each_attribute() {
         ["family t is missing", "unexpected family x"]
     );
 }
+
+/// The writer sends on a thread of its own: a flush it starts is not durable until that thread
+/// has sent it, and a failure there is every later call's failure, so nothing written after it
+/// is taken for durable. Against a closed port, with retries bounded.
+#[test]
+fn a_background_send_that_fails_fails_the_writers_later_calls() {
+    use crate::table::{Mutation, TableWriter};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let mut cfg = HbaseConfig::new(&closed).with_thrift2(&closed);
+    cfg.retry = RetryPolicy {
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+        max_elapsed: Some(Duration::from_millis(300)),
+    };
+    let mut writer = super::HbaseWriter::new(&cfg);
+    let woken = Arc::new(AtomicUsize::new(0));
+    let w = woken.clone();
+    writer.on_progress(Arc::new(move || {
+        w.fetch_add(1, Ordering::SeqCst);
+    }));
+    let put = |row: &str| Mutation::Put {
+        table: "ts_metric",
+        row: row.as_bytes().to_vec(),
+        cells: vec![cell("v", 1, "1.5")],
+    };
+    writer.write(vec![put("a")]).unwrap();
+    let ticket = writer
+        .start_flush()
+        .expect("starting a flush does not wait for HBase");
+    // Not durable until the thread has given up (300 ms of retries), then a failure.
+    let started = std::time::Instant::now();
+    let failure = loop {
+        match writer.flushed(ticket) {
+            Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(true) => panic!("a flush to a closed port reported durable"),
+            Err(e) => break e,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the sender never gave up"
+        );
+    };
+    assert!(failure.to_string().contains("gave up"), "{failure}");
+    assert_eq!(
+        woken.load(Ordering::SeqCst),
+        1,
+        "the waker is called when the send ends"
+    );
+    // Every later call fails with it, and nothing more is taken for durable.
+    assert!(writer.write(vec![put("b")]).is_err());
+    assert!(writer.start_flush().is_err());
+    assert!(writer.flush().is_err());
+}

@@ -122,6 +122,9 @@ pub struct KafkaShared {
     pub delays: DelayHistogram,
     /// How long each flush of a worker's table writer took (the store's call time), ms.
     pub flushes: DelayHistogram,
+    /// How long each write to a worker's table writer took, ms: the calls it sends before a
+    /// flush, when a table's batch fills up (a worker reads nothing meanwhile).
+    pub writes: DelayHistogram,
 }
 
 impl KafkaShared {
@@ -141,6 +144,7 @@ impl KafkaShared {
             resume_skipped: AtomicU64::new(0),
             delays: DelayHistogram::default(),
             flushes: DelayHistogram::default(),
+            writes: DelayHistogram::default(),
         }
     }
 
