@@ -16,7 +16,7 @@ pub use event_source::{event_source, EventFeed, Poll};
 pub use newest_per_key::NewestPerKey;
 pub use stash_until_frontier::StashUntilFrontier;
 pub use tumbling_window::{Accumulate, Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};
-pub use write_batches::{BatchWriter, FlushPace, Wake, WriteBatches};
+pub use write_batches::{BatchWriter, FlushPace, WriteBatches};
 
 use std::hash::{Hash, Hasher};
 

@@ -8,9 +8,6 @@ use timely::dataflow::operators::generic::Operator;
 use timely::dataflow::operators::CapabilitySet;
 use timely::dataflow::StreamVec;
 
-/// A callback a [`BatchWriter`] calls, from any thread, when a background flush completes.
-pub type Wake = Box<dyn Fn() + Send + Sync>;
-
 /// The backend side of [`WriteBatches::write_batches`].
 pub trait BatchWriter<D>: 'static {
     /// Queues a batch; may write part of it.
@@ -24,31 +21,6 @@ pub trait BatchWriter<D>: 'static {
     /// # Errors
     /// As [`BatchWriter::write`].
     fn flush(&mut self) -> Result<(), String>;
-
-    /// Starts making every queued item durable, and returns a number that
-    /// [`BatchWriter::flushed`] recognises; a writer that sends in the background returns at
-    /// once. Flushes complete in the order they start. The default flushes and returns 0.
-    ///
-    /// # Errors
-    /// As [`BatchWriter::write`].
-    fn start_flush(&mut self) -> Result<u64, String> {
-        self.flush().map(|()| 0)
-    }
-
-    /// Whether the flush `ticket` started is durable (default: always, since it waited).
-    ///
-    /// # Errors
-    /// The flush failed.
-    fn flushed(&mut self, ticket: u64) -> Result<bool, String> {
-        let _ = ticket;
-        Ok(true)
-    }
-
-    /// Gives the writer a callback to call, from any thread, when a background flush completes
-    /// (default: ignored).
-    fn on_progress(&mut self, wake: Wake) {
-        let _ = wake;
-    }
 }
 
 /// When a [`WriteBatches`] sink flushes its writer.
@@ -134,18 +106,8 @@ impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
             Pipeline,
             name,
             move |_cap, info| {
-                let activator = scope.activator_for(info.address.clone());
-                let wake = scope.worker().sync_activator_for(info.address.to_vec());
-                writer.on_progress(Box::new(move || {
-                    // Fails only once the worker is gone, when nobody waits any more.
-                    let _ = wake.activate();
-                }));
-                // The times of items written since the last flush started.
+                let activator = scope.activator_for(info.address);
                 let mut held = CapabilitySet::new();
-                // The flush in flight, with the times it makes durable: at most one, so a
-                // worker's items are flushed in order and the next flush takes what came
-                // meanwhile, however long the store took.
-                let mut in_flight: Option<(u64, CapabilitySet<u64>)> = None;
                 let mut dirty = false;
                 let mut failed = false;
                 let mut last_flush = Instant::now();
@@ -173,40 +135,17 @@ impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
                     let since = last_flush.elapsed();
                     let due =
                         since >= every || (passed && (since >= min_gap || frontier.is_empty()));
-                    // Retire the flush in flight first, so that a due flush may start now.
-                    for _ in 0..2 {
-                        if let Some((ticket, _)) = &in_flight {
-                            match writer.flushed(*ticket) {
-                                // Dropping its capabilities lets the frontier pass its times.
-                                Ok(true) => in_flight = None,
-                                Ok(false) => {}
-                                Err(e) => {
-                                    fail(&mut failed, e);
-                                    in_flight = None;
-                                }
-                            }
+                    if dirty && !failed && due {
+                        if let Err(e) = writer.flush() {
+                            fail(&mut failed, e);
                         }
-                        if dirty && !failed && due && in_flight.is_none() {
-                            match writer.start_flush() {
-                                Ok(ticket) => {
-                                    in_flight = Some((ticket, std::mem::take(&mut held)));
-                                }
-                                Err(e) => fail(&mut failed, e),
-                            }
-                            dirty = false;
-                            last_flush = Instant::now();
-                        } else {
-                            break;
-                        }
+                        dirty = false;
+                        last_flush = Instant::now();
                     }
                     if dirty && !failed {
-                        // Hold what is not durable yet, and come back to flush it on time. A
-                        // flush that is due waits for the one in flight, whose completion
-                        // wakes the operator.
-                        if !(due && in_flight.is_some()) {
-                            let wait = if passed { min_gap } else { every };
-                            activator.activate_after(wait.saturating_sub(last_flush.elapsed()));
-                        }
+                        // Hold what is not durable yet; come back to flush it on time.
+                        let wait = if passed { min_gap } else { every };
+                        activator.activate_after(wait.saturating_sub(last_flush.elapsed()));
                     } else {
                         crate::downgrade_to_frontier(&mut held, &frontier);
                     }
@@ -220,7 +159,7 @@ impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use timely::dataflow::operators::{Input, Probe};
     use timely::dataflow::ProbeHandle;
 
@@ -271,96 +210,6 @@ mod tests {
             flushes.load(Ordering::SeqCst),
             flushed.load(Ordering::SeqCst),
         )
-    }
-
-    /// A writer that sends in the background: its flushes complete when the test says so.
-    struct Background {
-        queued: Vec<u64>,
-        started: Arc<Mutex<Vec<Vec<u64>>>>,
-        completed: Arc<AtomicUsize>,
-        wake: Arc<Mutex<Option<Wake>>>,
-    }
-
-    impl BatchWriter<u64> for Background {
-        fn write(&mut self, batch: Vec<u64>) -> Result<(), String> {
-            self.queued.extend(batch);
-            Ok(())
-        }
-        fn flush(&mut self) -> Result<(), String> {
-            panic!("the operator starts flushes, it never waits for one");
-        }
-        fn start_flush(&mut self) -> Result<u64, String> {
-            let mut started = self.started.lock().unwrap();
-            started.push(std::mem::take(&mut self.queued));
-            Ok(started.len() as u64)
-        }
-        fn flushed(&mut self, ticket: u64) -> Result<bool, String> {
-            Ok(self.completed.load(Ordering::SeqCst) as u64 >= ticket)
-        }
-        fn on_progress(&mut self, wake: Wake) {
-            *self.wake.lock().unwrap() = Some(wake);
-        }
-    }
-
-    #[test]
-    fn a_background_flush_holds_its_times_until_it_completes_and_one_is_in_flight() {
-        let started = Arc::new(Mutex::new(Vec::new()));
-        let completed = Arc::new(AtomicUsize::new(0));
-        let wake = Arc::new(Mutex::new(None));
-        let (s, c, w) = (started.clone(), completed.clone(), wake.clone());
-        timely::execute_directly(move |worker| {
-            let probe = ProbeHandle::new();
-            let writer = Background {
-                queued: Vec::new(),
-                started: s.clone(),
-                completed: c.clone(),
-                wake: w.clone(),
-            };
-            let mut input = worker.dataflow::<u64, _, _>(|scope| {
-                let (input, stream) = scope.new_input::<Vec<u64>>();
-                stream
-                    .write_batches("Background", writer, Duration::ZERO, |e| panic!("{e}"))
-                    .probe_with(&probe);
-                input
-            });
-            let steps = |worker: &mut timely::worker::Worker| {
-                for _ in 0..50 {
-                    worker.step();
-                }
-            };
-            let complete = |n: usize| {
-                c.store(n, Ordering::SeqCst);
-                (w.lock()
-                    .unwrap()
-                    .as_ref()
-                    .expect("the operator gave a waker"))();
-            };
-            input.send(1);
-            input.advance_to(1);
-            steps(worker);
-            assert_eq!(*s.lock().unwrap(), vec![vec![1]]);
-            assert!(
-                probe.less_than(&1),
-                "time 0 is not durable before its flush completes"
-            );
-            // Written while the first flush is in flight: it waits for the next one.
-            input.send(2);
-            input.advance_to(2);
-            steps(worker);
-            assert_eq!(s.lock().unwrap().len(), 1, "one flush in flight at a time");
-            complete(1);
-            steps(worker);
-            assert!(!probe.less_than(&1) && probe.less_than(&2));
-            assert_eq!(*s.lock().unwrap(), vec![vec![1], vec![2]]);
-            complete(2);
-            steps(worker);
-            assert!(!probe.less_than(&2));
-            input.close();
-            steps(worker);
-            assert!(probe.done());
-        });
-        assert_eq!(started.lock().unwrap().len(), 2);
-        assert_eq!(completed.load(Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::schema::{NARROW_TABLE, ROOM_TABLE};
 use crate::source::{Clock, Decoded};
 use crate::stats::{add, Stats};
 use crate::summary::HourAccumulator;
-use crate::table::{FlushTicket, Mutation, TableWriter};
+use crate::table::{Mutation, TableWriter};
 
 /// Where rejected lines and readings beyond the allowed lateness go.
 pub trait SideOutput: Send + Sync + 'static {
@@ -127,34 +127,12 @@ impl BatchWriter<Mutation> for CountingWriter {
 
     fn flush(&mut self) -> Result<(), String> {
         self.writer.flush().map_err(|e| e.to_string())?;
-        self.observe_batch();
-        Ok(())
-    }
-
-    fn start_flush(&mut self) -> Result<u64, String> {
-        let ticket = self.writer.start_flush().map_err(|e| e.to_string())?;
-        self.observe_batch();
-        Ok(ticket.0)
-    }
-
-    fn flushed(&mut self, ticket: u64) -> Result<bool, String> {
-        self.writer
-            .flushed(FlushTicket(ticket))
-            .map_err(|e| e.to_string())
-    }
-
-    fn on_progress(&mut self, wake: operators::Wake) {
-        self.writer.on_progress(Arc::from(wake));
-    }
-}
-
-impl CountingWriter {
-    fn observe_batch(&mut self) {
         if self.unflushed > 0 {
             self.stats
                 .sink_batches
                 .observe(std::mem::take(&mut self.unflushed));
         }
+        Ok(())
     }
 }
 

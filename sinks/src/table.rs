@@ -161,43 +161,7 @@ pub trait TableWriter: Send {
     /// # Errors
     /// As [`TableWriter::write`].
     fn flush(&mut self) -> Result<()>;
-
-    /// Starts making every queued mutation durable and returns a ticket for
-    /// [`TableWriter::flushed`], without waiting when the backend can send in the background
-    /// (HBase); mutations written afterwards belong to later tickets. The default flushes at
-    /// once.
-    ///
-    /// # Errors
-    /// As [`TableWriter::write`].
-    fn start_flush(&mut self) -> Result<FlushTicket> {
-        self.flush()?;
-        Ok(FlushTicket(0))
-    }
-
-    /// Whether what `ticket`'s [`TableWriter::start_flush`] covered is durable. The default:
-    /// always, since its flush waited.
-    ///
-    /// # Errors
-    /// A background send failed (as [`TableWriter::write`]); nothing later is durable.
-    fn flushed(&mut self, ticket: FlushTicket) -> Result<bool> {
-        let _ = ticket;
-        Ok(true)
-    }
-
-    /// Asks the writer to call `wake` (from any thread) when a background send completes, so
-    /// that whoever waits on [`TableWriter::flushed`] looks again. The default never calls it:
-    /// its flushes complete before `start_flush` returns.
-    fn on_progress(&mut self, wake: Waker) {
-        let _ = wake;
-    }
 }
-
-/// What [`TableWriter::start_flush`] returns: flushes complete in the order they started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct FlushTicket(pub u64);
-
-/// A callback a writer's background sender calls when a send completes.
-pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// The read side of a backend, used by dashboard queries.
 ///

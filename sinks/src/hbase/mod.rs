@@ -19,7 +19,7 @@ pub use sink::{HbaseWriter, WriterStats};
 pub use store::{HbaseStore, ReaderStats, GET_ROWS_CHUNK, PARALLEL_GETS};
 
 /// Why a call to HBase failed; each message says what to do about it.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The Thrift gateway could not be reached, or the connection broke during a call.

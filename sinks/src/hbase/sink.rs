@@ -4,11 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use crate::schema::TableSpec;
-use crate::table::{Cell, FlushTicket, Mutation, TableWriter, Waker};
+use crate::table::{Cell, Mutation, TableWriter};
 
 use super::client::{Connection, Thrift2};
 use super::config::HbaseConfig;
@@ -278,42 +277,30 @@ fn delete_ts(d: &TDelete) -> i64 {
         .unwrap_or(i64::MIN)
 }
 
-/// Batches a writer's sender may hold queued beyond the one it is sending before
-/// [`TableWriter::write`] waits: the bound on what a worker can run ahead of HBase.
-const QUEUE_DEPTH: usize = 2;
-
 /// Writes mutations for one worker to HBase through the Thrift2 gateway.
 ///
 /// Puts and deletes are buffered and grouped by table; each group is sent as one `putMultiple`
 /// call (and one `deleteMultiple` call if it holds deletes) when it reaches
 /// [`HbaseConfig::batch_cells`] cells (default 10,000), [`HbaseConfig::batch_rows`] rows
 /// (default 10,000) or [`HbaseConfig::batch_bytes`] bytes (default 4 MiB), and every group is
-/// sent when the buffer holds four times `batch_bytes` or on a flush. Each cell carries its own
-/// timestamp, so narrow rows of many event-time seconds share one call: a flush makes one call
-/// per table when its rows fit. A `DeleteRow` is buffered too: as family deletes at its
+/// sent when the buffer holds four times `batch_bytes` or on [`TableWriter::flush`]. Each cell
+/// carries its own timestamp, so narrow rows of many event-time seconds share one call: a flush
+/// makes one call per table when its rows fit. The dataflow flushes when its frontier advances
+/// and at least every second. A `DeleteRow` is buffered too: as family deletes at its
 /// timestamp on a table given to [`HbaseWriter::for_tables`], as a whole-row delete on another.
-///
-/// **The calls go out on a thread of the writer's own**, in the order they were queued, so the
-/// worker goes on reading and windowing while HBase works: [`TableWriter::start_flush`] queues
-/// what is buffered and returns a ticket, [`TableWriter::flushed`] tells when it is durable,
-/// and [`TableWriter::on_progress`] wakes the worker then. [`TableWriter::flush`] waits. A
-/// worker waits in `write` only when [`QUEUE_DEPTH`] batches are already queued, so what it
-/// runs ahead of HBase is bounded.
 ///
 /// The connection is opened on first use and replaced after failures. Retriable failures
 /// (see [`super::is_retriable`]) are retried with capped exponential backoff per
-/// [`HbaseConfig::retry`], forever by default: the sender blocks meanwhile, its queue fills,
-/// and the worker waits, which slows the whole pipeline down instead of buffering without
-/// bound. Every call is idempotent (cell timestamps are set by hourglass), so a call that timed
-/// out may safely be sent again. After a failure retrying did not cure, nothing more is sent,
-/// and every later call of the writer returns that failure.
+/// [`HbaseConfig::retry`], forever by default: the worker blocks meanwhile, which slows the
+/// whole pipeline down instead of buffering without bound. Every call is idempotent (cell
+/// timestamps are set by hourglass), so a call that timed out may safely be sent again.
 pub struct HbaseWriter {
     cfg: HbaseConfig,
+    conn: Connection<Thrift2>,
     buffer: Buffer,
     stats: Arc<WriterStats>,
     /// Column families of the tables named in [`HbaseWriter::for_tables`].
     families: HashMap<&'static str, Vec<&'static str>>,
-    sender: Sender,
 }
 
 impl fmt::Debug for HbaseWriter {
@@ -321,43 +308,7 @@ impl fmt::Debug for HbaseWriter {
         f.debug_struct("HbaseWriter")
             .field("thrift2", &self.cfg.thrift2)
             .field("buffered_bytes", &self.buffer.total_bytes())
-            .field("queued", &self.sender.queued)
             .finish_non_exhaustive()
-    }
-}
-
-/// A writer's background thread (started on the first send) and what it reports.
-#[derive(Default)]
-struct Sender {
-    queue: Option<mpsc::SyncSender<Vec<PlannedCall>>>,
-    thread: Option<JoinHandle<()>>,
-    progress: Arc<Progress>,
-    /// Batches queued so far: the ticket of the last one.
-    queued: u64,
-}
-
-/// What the sender thread shares with its writer.
-#[derive(Default)]
-struct Progress {
-    sent: Mutex<Sent>,
-    changed: Condvar,
-    wake: Mutex<Option<Waker>>,
-}
-
-#[derive(Default)]
-struct Sent {
-    /// Batches sent (or skipped after a failure): every ticket up to it is settled.
-    done: u64,
-    /// The first failure; nothing queued after it is sent.
-    failed: Option<Error>,
-}
-
-impl Progress {
-    fn sent(&self) -> MutexGuard<'_, Sent> {
-        // A panic while holding it leaves counters, not broken invariants.
-        self.sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -370,6 +321,7 @@ impl HbaseWriter {
     /// A writer that adds what it sends to `stats` (shared by the writers of a job).
     pub fn with_stats(cfg: &HbaseConfig, stats: Arc<WriterStats>) -> Self {
         HbaseWriter {
+            conn: Connection::new(&cfg.thrift2, cfg),
             buffer: Buffer::new(
                 cfg.batch_rows,
                 cfg.batch_cells,
@@ -379,7 +331,6 @@ impl HbaseWriter {
             cfg: cfg.clone(),
             stats,
             families: HashMap::new(),
-            sender: Sender::default(),
         }
     }
 
@@ -421,13 +372,8 @@ impl HbaseWriter {
         })
     }
 
-    /// Sends one table's batch (on the sender thread).
-    fn send(
-        cfg: &HbaseConfig,
-        conn: &mut Connection<Thrift2>,
-        stats: &WriterStats,
-        call: &PlannedCall,
-    ) -> super::Result<()> {
+    fn send(&mut self, call: &PlannedCall) -> super::Result<()> {
+        let (cfg, conn, stats) = (&self.cfg, &mut self.conn, &*self.stats);
         let table = call.table;
         if !call.puts.is_empty() {
             let what = format!("putMultiple of {} rows to {table}", call.puts.len());
@@ -471,111 +417,21 @@ impl HbaseWriter {
         Ok(())
     }
 
-    /// The sender thread's loop: sends each queued batch in order, until the queue closes.
-    fn sender_loop(
-        cfg: HbaseConfig,
-        stats: Arc<WriterStats>,
-        progress: Arc<Progress>,
-        queue: mpsc::Receiver<Vec<PlannedCall>>,
-    ) {
-        let mut conn = Connection::new(&cfg.thrift2, &cfg);
-        for calls in queue {
-            let skip = progress.sent().failed.is_some();
-            let result = if skip {
-                Ok(())
-            } else {
-                calls
-                    .iter()
-                    .try_for_each(|call| Self::send(&cfg, &mut conn, &stats, call))
-            };
-            {
-                let mut sent = progress.sent();
-                sent.done += 1;
-                if let Err(e) = result {
-                    sent.failed.get_or_insert(e);
-                }
-            }
-            progress.changed.notify_all();
-            let wake = progress
-                .wake
-                .lock()
-                .ok()
-                .and_then(|w| w.as_ref().map(Arc::clone));
-            if let Some(wake) = wake {
-                wake();
-            }
+    fn send_all(&mut self, calls: impl IntoIterator<Item = PlannedCall>) -> super::Result<()> {
+        for call in calls {
+            self.send(&call)?;
         }
-    }
-
-    /// The first failure of the sender, if any.
-    fn failure(&self) -> super::Result<()> {
-        match &self.sender.progress.sent().failed {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
-    }
-
-    /// Queues `calls` for the sender thread (started on first use) and returns their ticket;
-    /// waits while [`QUEUE_DEPTH`] batches are queued. No calls: the ticket of the last batch.
-    fn queue(&mut self, calls: Vec<PlannedCall>) -> super::Result<FlushTicket> {
-        self.failure()?;
-        if calls.is_empty() {
-            return Ok(FlushTicket(self.sender.queued));
-        }
-        let sender = &mut self.sender;
-        let queue = sender.queue.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
-            let (cfg, stats, progress) = (
-                self.cfg.clone(),
-                self.stats.clone(),
-                sender.progress.clone(),
-            );
-            sender.thread = Some(
-                std::thread::Builder::new()
-                    .name("hbase-writer".into())
-                    .spawn(move || Self::sender_loop(cfg, stats, progress, rx))
-                    .expect("spawning the HBase writer's sender thread"),
-            );
-            tx
-        });
-        if queue.send(calls).is_err() {
-            // Only a panic ends the thread while its queue is open.
-            return Err(Error::Protocol {
-                addr: self.cfg.thrift2.clone(),
-                call: "putMultiple",
-                message: "the writer's sender thread stopped".into(),
-            });
-        }
-        sender.queued += 1;
-        Ok(FlushTicket(sender.queued))
-    }
-
-    /// Waits until `ticket` is settled.
-    fn wait(&self, ticket: FlushTicket) -> super::Result<()> {
-        let progress = &self.sender.progress;
-        let mut sent = progress.sent();
-        while sent.done < ticket.0 && sent.failed.is_none() {
-            sent = progress
-                .changed
-                .wait(sent)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        match &sent.failed {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
 impl TableWriter for HbaseWriter {
-    /// Queues `mutations`, handing every group that becomes full to the sender thread.
+    /// Queues `mutations`, sending every group that becomes full before returning.
     ///
     /// # Errors
     /// [`crate::Error::Hbase`], not retriable, for a failure retrying cannot cure (missing table
-    /// or family, illegal argument) or after `retry.max_elapsed`, by this call's sends or an
-    /// earlier one's; the job must stop.
+    /// or family, illegal argument) or after `retry.max_elapsed`; the job must stop.
     fn write(&mut self, mutations: Vec<Mutation>) -> crate::Result<()> {
-        self.failure()?;
         for mutation in mutations {
             let full = match mutation {
                 Mutation::Put { table, row, cells } => self.buffer.push(table, row, cells),
@@ -586,12 +442,10 @@ impl TableWriter for HbaseWriter {
                     self.buffer.push_delete(table, row, ts_ms, families)
                 }
             };
-            if let Some(call) = full {
-                self.queue(vec![call])?;
-            }
+            self.send_all(full)?;
             if self.buffer.over_budget() {
                 let all = self.buffer.drain();
-                self.queue(all)?;
+                self.send_all(all)?;
             }
         }
         Ok(())
@@ -602,29 +456,10 @@ impl TableWriter for HbaseWriter {
     /// # Errors
     /// As [`TableWriter::write`].
     fn flush(&mut self) -> crate::Result<()> {
-        let ticket = self.start_flush()?;
-        self.wait(ticket)?;
-        Ok(())
-    }
-
-    fn start_flush(&mut self) -> crate::Result<FlushTicket> {
         let all = self.buffer.drain();
         tracing::trace!(calls = all.len(), "flush");
-        Ok(self.queue(all)?)
-    }
-
-    fn flushed(&mut self, ticket: FlushTicket) -> crate::Result<bool> {
-        let sent = self.sender.progress.sent();
-        match &sent.failed {
-            Some(e) => Err(e.clone().into()),
-            None => Ok(sent.done >= ticket.0),
-        }
-    }
-
-    fn on_progress(&mut self, wake: Waker) {
-        if let Ok(mut w) = self.sender.progress.wake.lock() {
-            *w = Some(wake);
-        }
+        self.send_all(all)?;
+        Ok(())
     }
 }
 
@@ -635,11 +470,6 @@ impl Drop for HbaseWriter {
                 bytes = self.buffer.total_bytes(),
                 "HBase writer dropped with unflushed mutations; they are lost (call flush first)"
             );
-        }
-        // What was queued is sent before the thread ends: closing the queue ends its loop.
-        self.sender.queue = None;
-        if let Some(thread) = self.sender.thread.take() {
-            let _ = thread.join();
         }
     }
 }

@@ -3,11 +3,10 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use super::metadata::KafkaShared;
 use crate::schema::NARROW_TABLE;
-use crate::table::{FlushTicket, Mutation, TableWriter, Waker};
+use crate::table::{Mutation, TableWriter};
 
 /// Produce-to-durable delays, in milliseconds, with 1 ms buckets up to 10 minutes.
 #[derive(Debug)]
@@ -116,8 +115,6 @@ pub struct TimedWriter {
     arrivals: Arc<Mutex<VecDeque<i64>>>,
     shared: Arc<KafkaShared>,
     unflushed: usize,
-    /// Flushes started and not yet seen complete: ticket, start, narrow rows they cover.
-    in_flight: VecDeque<(FlushTicket, Instant, usize)>,
 }
 
 impl TimedWriter {
@@ -132,32 +129,6 @@ impl TimedWriter {
             arrivals,
             shared,
             unflushed: 0,
-            in_flight: VecDeque::new(),
-        }
-    }
-
-    /// Records the flushes started up to `ticket` as complete now: their call times, and the
-    /// delays of the readings whose narrow rows they made durable (flushes complete in order).
-    fn completed(&mut self, ticket: FlushTicket) {
-        let now = chrono::Utc::now().timestamp_millis();
-        while let Some(&(t, started, rows)) = self.in_flight.front() {
-            if t > ticket {
-                break;
-            }
-            self.in_flight.pop_front();
-            self.shared
-                .flushes
-                .record([started.elapsed().as_millis() as i64]);
-            let produced: Vec<i64> = match self.arrivals.lock() {
-                Ok(mut q) => {
-                    let n = rows.min(q.len());
-                    q.drain(..n).collect()
-                }
-                Err(_) => Vec::new(),
-            };
-            self.shared
-                .delays
-                .record(produced.into_iter().map(|p| now - p));
         }
     }
 }
@@ -166,7 +137,6 @@ impl std::fmt::Debug for TimedWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TimedWriter")
             .field("unflushed", &self.unflushed)
-            .field("in_flight", &self.in_flight.len())
             .finish_non_exhaustive()
     }
 }
@@ -177,7 +147,7 @@ impl TableWriter for TimedWriter {
             .iter()
             .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == NARROW_TABLE))
             .count();
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let written = self.inner.write(mutations);
         self.shared
             .writes
@@ -186,34 +156,24 @@ impl TableWriter for TimedWriter {
     }
 
     fn flush(&mut self) -> sinks::Result<()> {
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         self.inner.flush()?;
-        let last = self.in_flight.back().map_or(FlushTicket(0), |f| f.0);
-        // Waiting covered the flushes in flight too; this one is last.
-        self.in_flight
-            .push_back((last, started, std::mem::take(&mut self.unflushed)));
-        self.completed(last);
+        self.shared
+            .flushes
+            .record([started.elapsed().as_millis() as i64]);
+        let now = chrono::Utc::now().timestamp_millis();
+        let produced: Vec<i64> = match self.arrivals.lock() {
+            Ok(mut q) => {
+                let n = self.unflushed.min(q.len());
+                q.drain(..n).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        self.unflushed = 0;
+        self.shared
+            .delays
+            .record(produced.into_iter().map(|p| now - p));
         Ok(())
-    }
-
-    fn start_flush(&mut self) -> sinks::Result<FlushTicket> {
-        let started = Instant::now();
-        let ticket = self.inner.start_flush()?;
-        self.in_flight
-            .push_back((ticket, started, std::mem::take(&mut self.unflushed)));
-        Ok(ticket)
-    }
-
-    fn flushed(&mut self, ticket: FlushTicket) -> sinks::Result<bool> {
-        let done = self.inner.flushed(ticket)?;
-        if done {
-            self.completed(ticket);
-        }
-        Ok(done)
-    }
-
-    fn on_progress(&mut self, wake: Waker) {
-        self.inner.on_progress(wake);
     }
 }
 
