@@ -105,8 +105,9 @@ pub fn wide_put(
 /// The put of a window pane: its `items`, the hour's readings new since the hour's last pane,
 /// and of the `summary` (the whole hour's, these items included) only the cells the items can
 /// have changed ([`HourSummary::cells_touched_by`]). Every cell of a wide row has one
-/// timestamp, so the row reads exactly as if every summary cell had been rewritten; a live
-/// hour's early firing then writes four cells a reading instead of seven.
+/// timestamp, so the row reads exactly as if every summary cell had been rewritten. When a
+/// device's values vary, a live hour's early firing writes about four cells a reading (the
+/// point, `n`, `sum`, `last`) instead of seven.
 pub fn pane_put(
     device: &str,
     hour_start: i64,
