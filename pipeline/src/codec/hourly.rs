@@ -141,20 +141,7 @@ impl HourSummary {
     /// wide row ([`wide_cell_ts_ms`]): each rewrite has the same timestamp and the latest write
     /// is visible.
     pub fn cells(&self, hour_start: i64) -> Vec<Cell> {
-        let ts_ms = wide_cell_ts_ms(hour_start);
-        let values = [
-            self.n.to_string(),
-            format_value(self.min),
-            format_value(self.max),
-            format_value(self.sum),
-            format_value(self.first),
-            format_value(self.last),
-        ];
-        SUMMARY_QUALIFIERS
-            .iter()
-            .zip(values)
-            .map(|(q, v)| cell(q.as_bytes().to_vec(), ts_ms, v.into_bytes()))
-            .collect()
+        self.cells_where(hour_start, [true; SUMMARY_QUALIFIERS.len()])
     }
 
     /// The cells of [`HourSummary::cells`] that adding the readings `items` to the hour can have
@@ -171,10 +158,26 @@ impl HourSummary {
             has(self.first),
             has(self.last),
         ];
-        self.cells(hour_start)
-            .into_iter()
-            .zip(touched)
-            .filter_map(|(cell, t)| t.then_some(cell))
+        self.cells_where(hour_start, touched)
+    }
+
+    /// The summary cells whose [`SUMMARY_QUALIFIERS`] index `keep` marks; only their values are
+    /// formatted.
+    fn cells_where(&self, hour_start: i64, keep: [bool; SUMMARY_QUALIFIERS.len()]) -> Vec<Cell> {
+        let ts_ms = wide_cell_ts_ms(hour_start);
+        // After `n`, in the order of `SUMMARY_QUALIFIERS`.
+        let floats = [self.min, self.max, self.sum, self.first, self.last];
+        SUMMARY_QUALIFIERS
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| keep[i])
+            .map(|(i, q)| {
+                let value = match i {
+                    0 => self.n.to_string(),
+                    _ => format_value(floats[i - 1]),
+                };
+                cell(q.as_bytes().to_vec(), ts_ms, value.into_bytes())
+            })
             .collect()
     }
 
