@@ -305,6 +305,7 @@ hbase_jvm_args() {
   local heap="$1" logfile="$2"
   printf '%s\n' \
     "-Xms64m" "-Xmx$heap" -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError \
+    "-Xlog:gc:file=$HB/logs/${logfile%.log}-gc.log:uptime,time:filecount=2,filesize=8m" \
     -Djava.net.preferIPv4Stack=true -Djava.awt.headless=true \
     "${HBASE_JDK_OPTS[@]}" \
     "-Dlog4j2.configurationFile=file:$HB/conf/log4j2.properties" \
