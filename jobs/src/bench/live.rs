@@ -2,7 +2,8 @@
 //!
 //! The bench creates a fresh topic, starts `hourglass run --serve` as a child process (the
 //! binary running the bench), publishes readings of `--devices` devices at `--rate` readings/s
-//! stamped with the wall clock, and polls the child's dashboard API for a sample of them: the
+//! stamped with the wall clock (the lines `hourglass generate` writes: values that vary from
+//! reading to reading, about 130 bytes with their extra fields), and polls the child's dashboard API for a sample of them: the
 //! delay from the producer's `send` to the reading being the device's `/api/v1/latest` (the
 //! narrow table) and to its point being in `/api/v1/hour` (the open hour's wide row). With
 //! `--backlog N` it measures a catch-up instead: N readings are published first, then the job
@@ -22,6 +23,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
+use crate::generate::LiveFleet;
 use crate::produce::{create_topic, flush_all, Deliveries};
 
 /// The bench's producer: delivery failures are counted, so that none goes unnoticed.
@@ -30,7 +32,7 @@ type Producer = BaseProducer<Deliveries>;
 /// Arguments of `hourglass bench live`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LiveArgs {
-    /// Devices of the fleet (`dev000000`…); each reports every `devices / rate` seconds.
+    /// Devices of the fleet (`dev00000`…, named as `hourglass generate` names them); each reports every `devices / rate` seconds.
     #[arg(long, default_value_t = 100_000)]
     pub devices: u32,
     /// Readings published per second.
@@ -58,9 +60,14 @@ pub struct LiveArgs {
     /// Timely workers of the job [default: the job's default, one per core].
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Readings per second whose visibility is polled.
-    #[arg(long, default_value_t = 4.0)]
+    /// Readings per second whose narrow row is polled for (`/api/v1/latest`, a one-row read).
+    #[arg(long, default_value_t = 10.0)]
     pub samples_per_sec: f64,
+    /// Of those, readings per second whose wide cell is polled for too (`/api/v1/hour`, a read
+    /// of the whole hour's row, about 85 times a sample: each adds load to the job and the
+    /// store that a dashboard would not).
+    #[arg(long, default_value_t = 4.0)]
+    pub wide_samples_per_sec: f64,
     /// The producer's `linger.ms` (as `hourglass produce`: 5).
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
@@ -85,6 +92,8 @@ pub struct LiveArgs {
 /// How often a sampled reading's narrow row, and its wide cell, are looked for.
 const NARROW_POLL: Duration = Duration::from_millis(20);
 const WIDE_POLL: Duration = Duration::from_millis(100);
+/// Rooms the fleet's devices are spread over.
+const ROOMS: u32 = 500;
 /// A sample not visible after this long is counted as missing.
 const GIVE_UP: Duration = Duration::from_secs(60);
 
@@ -145,18 +154,6 @@ fn get_json(addr: &str, path: &str) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(body)?)
 }
 
-fn device(i: u32) -> String {
-    format!("dev{i:06}")
-}
-
-fn reading(dev: &str, i: u32, ts: i64) -> String {
-    format!(
-        r#"{{"device":"{dev}","ts":{ts},"temp":{}.5,"room":"room{:03}"}}"#,
-        20 + i % 10,
-        i % 500
-    )
-}
-
 /// A reading whose visibility is polled.
 #[derive(Debug, Clone)]
 struct Sample {
@@ -165,24 +162,35 @@ struct Sample {
     produced_ms: i64,
 }
 
-fn send(producer: &Producer, topic: &str, key: &str, payload: &str, at_ms: i64) -> Result<()> {
-    let mut record = Some(
-        BaseRecord::to(topic)
-            .key(key)
-            .payload(payload)
-            .timestamp(at_ms),
-    );
-    while let Some(r) = record.take() {
-        match producer.send(r) {
-            Ok(()) => {}
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                producer.poll(Duration::from_millis(5));
-                record = Some(r);
+/// Publishes the fleet's readings to the bench's topic.
+struct Publisher<'a> {
+    producer: &'a Producer,
+    topic: &'a str,
+    fleet: LiveFleet,
+}
+
+impl Publisher<'_> {
+    /// Publishes device `id`'s reading at `ts`, stamped `at_ms`; returns the device's name.
+    fn send(&mut self, id: u32, ts: i64, at_ms: i64) -> Result<String> {
+        let device = self.fleet.device_name(id);
+        let mut record = Some(
+            BaseRecord::to(self.topic)
+                .key(&device)
+                .payload(self.fleet.line(id, ts))
+                .timestamp(at_ms),
+        );
+        while let Some(r) = record.take() {
+            match self.producer.send(r) {
+                Ok(()) => {}
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    self.producer.poll(Duration::from_millis(5));
+                    record = Some(r);
+                }
+                Err((e, _)) => bail!("publishing to {}: {e}", self.topic),
             }
-            Err((e, _)) => bail!("publishing to {topic}: {e}"),
         }
+        Ok(device)
     }
-    Ok(())
 }
 
 /// How long a sample waits before its next poll: `every`, or a fiftieth of its age once that is
@@ -387,10 +395,17 @@ pub fn run(args: &LiveArgs) -> Result<()> {
     let producer: Producer = kafka
         .create_with_context(Deliveries::default())
         .context("creating the Kafka producer")?;
+    // The readings of `hourglass generate`'s fleet; its start is a day back, before any
+    // backlog's first reading.
+    let mut publisher = Publisher {
+        producer: &producer,
+        topic: &topic,
+        fleet: LiveFleet::new(args.devices, ROOMS, now_ms().div_euclid(1000) - 86_400)?,
+    };
 
     let result = match args.backlog {
-        Some(n) => catch_up(args, &dir, &config, &topic, &producer, n)?,
-        None => live(args, &dir, &config, &topic, &producer, duration, warmup)?,
+        Some(n) => catch_up(args, &dir, &config, &mut publisher, n)?,
+        None => live(args, &dir, &config, &mut publisher, duration, warmup)?,
     };
     if args.format == "json" {
         println!("{}", serde_json::to_string_pretty(&result)?);
@@ -404,8 +419,7 @@ fn live(
     args: &LiveArgs,
     dir: &Path,
     config: &Path,
-    topic: &str,
-    producer: &Producer,
+    publisher: &mut Publisher<'_>,
     duration: Duration,
     warmup: Duration,
 ) -> Result<serde_json::Value> {
@@ -445,11 +459,14 @@ fn live(
     };
 
     let sample_every = (args.rate / args.samples_per_sec.max(0.001)).max(1.0) as u64;
+    // Every wide sample is a narrow one too.
+    let wide_every = ((args.rate / args.wide_samples_per_sec.max(0.001)).max(1.0) as u64)
+        .next_multiple_of(sample_every);
     let start = Instant::now();
     let end = start + warmup + duration;
     let sampled_from = start + warmup;
     let mut n: u64 = 0;
-    let (mut sampled_sent, mut late_sends) = (0u64, 0u64);
+    let (mut sampled_sent, mut wide_sent, mut late_sends) = (0u64, 0u64, 0u64);
     let sent_in_window = AtomicU64::new(0);
     while Instant::now() < end {
         let due = start + Duration::from_secs_f64(n as f64 / args.rate);
@@ -459,7 +476,7 @@ fn live(
             // last part of a millisecond, and the records are due every 100 µs, so the loop
             // took a core (70 CPU s in a 100 s run) that the job and the store needed. Records
             // falling due during the millisecond go out together.
-            producer.poll(Duration::ZERO);
+            publisher.producer.poll(Duration::ZERO);
             std::thread::sleep((due - now).max(Duration::from_millis(1)));
             continue;
         }
@@ -467,10 +484,9 @@ fn live(
             late_sends += 1;
         }
         let i = (n % u64::from(args.devices)) as u32;
-        let dev = device(i);
         let at = now_ms();
         let ts = at.div_euclid(1000);
-        send(producer, topic, &dev, &reading(&dev, i, ts), at)?;
+        let dev = publisher.send(i, ts, at)?;
         if now >= sampled_from {
             sent_in_window.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(sample_every) {
@@ -480,13 +496,16 @@ fn live(
                     ts,
                     produced_ms: at,
                 };
-                let _ = narrow_tx.send(s.clone());
-                let _ = wide_tx.send(s);
+                if n.is_multiple_of(wide_every) {
+                    wide_sent += 1;
+                    let _ = wide_tx.send(s.clone());
+                }
+                let _ = narrow_tx.send(s);
             }
         }
         n += 1;
         if n.is_multiple_of(256) {
-            producer.poll(Duration::ZERO);
+            publisher.producer.poll(Duration::ZERO);
         }
         if n.is_multiple_of(8192) {
             if let Some(status) = job.child.try_wait()? {
@@ -500,7 +519,7 @@ fn live(
     let publish_s = start.elapsed().as_secs_f64();
     // A record the brokers did not take would be a sample never seen, or a reading the job
     // is blamed for not reading: fail instead.
-    flush_all(producer, n, "readings", topic)?;
+    flush_all(publisher.producer, n, "readings", publisher.topic)?;
     stop.store(true, Ordering::Relaxed);
     drop((narrow_tx, wide_tx));
     let (narrow_ms, narrow_missing, narrow_errors) = narrow
@@ -519,7 +538,7 @@ fn live(
         "bench": "live",
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "store": args.hbase.clone().unwrap_or_else(|| "embedded".into()),
-        "topic": topic,
+        "topic": publisher.topic,
         "partitions": args.partitions,
         "devices": args.devices,
         "rate": args.rate,
@@ -528,6 +547,7 @@ fn live(
         "published_per_s_sampled_window": sent_in_window.load(Ordering::Relaxed) as f64 / window_s,
         "sends_behind_100ms": late_sends,
         "samples": sampled_sent,
+        "wide_samples": wide_sent,
         "narrow": distribution(narrow_ms),
         "narrow_missing": narrow_missing,
         "narrow_poll_ms": NARROW_POLL.as_millis() as u64,
@@ -550,8 +570,7 @@ fn catch_up(
     args: &LiveArgs,
     dir: &Path,
     config: &Path,
-    topic: &str,
-    producer: &Producer,
+    publisher: &mut Publisher<'_>,
     backlog: u64,
 ) -> Result<serde_json::Value> {
     // The fleet's last `backlog / rate` seconds, in order.
@@ -560,20 +579,13 @@ fn catch_up(
     let started = Instant::now();
     for n in 0..backlog {
         let i = (n % u64::from(args.devices)) as u32;
-        let dev = device(i);
         let at = now - span_ms + (n as f64 * 1000.0 / args.rate) as i64;
-        send(
-            producer,
-            topic,
-            &dev,
-            &reading(&dev, i, at.div_euclid(1000)),
-            at,
-        )?;
+        publisher.send(i, at.div_euclid(1000), at)?;
         if n.is_multiple_of(1024) {
-            producer.poll(Duration::ZERO);
+            publisher.producer.poll(Duration::ZERO);
         }
     }
-    flush_all(producer, backlog, "readings", topic)?;
+    flush_all(publisher.producer, backlog, "readings", publisher.topic)?;
     let publish_s = started.elapsed().as_secs_f64();
     let load_before = load_average();
     let job_started = Instant::now();
@@ -600,7 +612,7 @@ fn catch_up(
         "bench": "catch-up",
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "store": args.hbase.clone().unwrap_or_else(|| "embedded".into()),
-        "topic": topic,
+        "topic": publisher.topic,
         "partitions": args.partitions,
         "devices": args.devices,
         "backlog": backlog,
@@ -628,11 +640,12 @@ fn print_text(r: &serde_json::Value) {
     );
     if r["bench"] == "live" {
         println!(
-            "published {} readings at {:.0}/s (asked {}), sampled {}",
+            "published {} readings at {:.0}/s (asked {}), sampled {} (wide cells: {})",
             r["published"],
             r["published_per_s_sampled_window"].as_f64().unwrap_or(0.0),
             r["rate"],
-            r["samples"]
+            r["samples"],
+            r["wide_samples"]
         );
         dist("produce → narrow row", &r["narrow"]);
         dist("produce → open-hour cell", &r["wide"]);

@@ -104,6 +104,18 @@ pub(super) struct Pending {
     pub(super) flaw: Option<Flaw>,
 }
 
+impl Pending {
+    /// `sample` as a well-formed line, due at once.
+    pub(super) fn well_formed(sample: Sample) -> Self {
+        Pending {
+            due: 0,
+            order: 0,
+            sample,
+            flaw: None,
+        }
+    }
+}
+
 /// Decides when each line is delivered, and holds it until then.
 #[derive(Debug)]
 struct Delivery<'a> {

@@ -4,6 +4,7 @@ mod delivery;
 mod faults;
 mod fleet;
 mod format;
+mod live;
 mod output;
 mod plan;
 #[cfg(test)]
@@ -15,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
+pub use live::LiveFleet;
 use output::{write_file, OUT_BUFFER};
 use plan::Plan;
 
