@@ -538,7 +538,7 @@ targets() {
 }
 
 print_logs_hint() {
-  say "logs: $HB/logs/{master,thrift1,thrift2}.log  $KF/logs/server.log  (scripts/services.sh logs)"
+  say "logs: $HB/logs/{master,thrift1,thrift2}.log (GC: *-gc.log)  $KF/logs/server.log  (scripts/services.sh logs)"
 }
 
 has() { [[ " $1 " == *" $2 "* ]]; }
