@@ -3,11 +3,11 @@
 //! The bench creates a fresh topic, starts `hourglass run --serve` as a child process (the
 //! binary running the bench), publishes readings of `--devices` devices at `--rate` readings/s
 //! stamped with the wall clock (the lines `hourglass generate` writes: values that vary from
-//! reading to reading, about 130 bytes with their extra fields), and polls the child's dashboard API for a sample of them: the
-//! delay from the producer's `send` to the reading being the device's `/api/v1/latest` (the
-//! narrow table) and to its point being in `/api/v1/hour` (the open hour's wide row). With
-//! `--backlog N` it measures a catch-up instead: N readings are published first, then the job
-//! consumes them as fast as it goes.
+//! reading to reading, about 130 bytes with their extra fields), and polls the child's dashboard
+//! API for a sample of them: the delay from the producer's `send` to the reading being the
+//! device's `/api/v1/latest` (the narrow table) and to its point being in `/api/v1/hour` (the
+//! open hour's wide row). With `--backlog N` it measures a catch-up instead: N readings are
+//! published first, then the job consumes them as fast as it goes.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -32,7 +32,8 @@ type Producer = BaseProducer<Deliveries>;
 /// Arguments of `hourglass bench live`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LiveArgs {
-    /// Devices of the fleet (`dev00000`…, named as `hourglass generate` names them); each reports every `devices / rate` seconds.
+    /// Devices of the fleet (`dev00000`…, named as `hourglass generate` names them); each
+    /// reports every `devices / rate` seconds.
     #[arg(long, default_value_t = 100_000)]
     pub devices: u32,
     /// Readings published per second.
