@@ -423,7 +423,7 @@ fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
 }
 
 /// Sends `record`, waiting while the producer's queue is full.
-fn send(
+pub(crate) fn send(
     producer: &BaseProducer<Deliveries>,
     record: BaseRecord<'_, [u8], [u8]>,
     topic: &str,

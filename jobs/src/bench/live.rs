@@ -20,11 +20,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
 use crate::generate::LiveFleet;
-use crate::produce::{create_topic, flush_all, Deliveries};
+use crate::produce::{self, create_topic, flush_all, Deliveries};
 
 /// The bench's producer: delivery failures are counted, so that none goes unnoticed.
 type Producer = BaseProducer<Deliveries>;
@@ -174,22 +173,11 @@ impl Publisher<'_> {
     /// Publishes device `id`'s reading at `ts`, stamped `at_ms`; returns the device's name.
     fn send(&mut self, id: u32, ts: i64, at_ms: i64) -> Result<String> {
         let device = self.fleet.device_name(id);
-        let mut record = Some(
-            BaseRecord::to(self.topic)
-                .key(&device)
-                .payload(self.fleet.line(id, ts))
-                .timestamp(at_ms),
-        );
-        while let Some(r) = record.take() {
-            match self.producer.send(r) {
-                Ok(()) => {}
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    self.producer.poll(Duration::from_millis(5));
-                    record = Some(r);
-                }
-                Err((e, _)) => bail!("publishing to {}: {e}", self.topic),
-            }
-        }
+        let record = BaseRecord::to(self.topic)
+            .key(device.as_bytes())
+            .payload(self.fleet.line(id, ts))
+            .timestamp(at_ms);
+        produce::send(self.producer, record, self.topic)?;
         Ok(device)
     }
 }
