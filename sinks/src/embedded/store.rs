@@ -24,6 +24,16 @@ const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 /// L0 tables that start a compaction into L1 (fjall's default: 4).
 const L0_COMPACTION_TRIGGER: u8 = 8;
 
+/// Threads of fjall's flush and compaction pool (fjall's default: one per core, up to 4).
+///
+/// With two or more, fjall 3.1's first worker hands every compaction request back to the queue
+/// to stay free for flushes, and takes it again at once: while another worker compacts, it spins
+/// on the queue. In a replay of 100,000 devices × 10 min on 2 cores that spin was a third of the
+/// process's CPU samples (`worker_tick` and flume's send and receive); with one worker the replay
+/// took 47–50 CPU s instead of 73–76, and ran 1.4× as fast (docs/BENCHMARKS.md, "Where a
+/// replay's time goes"). One worker also leaves the pipeline's own threads the other core.
+const FJALL_WORKER_THREADS: usize = 1;
+
 /// Options of a table's keyspace, stored with it when it is created.
 ///
 /// Writers spend most of their time inserting into the memtable's skiplist, whose searches get
@@ -244,6 +254,7 @@ impl EmbeddedStore {
             .collect();
         let clock = now_ms.clone();
         let db = Database::builder(fjall_dir)
+            .worker_threads(FJALL_WORKER_THREADS)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
                 let (name, families) = assigned.iter().find(|(name, _)| *name == keyspace)?;
                 if families.iter().all(|(_, ttl)| ttl.is_none()) {
