@@ -412,7 +412,11 @@ fn live(
     duration: Duration,
     warmup: Duration,
 ) -> Result<serde_json::Value> {
-    let mut job = start_job(dir, config, "5s")?;
+    // The job must outlive the pollers: a wide cell published last shows up to `early_fire_secs`
+    // later, and a job that exits 5 s after its last record (as the catch-up's does) left such
+    // samples missing. It idles out only if the bench dies; the bench stops it with SIGTERM.
+    let idle_exit = format!("{}s", GIVE_UP.as_secs() + 30);
+    let mut job = start_job(dir, config, &idle_exit)?;
     let addr = job
         .addr
         .recv_timeout(Duration::from_secs(120))
@@ -518,8 +522,16 @@ fn live(
         .join()
         .map_err(|_| anyhow::anyhow!("wide poller panicked"))?;
     let _ = load_thread.join();
-    // Still running: it exits once idle for `--exit-on-idle`.
     let job_cpu = cpu_secs(job.child.id());
+    // Every sample is seen or given up: stop the job as an operator would. On SIGTERM it writes
+    // what its windows hold, flushes, commits and writes its stats.
+    let term = Command::new("kill")
+        .args(["-TERM", &job.child.id().to_string()])
+        .status()
+        .context("running kill -TERM on the job")?;
+    if !term.success() {
+        bail!("kill -TERM {} failed ({term})", job.child.id());
+    }
     let stats = finish_job(job, dir)?;
     let loads = loads.lock().map(|v| v.clone()).unwrap_or_default();
     let window_s = duration.as_secs_f64();
