@@ -21,6 +21,13 @@
 # after; then per size the medians, the ratio hourglass ÷ Flink of readings/s and of CPU
 # seconds, and both systems' counts (a mismatch is a bug in one of them).
 set -euo pipefail
+# Knobs are environment variables; an argument is a mistake, not a reason to start (this
+# script's runs take minutes, and the Java one empties HBase tables).
+case "${1:-}" in
+  "") ;;
+  -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+  *) echo "$0 takes no arguments (knobs are environment variables: see $0 --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../.."
 root=$PWD
 ROUNDS=${ROUNDS:-2}

@@ -33,6 +33,13 @@
 # hourglass ÷ Java of readings/s and of HBase CPU seconds per million readings, and whether
 # every run left the same tables (a difference is a bug in one writer).
 set -euo pipefail
+# Knobs are environment variables; an argument is a mistake, not a reason to start (this
+# script's runs take minutes, and the Java one empties HBase tables).
+case "${1:-}" in
+  "") ;;
+  -h | --help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+  *) echo "$0 takes no arguments (knobs are environment variables: see $0 --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../.."
 root=$PWD
 ROUNDS=${ROUNDS:-2}
