@@ -350,7 +350,7 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
 
     /// Emits queued items, one pane per key of a firing with its items ascending by time
     /// (arrival order among equal times), until their count reaches `fuel` or none is left;
-    /// returns how many it emitted. A pane's summary is its key's when it goes out, so it
+    /// returns how many it emitted, which is more than `fuel` when the last pane crossed it. A pane's summary is its key's when it goes out, so it
     /// covers every item accepted by then: a late item's pane, emitted at once, may go out
     /// before its key's on-time pane, and the later write must not undo it.
     fn emit(
@@ -516,7 +516,10 @@ where
                         if fuel == 0 {
                             break;
                         }
-                        fuel -= slot.emit(start, fuel, |p| session.give(WindowOutput::Pane(p)));
+                        // A key's pane goes out whole, so a slot may emit past the fuel.
+                        let emitted =
+                            slot.emit(start, fuel, |p| session.give(WindowOutput::Pane(p)));
+                        fuel = fuel.saturating_sub(emitted);
                     }
                 }
                 let emitting = slots.values().any(|slot| !slot.emitting.is_empty());
@@ -754,8 +757,9 @@ mod tests {
 
     #[test]
     fn a_large_firing_goes_out_over_activations_and_summaries_count_late_items() {
-        // Keys `k…` and then `z`, one item each in the first hour; `z`'s pane is the last.
-        let keys = 2 * EMIT_FUEL + 10;
+        // Keys `k…` with three items each, so that panes cross the fuel (65,536 is no multiple
+        // of 3), and then `z` with one; all in the first hour, and `z`'s pane is the last.
+        let keys = 2 * EMIT_FUEL / 3 + 10;
         let (per_step, panes) = timely::execute_directly(move |worker| {
             let mut input = InputHandle::new();
             let captured = worker.dataflow(|scope| {
@@ -764,6 +768,7 @@ mod tests {
                     .tumbling_window::<Count>(spec(None, None), || 0)
                     .capture()
             });
+            // Takes what was emitted into `panes`; returns how many items it had.
             let drain = |panes: &mut Vec<Pane<String, f64, u64>>| {
                 let before = panes.len();
                 for event in captured.try_iter() {
@@ -774,11 +779,13 @@ mod tests {
                         }));
                     }
                 }
-                panes.len() - before
+                panes[before..].iter().map(|p| p.items.len()).sum::<usize>()
             };
             let mut panes = Vec::new();
-            for i in 0..keys {
-                input.send((format!("k{i:06}"), 10, 1.0));
+            for ts in [10, 11, 12] {
+                for i in 0..keys {
+                    input.send((format!("k{i:06}"), ts, 1.0));
+                }
             }
             input.send(("z".to_string(), 10, 1.0));
             input.flush();
@@ -803,7 +810,9 @@ mod tests {
             per_step.push(drain(&mut panes));
             (per_step, panes)
         });
-        assert!(per_step.iter().all(|&n| n <= EMIT_FUEL + 1), "{per_step:?}");
+        // An activation stops at the first pane that reaches the fuel (2 items past it at most),
+        // besides the late item it emits at once.
+        assert!(per_step.iter().all(|&n| n <= EMIT_FUEL + 3), "{per_step:?}");
         assert!(
             per_step.iter().filter(|&&n| n > 0).count() >= 3,
             "{per_step:?}"
@@ -824,6 +833,6 @@ mod tests {
         assert!(panes
             .iter()
             .filter(|p| p.key != "z")
-            .all(|p| p.summary == 1 && p.items.len() == 1));
+            .all(|p| p.summary == 3 && p.items == vec![(10, 1.0), (11, 1.0), (12, 1.0)]));
     }
 }
