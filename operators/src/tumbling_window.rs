@@ -22,9 +22,11 @@ pub struct WindowSpec {
     /// Only windows near the wall clock get them ([`WindowSpec::is_live`]): a replay racing
     /// through past windows emits each once, when the watermark passes it.
     pub early_fire: Option<Duration>,
-    /// Most items a worker holds not yet emitted, over all its windows (`None`: no bound). When
-    /// an input batch takes it past this, every window not yet fired on time emits its held
-    /// items at once ([`Firing::Early`]), so memory is bounded whatever the firing rule.
+    /// Most items a worker holds not yet fired, over all its windows (`None`: no bound). When
+    /// an input batch takes it past this, every window not yet fired on time fires its held
+    /// items at once ([`Firing::Early`]), so memory is bounded whatever the firing rule. Fired
+    /// items wait in an emission queue that drains [`EMIT_FUEL`] an activation, at least as
+    /// fast as items arrive, so a worker holds at most about twice this many.
     pub max_pending: Option<usize>,
 }
 
@@ -350,9 +352,10 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
 
     /// Emits queued items, one pane per key of a firing with its items ascending by time
     /// (arrival order among equal times), until their count reaches `fuel` or none is left;
-    /// returns how many it emitted, which is more than `fuel` when the last pane crossed it. A pane's summary is its key's when it goes out, so it
-    /// covers every item accepted by then: a late item's pane, emitted at once, may go out
-    /// before its key's on-time pane, and the later write must not undo it.
+    /// returns how many it emitted, which is more than `fuel` when the last pane crossed it.
+    /// A pane's summary is its key's when it goes out, so it covers every item accepted by
+    /// then: a late item's pane, emitted at once, may go out before its key's on-time pane, and
+    /// the later write must not undo it.
     fn emit(
         &mut self,
         start: u64,

@@ -268,9 +268,10 @@ pub struct WindowConfig {
     /// once; `run` fires every open hour (`GraphConfig::early_fire_past_hours`).
     #[serde(default = "default_early_fire")]
     pub early_fire_secs: u64,
-    /// Readings a window worker holds not yet written, over all its open hours, before it
-    /// writes them at once as an early firing; 0: no bound (default
-    /// [`DEFAULT_MAX_PENDING_ITEMS`]). A held reading takes 16 bytes.
+    /// Readings a window worker holds not yet fired, over all its open hours, before it fires
+    /// them at once as an early firing; 0: no bound (default [`DEFAULT_MAX_PENDING_ITEMS`]). A
+    /// held reading takes 16 bytes; fired ones wait, as many again at most, until the window has
+    /// emitted them ([`operators::tumbling_window::EMIT_FUEL`] an activation).
     #[serde(default = "default_max_pending")]
     pub max_pending_items: u64,
     /// A reading more than this far ahead of the wall clock (`run`; in `replay`, of the
