@@ -326,13 +326,10 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
     /// and returns how many there are. The held buffers are freed, not kept for reuse: memory
     /// follows what is held now, not the largest burst so far.
     fn fire(&mut self, firing: Firing, groups: &[bool; EARLY_GROUPS]) -> usize {
-        let chosen = || self.pending.iter().zip(groups).filter(|(_, &on)| on);
-        let Some(since) = chosen().filter_map(|(held, _)| held.since).min() else {
-            return 0;
-        };
         let mut pending = Vec::new();
+        let mut since = None;
         for (held, _) in self.pending.iter_mut().zip(groups).filter(|(_, &on)| on) {
-            held.since = None;
+            since = since.into_iter().chain(held.since.take()).min();
             if pending.is_empty() {
                 pending = std::mem::take(&mut held.items);
             } else {
@@ -340,6 +337,10 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
                 held.items = Vec::new();
             }
         }
+        // A group holds items exactly when it has a `since`.
+        let Some(since) = since else {
+            return 0;
+        };
         let queued = pending.len();
         pending.sort_by_key(|&(k, offset, _)| (k, offset));
         self.emitting.push_back(Emission {
