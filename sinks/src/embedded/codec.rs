@@ -92,6 +92,10 @@ pub(crate) fn encode_value(buf: &mut Vec<u8>, ts_ms: i64, value: &[u8]) {
     buf.extend_from_slice(value);
 }
 
+/// The timestamp of a cell a compaction found expired in a generation other than the oldest: it
+/// is kept there only to hide older writes of its key, and is expired under any TTL and clock.
+pub(crate) const EXPIRED: i64 = i64::MIN;
+
 /// Splits a stored value into `(timestamp, value)`; `None` if it is too short to be ours.
 pub(crate) fn decode_value(stored: &[u8]) -> Option<(i64, &[u8])> {
     let (ts, value) = stored.split_first_chunk::<TS_LEN>()?;

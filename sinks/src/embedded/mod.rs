@@ -1,6 +1,7 @@
 //! The embedded store: HBase's table model (rows, families, qualifiers, timestamps, TTLs) on fjall.
 
 mod codec;
+mod generations;
 mod journal;
 mod prepare;
 mod store;
@@ -10,6 +11,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use generations::GENERATION_BYTES;
 pub use journal::JournalDamage;
 pub(crate) use store::system_now_ms;
 pub use store::{EmbeddedStore, OpenMode};

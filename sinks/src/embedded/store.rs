@@ -1,6 +1,7 @@
 //! The store handle: opening, reads, TTL purges and durability.
 
 use super::codec;
+use super::generations::{self, Merged, GENERATION_BYTES};
 use super::journal::JournalDamage;
 use super::prepare::prepare;
 use super::ttl::{FamilyTtls, TtlFilterFactory};
@@ -9,10 +10,11 @@ use super::StoreError;
 use crate::schema::TableSpec;
 use crate::table::{Cell, Column, Row, ScanSpec, TableReader};
 use crate::{Error, Result};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The clock TTLs are measured against: milliseconds since the epoch.
@@ -51,15 +53,68 @@ fn table_options() -> KeyspaceCreateOptions {
 /// Removals committed per fjall batch by [`EmbeddedStore::purge_expired`].
 const PURGE_BATCH: usize = 4096;
 
-/// One table: its keyspace and its families' TTLs.
+/// One table: its generations and its families' TTLs.
 pub(crate) struct Table {
     pub(crate) name: &'static str,
-    pub(crate) keyspace: Keyspace,
+    /// The table's generations, oldest first (see [`generations`]); writes go to the last.
+    generations: RwLock<Vec<Keyspace>>,
     /// `(family name, TTL in ms)`, as given by the table spec.
     pub(crate) families: FamilyTtls,
 }
 
 impl Table {
+    /// Every generation, oldest first.
+    pub(crate) fn generations(&self) -> Vec<Keyspace> {
+        self.generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The generation writes go to.
+    pub(crate) fn newest(&self) -> Keyspace {
+        let generations = self
+            .generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        // A table is opened with at least generation 0, and generations are never removed.
+        generations[generations.len() - 1].clone()
+    }
+
+    /// The stored cell under `key`: the newest generation's that holds one.
+    pub(crate) fn get_cell(&self, key: &[u8]) -> fjall::Result<Option<fjall::Slice>> {
+        for generation in self.generations().iter().rev() {
+            if let Some(stored) = generation.get(key)? {
+                return Ok(Some(stored));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The visible stored cells whose keys start with `prefix`, in key order.
+    pub(crate) fn prefix(&self, prefix: &[u8]) -> Merged {
+        Merged::new(
+            self.generations()
+                .iter()
+                .map(|g| g.prefix(prefix))
+                .collect(),
+        )
+    }
+
+    /// The visible stored cells with keys from `start` on (to `stop`, excluded, unless empty),
+    /// in key order.
+    pub(crate) fn range(&self, start: &[u8], stop: &[u8]) -> Merged {
+        let generations = self.generations();
+        let iters = generations.iter().map(|g| {
+            if stop.is_empty() {
+                g.range(start..)
+            } else {
+                g.range(start..stop)
+            }
+        });
+        Merged::new(iters.collect())
+    }
+
     /// The family's name and TTL, if the table has this family.
     pub(crate) fn family(&self, name: &[u8]) -> Option<(&'static str, Option<i64>)> {
         self.families
@@ -77,6 +132,8 @@ pub(crate) struct Inner {
     pub(crate) db: Database,
     pub(crate) dir: PathBuf,
     pub(crate) tables: Vec<Table>,
+    /// Disk bytes at which a table's newest generation is closed ([`GENERATION_BYTES`]).
+    generation_bytes: AtomicU64,
     pub(crate) now_ms: Clock,
     /// What opening dropped from the journals.
     pub(crate) dropped: Vec<JournalDamage>,
@@ -127,12 +184,46 @@ impl Inner {
     pub(crate) fn fjall_error(&self, doing: &'static str, source: fjall::Error) -> Error {
         StoreError::from_fjall(&self.dir, doing, source).into()
     }
+
+    /// Starts a new generation of table `index` if its newest holds more than the generation
+    /// size on disk. Writers call it after they write; one of them starts the generation.
+    pub(crate) fn close_full_generation(&self, index: usize) -> Result<()> {
+        let table = &self.tables[index];
+        let limit = self.generation_bytes.load(Ordering::Relaxed);
+        if table.newest().disk_space() <= limit {
+            return Ok(());
+        }
+        let mut generations = table
+            .generations
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let closed = &generations[generations.len() - 1];
+        let bytes = closed.disk_space();
+        // Another writer may have started one since the check above.
+        if bytes <= limit {
+            return Ok(());
+        }
+        let n = generations.len();
+        let keyspace = self
+            .db
+            .keyspace(&generations::keyspace_name(table.name, n), table_options)
+            .map_err(|e| self.fjall_error("start a generation", e))?;
+        generations.push(keyspace);
+        tracing::info!(
+            table = table.name,
+            generation = n,
+            closed_bytes = bytes,
+            "embedded store started a new generation"
+        );
+        Ok(())
+    }
 }
 
-/// HBase's table model on fjall, in one directory: one keyspace per table, one version per cell.
+/// HBase's table model on fjall, in one directory: a table is one or more keyspaces, its
+/// generations (see `generations.rs`), and keeps one version per cell.
 ///
 /// A cell is `table → row → family:qualifier → (timestamp, value)`; scans return rows in HBase
-/// order (byte order of row keys, then family, then qualifier). Cells older than their family's
+/// order (byte order of row keys, then family, then qualifier), merged over the generations. Cells older than their family's
 /// TTL are invisible at once and physically dropped by compactions (a fjall compaction filter)
 /// and by [`EmbeddedStore::purge_expired`].
 ///
@@ -166,11 +257,21 @@ pub(crate) fn system_now_ms() -> i64 {
 fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
     let mut out = Vec::with_capacity(tables.len());
     for (i, spec) in tables.iter().enumerate() {
-        // fjall panics on keyspace names it does not accept, so refuse them here.
-        if spec.name.is_empty() || spec.name.len() > usize::from(u8::MAX) {
+        // fjall panics on keyspace names it does not accept (over 255 bytes), so refuse names
+        // whose generations' keyspace names would be.
+        if spec.name.is_empty() || spec.name.len() > generations::MAX_TABLE_NAME {
             return Err(Error::Invalid(format!(
-                "table name {:?} must be 1 to 255 bytes long",
-                spec.name
+                "table name {:?} must be 1 to {} bytes long",
+                spec.name,
+                generations::MAX_TABLE_NAME
+            )));
+        }
+        if spec.name.contains(generations::MARK) {
+            return Err(Error::Invalid(format!(
+                "table name {:?} contains {:?}, which the embedded store uses to name a table's \
+                 generations (HBase does not allow it in table names either)",
+                spec.name,
+                generations::MARK
             )));
         }
         if tables[..i].iter().any(|t| t.name == spec.name) {
@@ -216,8 +317,9 @@ impl EmbeddedStore {
     /// clock TTLs are measured against, for reads, purges and compactions alike.
     ///
     /// # Errors
-    /// `Error::Invalid` if a table name is empty, longer than 255 bytes or listed twice, if a
-    /// family name is empty or contains `0x00`, or if a family asks for more than one version.
+    /// `Error::Invalid` if a table name is empty, longer than 244 bytes, holds `#` or is listed
+    /// twice, if a family name is empty or contains `0x00`, or if a family asks for more than one
+    /// version.
     /// `Error::Embedded` if fjall cannot open the directory: it is locked by another
     /// process (or already open in this one), unreadable, or written by an incompatible fjall.
     pub fn open_with_clock(
@@ -256,23 +358,39 @@ impl EmbeddedStore {
         let db = Database::builder(fjall_dir)
             .worker_threads(FJALL_WORKER_THREADS)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
-                let (name, families) = assigned.iter().find(|(name, _)| *name == keyspace)?;
+                let (table, generation) = generations::parse_keyspace_name(keyspace)?;
+                let (name, families) = assigned.iter().find(|(name, _)| *name == table)?;
                 if families.iter().all(|(_, ttl)| ttl.is_none()) {
                     return None;
                 }
-                let factory = TtlFilterFactory::new(name, families.clone(), clock.clone());
+                let factory =
+                    TtlFilterFactory::new(name, generation, families.clone(), clock.clone());
                 Some(Arc::new(factory) as Arc<dyn fjall::compaction::filter::Factory>)
             }))
             .open()
             .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
+        let existing = db.list_keyspace_names();
         let mut handles = Vec::with_capacity(tables.len());
         for (spec, families) in tables.iter().zip(ttls) {
-            let keyspace = db
-                .keyspace(spec.name, table_options)
-                .map_err(|e| StoreError::from_fjall(dir, "open table", e))?;
+            // Generation 0 always, created with the table; then every later one the store holds.
+            let mut numbers: Vec<usize> = existing
+                .iter()
+                .filter_map(|name| generations::parse_keyspace_name(name))
+                .filter(|&(table, n)| table == spec.name && n > 0)
+                .map(|(_, n)| n)
+                .collect();
+            numbers.sort_unstable();
+            numbers.insert(0, 0);
+            let mut opened = Vec::with_capacity(numbers.len());
+            for n in numbers {
+                let keyspace = db
+                    .keyspace(&generations::keyspace_name(spec.name, n), table_options)
+                    .map_err(|e| StoreError::from_fjall(dir, "open table", e))?;
+                opened.push(keyspace);
+            }
             handles.push(Table {
                 name: spec.name,
-                keyspace,
+                generations: RwLock::new(opened),
                 families,
             });
         }
@@ -281,6 +399,7 @@ impl EmbeddedStore {
                 db,
                 dir: dir.to_path_buf(),
                 tables: handles,
+                generation_bytes: AtomicU64::new(GENERATION_BYTES),
                 now_ms,
                 dropped,
                 _snapshot: snapshot,
@@ -315,10 +434,11 @@ impl EmbeddedStore {
         let mut purged = 0u64;
         for table in inner.tables.iter().filter(|t| t.has_ttl()) {
             let mut batch = inner.db.batch();
-            for guard in table.keyspace.iter() {
-                let (key, value) = guard
-                    .into_inner()
-                    .map_err(|e| inner.fjall_error("purge expired cells", e))?;
+            let generations = table.generations();
+            // The visible cells: an expired one is removed from every generation, so that no
+            // older write of its key shows in its place.
+            for item in table.range(&[], &[]) {
+                let (key, value) = item.map_err(|e| inner.fjall_error("purge expired cells", e))?;
                 let Some((_, family, _)) = codec::decode_key(&key) else {
                     continue;
                 };
@@ -326,7 +446,9 @@ impl EmbeddedStore {
                     continue;
                 };
                 if codec::decode_ts(&value).is_some_and(|ts| codec::is_expired(ts, ttl, now)) {
-                    batch.remove(&table.keyspace, key);
+                    for generation in &generations {
+                        batch.remove(generation, key.clone());
+                    }
                     purged += 1;
                     if batch.len() >= PURGE_BATCH {
                         let full = std::mem::replace(&mut batch, inner.db.batch());
@@ -343,6 +465,21 @@ impl EmbeddedStore {
             tracing::info!(cells = purged, dir = %inner.dir.display(), "purged expired cells");
         }
         Ok(purged)
+    }
+
+    /// Sets the disk bytes at which a table's newest generation is closed and writes move on to
+    /// a new one (default [`GENERATION_BYTES`]; see the `generations` module). Small values are
+    /// for tests; a value smaller than one write makes every write start a generation.
+    pub fn set_generation_bytes(&self, bytes: u64) {
+        self.inner.generation_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// How many generations `table` has.
+    ///
+    /// # Errors
+    /// `Error::Invalid` for an unknown table.
+    pub fn generation_count(&self, table: &str) -> Result<usize> {
+        Ok(self.inner.table(table)?.1.generations().len())
     }
 
     /// Every visible row of `table`, in key order.
@@ -431,7 +568,7 @@ impl EmbeddedStore {
     fn collect(
         &self,
         table: &Table,
-        iter: fjall::Iter,
+        iter: impl Iterator<Item = fjall::Result<KvPair>>,
         start: &[u8],
         stop: &[u8],
         limit: Option<usize>,
@@ -442,10 +579,8 @@ impl EmbeddedStore {
         if rows.is_full() {
             return Ok(Vec::new());
         }
-        for guard in iter {
-            let (key, value) = guard
-                .into_inner()
-                .map_err(|e| inner.fjall_error("read", e))?;
+        for item in iter {
+            let (key, value) = item.map_err(|e| inner.fjall_error("read", e))?;
             let corrupt = || -> Error {
                 StoreError::Corrupt {
                     dir: inner.dir.clone(),
@@ -489,8 +624,7 @@ impl TableReader for EmbeddedStore {
         }
         let mut prefix = Vec::with_capacity(row.len() + 1);
         codec::encode_row_prefix(&mut prefix, row);
-        let iter = t.keyspace.prefix(&prefix);
-        let rows = self.collect(t, iter, row, &[], Some(1), &[])?;
+        let rows = self.collect(t, t.prefix(&prefix), row, &[], Some(1), &[])?;
         Ok(rows.into_iter().next())
     }
 
@@ -499,12 +633,12 @@ impl TableReader for EmbeddedStore {
         // Every key of a row >= start is >= start. A stop without 0x00 bounds keys the same way
         // (row < stop implies key < stop); a stop with 0x00 does not, so leave the range open
         // and let `collect` stop on the decoded row.
-        let iter = if spec.stop.is_empty() || spec.stop.contains(&codec::SEP) {
-            t.keyspace.range(spec.start.as_slice()..)
+        let stop: &[u8] = if spec.stop.contains(&codec::SEP) {
+            &[]
         } else {
-            t.keyspace
-                .range(spec.start.as_slice()..spec.stop.as_slice())
+            &spec.stop
         };
+        let iter = t.range(&spec.start, stop);
         self.collect(t, iter, &spec.start, &spec.stop, spec.limit, &spec.columns)
     }
 }

@@ -14,6 +14,8 @@ pub(crate) type FamilyTtls = Arc<[(&'static str, Option<i64>)]>;
 /// Makes a [`TtlFilter`] for each compaction of one table's keyspace.
 pub(crate) struct TtlFilterFactory {
     table: &'static str,
+    /// The table's generation whose keyspace this factory filters.
+    generation: usize,
     families: FamilyTtls,
     // fjall requires factories to be `RefUnwindSafe`; the clock only reads time and holds no
     // state a panic could leave half-updated, so asserting unwind safety is sound.
@@ -21,9 +23,15 @@ pub(crate) struct TtlFilterFactory {
 }
 
 impl TtlFilterFactory {
-    pub(crate) fn new(table: &'static str, families: FamilyTtls, now_ms: Clock) -> Self {
+    pub(crate) fn new(
+        table: &'static str,
+        generation: usize,
+        families: FamilyTtls,
+        now_ms: Clock,
+    ) -> Self {
         TtlFilterFactory {
             table,
+            generation,
             families,
             now_ms: AssertUnwindSafe(now_ms),
         }
@@ -39,6 +47,7 @@ impl Factory for TtlFilterFactory {
         // One "now" per compaction, as HBase's compaction scanner fixes `now` when it starts.
         Box::new(TtlFilter {
             table: self.table,
+            oldest: self.generation == 0,
             families: self.families.clone(),
             now_ms: (self.now_ms.0)(),
             dropped: 0,
@@ -49,6 +58,8 @@ impl Factory for TtlFilterFactory {
 /// Replaces expired cells by tombstones while a compaction rewrites them.
 struct TtlFilter {
     table: &'static str,
+    /// Whether this is the table's generation 0, below which no older write of a key can be.
+    oldest: bool,
     families: FamilyTtls,
     now_ms: i64,
     dropped: u64,
@@ -68,8 +79,18 @@ impl CompactionFilter for TtlFilter {
         };
         let value = item.value()?;
         match codec::decode_ts(&value) {
+            Some(ts) if ts == codec::EXPIRED => Ok(Verdict::Keep),
             Some(ts) if codec::is_expired(ts, Some(ttl), self.now_ms) => {
                 self.dropped += 1;
+                if !self.oldest {
+                    // An older generation may hold an earlier write of this key, which a
+                    // tombstone here would not hide: keep the key, with an empty value stamped
+                    // so that it is expired under any clock. `purge_expired` removes it from
+                    // every generation.
+                    let mut marker = Vec::new();
+                    codec::encode_value(&mut marker, codec::EXPIRED, &[]);
+                    return Ok(Verdict::ReplaceValue(marker.into()));
+                }
                 // `Remove` leaves a tombstone rather than dropping the item outright (`Destroy`):
                 // an older version of the key in a lower level must not resurface. Tombstones
                 // vanish when they reach the last level.

@@ -176,8 +176,12 @@ impl EmbeddedWriter {
         if let Some(queued_ts) = &mut self.queued_ts {
             queued_ts.iter_mut().for_each(HashMap::clear);
         }
-        full.commit()
-            .map_err(|e| self.store.inner.fjall_error("write", e))
+        let inner = &self.store.inner;
+        full.commit().map_err(|e| inner.fjall_error("write", e))?;
+        for index in 0..inner.tables.len() {
+            inner.close_full_generation(index)?;
+        }
+        Ok(())
     }
 
     /// Writes table `index`'s pending cells: ingested as a sorted table when there are at least
@@ -188,20 +192,8 @@ impl EmbeddedWriter {
             return Ok(());
         }
         let inner = &self.store.inner;
-        let keyspace = &inner.tables[index].keyspace;
-        if pending.bytes() >= min_ingest {
-            let mut ingestion = keyspace
-                .start_ingestion()
-                .map_err(|e| inner.fjall_error("ingest", e))?;
-            for (key, value) in pending.sorted() {
-                ingestion
-                    .write(key, value)
-                    .map_err(|e| inner.fjall_error("ingest", e))?;
-            }
-            ingestion
-                .finish()
-                .map_err(|e| inner.fjall_error("ingest", e))?;
-        } else {
+        let keyspace = &inner.tables[index].newest();
+        if pending.bytes() < min_ingest {
             // Queued in the writer's batch, which `write_all` commits once for all tables.
             for &(start, key_end, end) in &pending.cells {
                 self.batch.insert(
@@ -210,9 +202,22 @@ impl EmbeddedWriter {
                     &pending.arena[key_end..end],
                 );
             }
+            pending.clear();
+            return Ok(());
         }
+        let mut ingestion = keyspace
+            .start_ingestion()
+            .map_err(|e| inner.fjall_error("ingest", e))?;
+        for (key, value) in pending.sorted() {
+            ingestion
+                .write(key, value)
+                .map_err(|e| inner.fjall_error("ingest", e))?;
+        }
+        ingestion
+            .finish()
+            .map_err(|e| inner.fjall_error("ingest", e))?;
         pending.clear();
-        Ok(())
+        inner.close_full_generation(index)
     }
 
     /// Writes every table's pending cells and the queued batch: the small buffers of all tables
@@ -225,18 +230,24 @@ impl EmbeddedWriter {
     }
 
     fn put(&mut self, table_index: usize, table: &Table, row: &[u8], cells: &[Cell]) -> Result<()> {
+        let Some(queued_ts) = &mut self.queued_ts else {
+            for cell in cells {
+                codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+                self.pending[table_index].push(&self.key, cell.ts_ms, &cell.value);
+            }
+            if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.write_pending(table_index, self.ingest_bytes)?;
+            }
+            return Ok(());
+        };
+        let queued = &mut queued_ts[table_index];
+        let newest = table.newest();
         for cell in cells {
             codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-            let Some(queued_ts) = &mut self.queued_ts else {
-                self.pending[table_index].push(&self.key, cell.ts_ms, &cell.value);
-                continue;
-            };
-            let queued = &mut queued_ts[table_index];
             let visible = match queued.get(self.key.as_slice()) {
                 Some(&ts) => Some(ts),
                 None => table
-                    .keyspace
-                    .get(&self.key)
+                    .get_cell(&self.key)
                     .map_err(|e| self.store.inner.fjall_error("read before write", e))?
                     .and_then(|stored| codec::decode_ts(&stored)),
             };
@@ -247,10 +258,7 @@ impl EmbeddedWriter {
             queued.insert(self.key.clone(), cell.ts_ms);
             codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
             self.batch
-                .insert(&table.keyspace, self.key.as_slice(), self.value.as_slice());
-        }
-        if self.pending[table_index].bytes() >= self.ingest_bytes {
-            self.write_pending(table_index, self.ingest_bytes)?;
+                .insert(&newest, self.key.as_slice(), self.value.as_slice());
         }
         Ok(())
     }
@@ -269,10 +277,11 @@ impl EmbeddedWriter {
         // removals are committed at once, so that a later put of the row is not removed.
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
-        for guard in table.keyspace.prefix(&self.key) {
-            let (key, stored) = guard
-                .into_inner()
-                .map_err(|e| self.store.inner.fjall_error("delete row", e))?;
+        // The visible cells; one that goes is removed from every generation, so that no older
+        // write of its key shows in its place.
+        let generations = table.generations();
+        for item in table.prefix(&self.key) {
+            let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
             let Some(ts) = codec::decode_ts(&stored) else {
                 return Err(StoreError::Corrupt {
                     dir: self.store.inner.dir.clone(),
@@ -285,7 +294,9 @@ impl EmbeddedWriter {
                 if let Some(queued_ts) = &mut self.queued_ts {
                     queued_ts[table_index].insert(key.to_vec(), i64::MIN);
                 }
-                self.batch.remove(&table.keyspace, key);
+                for generation in &generations {
+                    self.batch.remove(generation, key.clone());
+                }
             }
         }
         if self.queued_ts.is_none() {

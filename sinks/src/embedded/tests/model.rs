@@ -71,9 +71,15 @@ proptest! {
         // The writer's own buffer sizes, or a few cells' worth, so that both of its paths
         // (write batches and ingested tables) and their mixes are checked.
         ingest in prop_oneof![Just(None), (1usize..400).prop_map(Some)],
+        // The default generation size, or one that closes a generation after every table the
+        // writer ingests, so that reads merge several.
+        split in any::<bool>(),
     ) {
         let dir = TempDir::new().unwrap();
         let (store, _) = open(&dir);
+        if split {
+            store.set_generation_bytes(0);
+        }
         let mut model = Model::new();
         let mut w = store.writer();
         if let Some(bytes) = ingest {

@@ -191,7 +191,7 @@ fn compactions_drop_expired_cells() {
         .collect();
     write(&store, mutations);
 
-    let keyspace = &store.inner.tables[0].keyspace;
+    let keyspace = &store.inner.tables[0].newest();
     assert_eq!(keyspace.len().unwrap(), 100);
     // Flush the memtable to a table file and compact it (fjall test hooks, hidden from docs).
     keyspace.rotate_memtable_and_wait().unwrap();
