@@ -23,6 +23,11 @@ pub(crate) const INGEST_BYTES: usize = 8 << 20;
 
 /// Smallest buffer a flush ingests; a smaller one goes through the memtable, so a live job that
 /// flushes often does not make one tiny table per flush for compactions to merge.
+///
+/// A table that filled a buffer since the last flush is written in bulk, and the flush ingests
+/// its remainder whatever its size: an ingestion first flushes the keyspace's memtable, and in a
+/// replay of 100,000 devices × 20 min the odd remainder through the memtable made fjall's
+/// compactions take 39–44 CPU s instead of 27–30.
 pub(crate) const MIN_INGEST_BYTES: usize = 1 << 20;
 
 /// Cells of one table waiting to be written: keys and values in one arena, in arrival order.
@@ -31,6 +36,8 @@ struct Pending {
     arena: Vec<u8>,
     /// `(key start, key end, value end)` in `arena`; a value starts where its key ends.
     cells: Vec<(usize, usize, usize)>,
+    /// Whether the buffer was ingested for being full since the last flush.
+    bulk: bool,
 }
 
 impl Pending {
@@ -224,7 +231,8 @@ impl EmbeddedWriter {
     /// go in one write batch, so a live job's flush is one journal write, not one per table.
     fn write_all(&mut self) -> Result<()> {
         for index in 0..self.pending.len() {
-            self.write_pending(index, self.min_ingest_bytes)?;
+            let bulk = std::mem::take(&mut self.pending[index].bulk);
+            self.write_pending(index, if bulk { 0 } else { self.min_ingest_bytes })?;
         }
         self.commit()
     }
@@ -236,6 +244,7 @@ impl EmbeddedWriter {
                 self.pending[table_index].push(&self.key, cell.ts_ms, &cell.value);
             }
             if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.pending[table_index].bulk = true;
                 self.write_pending(table_index, self.ingest_bytes)?;
             }
             return Ok(());

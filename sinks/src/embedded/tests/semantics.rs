@@ -317,3 +317,37 @@ fn newest_timestamp_wins_when_asked() {
     w.flush().unwrap();
     assert_eq!(ts_of(&store, b"r"), (10, b"again".to_vec()));
 }
+
+#[test]
+fn a_flush_ingests_the_remainder_of_a_bulk_write_and_sends_a_trickle_through_the_memtable() {
+    let dir = TempDir::new().unwrap();
+    let (store, _) = open(&dir);
+    let keyspace = store.inner.tables[0].newest();
+    // Buffers of 200 bytes (12 cells of 17) are ingested; a flush ingests 100 bytes or more,
+    // unless bulk.
+    let mut w = store.writer().ingest_thresholds(200, 100);
+    let cells = |from: u32, to: u32| -> Vec<Mutation> {
+        (from..to)
+            .map(|i| put_v(format!("r{i:03}").as_bytes(), b"v"))
+            .collect()
+    };
+    // A trickle: a few cells per flush go through the journal and memtable.
+    w.write(cells(0, 2)).unwrap();
+    w.flush().unwrap();
+    assert_eq!(keyspace.table_count(), 0);
+    // A bulk write: one full buffer ingested, then the flush ingests the small rest too, which
+    // would otherwise go to the memtable that the next ingestion must first flush.
+    w.write(cells(2, 16)).unwrap();
+    assert_eq!(
+        keyspace.table_count(),
+        2,
+        "the memtable, flushed, and a full buffer"
+    );
+    w.flush().unwrap();
+    assert_eq!(keyspace.table_count(), 3);
+    // The flag lasts one flush: a trickle after it goes through the memtable again.
+    w.write(cells(16, 17)).unwrap();
+    w.flush().unwrap();
+    assert_eq!(keyspace.table_count(), 3);
+    assert_eq!(store.dump(T).unwrap().len(), 17);
+}
