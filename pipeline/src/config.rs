@@ -597,6 +597,16 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_of_zero_mib_is_refused() {
+        let cfg = JobConfig::parse("[store]\ngeneration_mb = 64\n").unwrap();
+        assert_eq!(cfg.store.generation_mb, 64);
+        let err = JobConfig::parse("[store]\ngeneration_mb = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("store.generation_mb"), "{err}");
+    }
+
+    #[test]
     fn hbase_client_settings_reach_the_hbase_client() {
         use sinks::hbase::HbaseConfig;
         use std::time::Duration;

@@ -9,6 +9,9 @@ use crate::{Error, Result};
 fn default_dir() -> PathBuf {
     PathBuf::from("./hourglass-data")
 }
+const fn default_generation_mb() -> u64 {
+    crate::embedded::GENERATION_BYTES >> 20
+}
 const fn default_batch_rows() -> usize {
     10_000
 }
@@ -61,6 +64,11 @@ pub struct StoreConfig {
     /// Directory of the embedded store (default `./hourglass-data`).
     #[serde(default = "default_dir")]
     pub dir: PathBuf,
+    /// Disk size in MiB at which the embedded store starts a new generation of a table (default
+    /// 600; see `sinks/src/embedded/generations.rs`). Larger: fewer generations for reads to
+    /// merge, dearer compactions.
+    #[serde(default = "default_generation_mb")]
+    pub generation_mb: u64,
     /// HBase Thrift1 gateway `host:port` (table names and regions), for `kind = "hbase"`.
     #[serde(default)]
     pub hbase: Option<String>,
@@ -209,6 +217,7 @@ impl Default for StoreConfig {
         StoreConfig {
             kind: StoreKind::default(),
             dir: default_dir(),
+            generation_mb: default_generation_mb(),
             hbase: None,
             hbase_client: HbaseClientConfig::default(),
         }
@@ -221,6 +230,12 @@ impl StoreConfig {
     /// # Errors
     /// [`Error::Config`] naming the key.
     pub fn validate(&self) -> Result<()> {
+        if self.generation_mb == 0 {
+            return Err(Error::Config(
+                "store.generation_mb must be at least 1 (MiB of a table's generation on disk)"
+                    .into(),
+            ));
+        }
         if self.kind == StoreKind::Hbase && self.hbase.is_none() {
             return Err(Error::Config(
                 "store.kind = \"hbase\" needs store.hbase = \"host:port\" (the Thrift1 gateway)"

@@ -97,6 +97,7 @@ pub fn open(cfg: &StoreConfig, options: &OpenOptions) -> Result<Store> {
                 options.clock.clone(),
                 options.mode,
             )?;
+            store.set_generation_bytes(cfg.generation_mb.saturating_mul(1 << 20));
             Backend::Embedded {
                 store,
                 dir: dir.clone(),
