@@ -24,10 +24,10 @@ use fjall::{Iter, KvPair};
 ///
 /// Within a generation leveled compaction costs what it costs for a table of this size; across
 /// generations reads merge one more iterator each. A replay of 100,000 devices × 1 h
-/// (36 M readings, 9 generations of the narrow table) ran 2.8× as fast with 600 MiB generations as
-/// with one (docs/BENCHMARKS.md). Reads of a store of `n` generations seek `n` keyspaces; a
-/// store of 90 days of the full fleet would want larger ones (see
-/// [`super::EmbeddedStore::set_generation_bytes`]).
+/// (36 M readings) ran 3.05× as fast with 600 MiB generations as in one keyspace, its compaction
+/// thread taking 98.5 CPU s instead of 360.8 (docs/BENCHMARKS.md). Reads of a store of `n`
+/// generations seek `n` keyspaces; a store of 90 days of the full fleet would want larger ones
+/// (`store.generation_mb`, [`super::EmbeddedStore::set_generation_bytes`]).
 pub const GENERATION_BYTES: u64 = 600 << 20;
 
 /// Separates a table's name from its generation number in a keyspace name.
