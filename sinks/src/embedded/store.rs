@@ -234,9 +234,11 @@ impl Inner {
 /// generations (see `generations.rs`), and keeps one version per cell.
 ///
 /// A cell is `table → row → family:qualifier → (timestamp, value)`; scans return rows in HBase
-/// order (byte order of row keys, then family, then qualifier), merged over the generations. Cells older than their family's
-/// TTL are invisible at once and physically dropped by compactions (a fjall compaction filter)
-/// and by [`EmbeddedStore::purge_expired`].
+/// order (byte order of row keys, then family, then qualifier), merged over the generations.
+/// Cells older than their family's TTL are invisible at once and physically dropped by
+/// compactions (a fjall compaction filter) and by [`EmbeddedStore::purge_expired`]. A closed
+/// generation takes no more writes, so nothing starts a compaction of it: its expired cells stay
+/// on disk, hidden, until `purge_expired`.
 ///
 /// Cloning is cheap and shares the store: open a directory once per process and hand clones to
 /// every worker (a second open of the same directory fails because fjall locks it).
