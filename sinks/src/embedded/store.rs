@@ -237,8 +237,9 @@ impl Inner {
 /// order (byte order of row keys, then family, then qualifier), merged over the generations.
 /// Cells older than their family's TTL are invisible at once and physically dropped by
 /// compactions (a fjall compaction filter) and by [`EmbeddedStore::purge_expired`]. A closed
-/// generation takes no more writes, so nothing starts a compaction of it: its expired cells stay
-/// on disk, hidden, until `purge_expired`.
+/// generation takes no more writes, so once the compactions its last writes started are done,
+/// nothing compacts it again: cells that expire later stay on disk, hidden, until
+/// `purge_expired`.
 ///
 /// Cloning is cheap and shares the store: open a directory once per process and hand clones to
 /// every worker (a second open of the same directory fails because fjall locks it).
