@@ -18,7 +18,7 @@
 //! existed opens as a table of one generation. Generation `n > 0` is the keyspace `table#n`
 //! (`#` is not allowed in table names, HBase's nor ours).
 
-use fjall::{Iter, KvPair};
+use fjall::{Iter, Keyspace, KvPair, OwnedWriteBatch, Slice};
 
 /// Bytes on disk of a generation at which writes move on to a new one.
 ///
@@ -56,6 +56,18 @@ pub(crate) fn parse_keyspace_name(name: &str) -> Option<(&str, usize)> {
 
 /// Longest table name whose generations' names fjall still accepts (255 bytes).
 pub(crate) const MAX_TABLE_NAME: usize = 255 - 1 - 10;
+
+/// Queues the removal of `key` from every one of a table's `generations`: once its visible cell
+/// is gone, no older write of the key may show in its place.
+pub(crate) fn remove_everywhere(
+    batch: &mut OwnedWriteBatch,
+    generations: &[Keyspace],
+    key: &Slice,
+) {
+    for generation in generations {
+        batch.remove(generation, key.clone());
+    }
+}
 
 /// The cells of several generations' iterators over one key range, in key order; of a key in
 /// more than one, only the cell of the newest generation (the last iterator).

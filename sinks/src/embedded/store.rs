@@ -449,8 +449,6 @@ impl EmbeddedStore {
         for table in inner.tables.iter().filter(|t| t.has_ttl()) {
             let mut batch = inner.db.batch();
             let generations = table.generations();
-            // The visible cells: an expired one is removed from every generation, so that no
-            // older write of its key shows in its place.
             for item in table.range(&[], &[]) {
                 let (key, value) = item.map_err(|e| inner.fjall_error("purge expired cells", e))?;
                 let Some((_, family, _)) = codec::decode_key(&key) else {
@@ -460,9 +458,7 @@ impl EmbeddedStore {
                     continue;
                 };
                 if codec::decode_ts(&value).is_some_and(|ts| codec::is_expired(ts, ttl, now)) {
-                    for generation in &generations {
-                        batch.remove(generation, key.clone());
-                    }
+                    generations::remove_everywhere(&mut batch, &generations, &key);
                     purged += 1;
                     if batch.len() >= PURGE_BATCH {
                         let full = std::mem::replace(&mut batch, inner.db.batch());

@@ -2,6 +2,7 @@
 //! bulk, ingested as sorted tables.
 
 use super::codec;
+use super::generations;
 use super::store::{EmbeddedStore, Table};
 use super::StoreError;
 use crate::table::{Cell, Mutation, TableWriter};
@@ -286,8 +287,6 @@ impl EmbeddedWriter {
         // removals are committed at once, so that a later put of the row is not removed.
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
-        // The visible cells; one that goes is removed from every generation, so that no older
-        // write of its key shows in its place.
         let generations = table.generations();
         for item in table.prefix(&self.key) {
             let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
@@ -303,9 +302,7 @@ impl EmbeddedWriter {
                 if let Some(queued_ts) = &mut self.queued_ts {
                     queued_ts[table_index].insert(key.to_vec(), i64::MIN);
                 }
-                for generation in &generations {
-                    self.batch.remove(generation, key.clone());
-                }
+                generations::remove_everywhere(&mut self.batch, &generations, &key);
             }
         }
         if self.queued_ts.is_none() {
