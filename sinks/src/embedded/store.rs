@@ -94,7 +94,12 @@ impl Table {
 
     /// The stored cell under `key`: the newest generation's that holds one.
     pub(crate) fn get_cell(&self, key: &[u8]) -> fjall::Result<Option<fjall::Slice>> {
-        for generation in self.generations().iter().rev() {
+        // Read under the lock rather than copy the list: the writer calls this once per cell.
+        let generations = self
+            .generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for generation in generations.iter().rev() {
             if let Some(stored) = generation.get(key)? {
                 return Ok(Some(stored));
             }
