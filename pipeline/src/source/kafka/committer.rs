@@ -121,6 +121,7 @@ impl OffsetCommitter {
                             .as_ref()
                             .map(|e| CommitMeta::parse(e.metadata()))
                             .unwrap_or_default();
+                        ledger.resumed_frontier[local] = meta.frontier.unwrap_or(0);
                         resumed[local] = Some((o, meta));
                         Offset::Offset(o)
                     }
@@ -181,15 +182,14 @@ impl OffsetCommitter {
         if ready.is_empty() {
             return Ok(0);
         }
-        let final_frontier = inner.ledger.borrow().frontier;
         let mut tpl = TopicPartitionList::with_capacity(ready.len());
-        for &(local, (next, newest), durable) in &ready {
+        for &(local, (next, newest), durable, frontier) in &ready {
             let mut elem = tpl.add_partition(&inner.source.topic, inner.partitions[local]);
             elem.set_offset(Offset::Offset(next))
                 .map_err(|e| kafka_error(&inner.source, e.to_string()))?;
             let meta = CommitMeta {
                 newest,
-                frontier: Some(final_frontier),
+                frontier: Some(frontier),
                 durable: Some(durable),
             };
             elem.set_metadata(meta.to_string());
@@ -199,7 +199,7 @@ impl OffsetCommitter {
             .commit(&tpl, CommitMode::Sync)
             .map_err(|e| kafka_error(&inner.source, format!("offset commit failed: {e}")))?;
         let mut ledger = inner.ledger.borrow_mut();
-        for &(local, (next, _), _) in &ready {
+        for &(local, (next, _), _, _) in &ready {
             ledger.committed[local] = Some(next);
             inner.shared.committed[inner.partitions[local] as usize].store(next, Ordering::Relaxed);
         }
@@ -249,7 +249,9 @@ pub(super) type Committed = (i64, CommitMeta);
 pub(super) struct CommitMeta {
     /// The partition's newest event time before the committed offset.
     pub(super) newest: Option<i64>,
-    /// The durable frontier (watermark, seconds) when committing.
+    /// The durable frontier (watermark, seconds) when committing, or the frontier the partition
+    /// resumed from if that is newer: hours closed once stay closed through any number of
+    /// restarts (see `OffsetLedger::to_commit`).
     pub(super) frontier: Option<u64>,
     /// The next offset after everything durable in the partition.
     pub(super) durable: Option<i64>,

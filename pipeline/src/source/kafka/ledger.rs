@@ -28,6 +28,10 @@ pub(super) struct OffsetLedger {
     window: operators::WindowSpec,
     /// The newest durable frontier taken in: hours final before it stay final after a restart.
     pub(super) frontier: u64,
+    /// Per local partition, the frontier of the commit this run resumed from: the previous runs
+    /// closed the hours final there, and this run skipped their re-read readings, so no commit
+    /// of the partition may carry a lower frontier (see [`OffsetLedger::to_commit`]).
+    pub(super) resumed_frontier: Vec<u64>,
 }
 
 fn merge(slot: &mut Option<Position>, next: Position) {
@@ -46,6 +50,7 @@ impl OffsetLedger {
             committed: vec![None; partitions],
             window: crate::codec::hourly::hourly_window(allowed_lateness, None),
             frontier: 0,
+            resumed_frontier: vec![0; partitions],
         }
     }
 
@@ -95,8 +100,17 @@ impl OffsetLedger {
         }
     }
 
-    /// `(local partition, position, durable next offset)` to commit: see the type's docs.
-    pub(super) fn to_commit(&self) -> Vec<(usize, Position, i64)> {
+    /// `(local partition, position, durable next offset, frontier)` to commit: see the type's
+    /// docs.
+    ///
+    /// The frontier is the newest one taken in, or the partition's resumed frontier if that is
+    /// newer. A restarted job's durable frontier starts low (the watermark is the minimum over
+    /// all partitions, and other partitions may have resumed from older commits), while it skips
+    /// the re-read readings of the hours its partition's last commit had closed; without the
+    /// floor, a commit past some of those readings would carry a frontier at which their hour
+    /// is open again, and the next restart would rebuild that hour from the rest of its
+    /// readings, rewriting its summary cells from a part of the hour.
+    pub(super) fn to_commit(&self) -> Vec<(usize, Position, i64, u64)> {
         (0..self.durable.len())
             .filter_map(|local| {
                 let durable = self.durable[local]?;
@@ -105,9 +119,10 @@ impl OffsetLedger {
                     Some(open) if open.0 < durable.0 => open,
                     _ => durable,
                 };
+                let frontier = self.frontier.max(self.resumed_frontier[local]);
                 self.committed[local]
                     .is_none_or(|c| pos.0 > c)
-                    .then_some((local, pos, durable.0))
+                    .then_some((local, pos, durable.0, frontier))
             })
             .collect()
     }
@@ -129,12 +144,18 @@ mod tests {
         assert!(l.to_commit().is_empty());
         // Frontier at 70: time 0 is durable, 70 is not; hour H is not final before H + 3600.
         l.advance(Some(70));
-        assert_eq!(l.to_commit(), vec![(0, (4, None), 5), (1, (3, None), 3)]);
+        assert_eq!(
+            l.to_commit(),
+            vec![(0, (4, None), 5, 70), (1, (3, None), 3, 70)]
+        );
         // Everything durable; hour H is final, hour H + 3600 is not: up to its first reading.
         l.advance(Some(H as u64 + 3600));
         assert_eq!(
             l.to_commit(),
-            vec![(0, (8, Some(H + 10)), 9), (1, (3, None), 4)]
+            vec![
+                (0, (8, Some(H + 10)), 9, H as u64 + 3600),
+                (1, (3, None), 4, H as u64 + 3600)
+            ]
         );
         assert_eq!(l.frontier, H as u64 + 3600);
         l.committed = vec![Some(8), Some(3)];
@@ -145,9 +166,70 @@ mod tests {
         l.advance(Some(H as u64 + 7200));
         assert_eq!(
             l.to_commit(),
-            vec![(0, (9, Some(H + 3601)), 9), (1, (4, Some(H + 3700)), 4)]
+            vec![
+                (0, (9, Some(H + 3601)), 9, H as u64 + 7200),
+                (1, (4, Some(H + 3700)), 4, H as u64 + 7200)
+            ]
         );
         assert!(l.pending.is_empty());
         assert_eq!(l.frontier, H as u64 + 7200);
+    }
+
+    /// A restarted run's durable frontier starts below the frontier a partition resumed from
+    /// when other partitions resumed from older commits. A commit past some of the skipped
+    /// readings of an hour closed at the partition's frontier must still say that hour is
+    /// closed, or the next restart rebuilds it from the rest of its readings.
+    #[test]
+    fn a_commit_never_carries_a_frontier_below_the_one_its_partition_resumed_from() {
+        // One hour of lateness: hour H is final from H + 7200 on.
+        let mut l = OffsetLedger::new(2, 3600);
+        let closed = H as u64 + 7200;
+        // Partition 0 resumed from a commit at offset 10 whose frontier closed hour H; the
+        // other partition resumed from an older commit, so the job's watermark starts at H + 60.
+        l.resumed_frontier = vec![closed, H as u64 + 60];
+        l.committed = vec![Some(10), Some(3)];
+        // Offsets 10..20 are re-read readings of hour H, skipped (no hour), emitted at H + 60;
+        // offset 20 is a reading of hour H + 7200.
+        for offset in 10..20 {
+            l.record(
+                H as u64 + 60,
+                0,
+                offset,
+                None,
+                Some(H + 3599),
+                Some(H + 3599),
+            );
+        }
+        l.record(
+            H as u64 + 60,
+            0,
+            20,
+            Some(H + 7200),
+            Some(H + 3599),
+            Some(H + 7200),
+        );
+        l.advance(Some(H as u64 + 61));
+        let ready = l.to_commit();
+        // Committed up to the open hour's first reading, past the skipped ones of hour H, with
+        // a frontier at which hour H stays closed.
+        assert_eq!(ready, vec![(0, (20, Some(H + 3599)), 21, closed)]);
+        assert!(l.window.is_final(H as u64, ready[0].3));
+        // Once the run's own frontier is newer, it is the one committed.
+        l.committed = vec![Some(20), Some(3)];
+        l.record(
+            closed + 10,
+            0,
+            21,
+            Some(H + 7200),
+            Some(H + 7200),
+            Some(H + 7300),
+        );
+        l.record(closed + 10, 1, 3, Some(H + 7200), None, Some(H + 7210));
+        l.advance(Some(closed + 3600 * 3));
+        let ready = l.to_commit();
+        assert_eq!(
+            ready.iter().map(|r| r.3).collect::<Vec<_>>(),
+            vec![closed + 3600 * 3; 2]
+        );
     }
 }
