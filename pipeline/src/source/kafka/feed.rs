@@ -117,6 +117,10 @@ pub struct KafkaFeed {
     error_note: ErrorNote,
     /// When the feed was asked to stop (SIGTERM, idle), if it was.
     stopping_since: Option<Instant>,
+    /// [`KafkaShared::now_ms`] when the feed started: idleness counts from here at the
+    /// earliest, not from the process's start, which in a cluster precedes the wait for the
+    /// other processes.
+    reading_since_ms: u64,
     /// Debug builds only: panic after this many records (`HOURGLASS_DEBUG_PANIC_AFTER`), so
     /// tests can show that a panic in the dataflow stops the job without a commit past it.
     #[cfg(debug_assertions)]
@@ -216,6 +220,7 @@ impl KafkaFeed {
         stats: Arc<Stats>,
         control: Arc<JobControl>,
     ) -> Self {
+        let reading_since_ms = shared.now_ms();
         KafkaFeed {
             idle_timeout: Duration::from_secs(opts.source.idle_partition_timeout_secs),
             commit_every: Duration::from_millis(opts.source.commit_interval_ms),
@@ -233,6 +238,7 @@ impl KafkaFeed {
             errors: 0,
             error_note: ErrorNote::default(),
             stopping_since: None,
+            reading_since_ms,
             #[cfg(debug_assertions)]
             panic_after: std::env::var("HOURGLASS_DEBUG_PANIC_AFTER")
                 .ok()
@@ -396,7 +402,8 @@ impl EventFeed for KafkaFeed {
                 self.publish();
                 if let Some(idle) = self.opts.exit_on_idle {
                     let last = self.shared.last_input_ms.load(Ordering::Relaxed);
-                    if self.shared.now_ms().saturating_sub(last) >= idle.as_millis() as u64 {
+                    let since = last.max(self.reading_since_ms);
+                    if self.shared.now_ms().saturating_sub(since) >= idle.as_millis() as u64 {
                         tracing::info!(
                             worker = self.opts.worker,
                             "no input for the idle time; stopping"
@@ -579,6 +586,24 @@ mod tests {
             Arc::default(),
             Arc::default(),
         )
+    }
+
+    /// In a cluster, the shared clock starts before the wait for the other processes, which
+    /// can take longer than the idle time on a loaded machine: a feed that has just started
+    /// must not take that wait for idleness and stop before reading its partitions.
+    #[test]
+    fn exit_on_idle_counts_from_the_feed_s_start_not_the_process_s() {
+        let mut shared = KafkaShared::new(1, 1);
+        shared.started = Instant::now() - Duration::from_secs(10);
+        let mut f = feed_with(&[(0, None, 0)], Arc::new(shared));
+        f.opts.exit_on_idle = Some(Duration::from_secs(5));
+        // The consumer has no broker: every poll finds nothing.
+        assert!(matches!(f.poll(), Poll::Pending(_)));
+        assert!(f.stopping_since.is_none(), "stopped at its first poll");
+        // Five seconds after the feed's start without a record, it stops.
+        f.reading_since_ms -= 5_000;
+        assert!(matches!(f.poll(), Poll::Pending(_)));
+        assert!(f.stopping_since.is_some());
     }
 
     #[test]

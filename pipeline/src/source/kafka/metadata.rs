@@ -96,7 +96,7 @@ pub fn partition_count<C: ConsumerContext>(
 /// status line.
 #[derive(Debug)]
 pub struct KafkaShared {
-    started: Instant,
+    pub(super) started: Instant,
     /// Milliseconds after `started` of the latest record any worker read.
     pub(super) last_input_ms: AtomicU64,
     /// Milliseconds after `started` of the first record any worker read (`u64::MAX`: none yet).
