@@ -12,7 +12,7 @@ pub mod stash_until_frontier;
 pub mod tumbling_window;
 pub mod write_batches;
 
-pub use event_source::{event_source, EventFeed, Poll};
+pub use event_source::{bounded_event_source, event_source, EventFeed, InFlight, Poll};
 pub use newest_per_key::NewestPerKey;
 pub use stash_until_frontier::StashUntilFrontier;
 pub use tumbling_window::{Accumulate, Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};
