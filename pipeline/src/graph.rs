@@ -1,15 +1,16 @@
 //! The hourglass dataflow: readings → narrow rows, and → hourly windows → wide rows.
 //!
 //! ```text
-//! feed ─ event_source ─ ok_err ─┬─ readings ─ exchange ─┬─ narrow_put ───────────────────┐
-//!                               │                       └─ tumbling_window ─┬─ wide_put ─┴─ write_batches ─ probe
-//!                               │                                           └─ dropped ─ late output
+//! feed ─ event_source ─ ok_err ─┬─ readings ─┬─ narrow_put ───────────────────────────────┐
+//!                               │            └─ exchange ─┬─ tumbling_window ─┬─ wide_put ─┼─ write_batches ─ probe
+//!                               │                         │                   └─ dropped ─ late output
+//!                               │                         └─ room view ───────────────────┘
 //!                               └─ rejected ─ dead-letter output
 //! ```
 //!
-//! Readings are exchanged once, by device, to the worker that windows the device and keeps its
-//! room row (both operators exchange by the same hash, so their own exchange stays on the
-//! worker). The source stops reading while more than [`MAX_IN_FLIGHT`] of its readings wait in
+//! Narrow rows are written where their readings were read. The readings are exchanged once, by
+//! device, to the worker that windows the device and keeps its room row (both operators
+//! exchange by the same hash, so their own exchange stays on the worker). The source stops reading while more than [`MAX_IN_FLIGHT`] of its readings wait in
 //! that exchange: timely's channels are unbounded, and a worker stalled by its store would
 //! otherwise let the others pile readings up for it.
 
@@ -227,6 +228,11 @@ pub fn build<'scope, F>(
     };
     let decoded = bounded_event_source(scope, "ReadLines", feed, 1024, Some(in_flight));
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
+    // Narrow rows are written by the worker that read the reading: a Kafka feed pairs its
+    // readings' produce times with its own writer's flushes (`TimedWriter`).
+    let narrow = readings
+        .clone()
+        .map(move |r| narrow::narrow_put(scheme, &r));
     let readings = readings
         .exchange(|r: &crate::reading::Reading| operators::key_hash(&r.device))
         .probe_with(&exchanged);
@@ -273,9 +279,6 @@ pub fn build<'scope, F>(
             }
         },
     );
-    let narrow = readings
-        .clone()
-        .map(move |r| narrow::narrow_put(scheme, &r));
     let (wide, dropped) = readings
         .map(|r| (r.device, r.ts as u64, r.value))
         .tumbling_window::<HourAccumulator>(spec, move || {
