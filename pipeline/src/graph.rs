@@ -10,9 +10,10 @@
 //!
 //! Narrow rows are written where their readings were read. The readings are exchanged once, by
 //! device, to the worker that windows the device and keeps its room row (both operators
-//! exchange by the same hash, so their own exchange stays on the worker). The source stops reading while more than [`MAX_IN_FLIGHT`] of its readings wait in
-//! that exchange: timely's channels are unbounded, and a worker stalled by its store would
-//! otherwise let the others pile readings up for it.
+//! exchange by the same hash, so their own exchange stays on the worker). The source stops
+//! reading while more than [`MAX_IN_FLIGHT`] of its readings wait in that exchange: timely's
+//! channels are unbounded, and a worker stalled by its store would otherwise let the others
+//! pile readings up for it.
 
 use std::sync::Arc;
 use std::time::Duration;
