@@ -306,8 +306,8 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
         let k = self.accs.len() as u32;
         self.index.insert(key.clone(), k);
         self.keys.push(key.clone());
-        // A quarter more, not double: accumulators are most of the window's memory (~0.5 KB
-        // each for the hourly one).
+        // A quarter more, not double: accumulators are much of the window's memory (the hourly
+        // one: 112 bytes here, ~300 more in its own allocations).
         if self.accs.len() == self.accs.capacity() {
             let more = (self.accs.capacity() / 4).max(64);
             self.accs.reserve_exact(more);

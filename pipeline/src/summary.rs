@@ -2,10 +2,10 @@
 //! wide row (`codec::hourly`): `n`, `min`, `max`, `sum`, `first`, `last`.
 //!
 //! The window keeps one [`HourAccumulator`] per device and open hour (until the watermark passes
-//! the hour's end plus the allowed lateness): a 3600-bit set of the seconds already seen and the
-//! summary, 536 bytes inline plus the sum's partials (one small allocation), so memory stays
-//! bounded by devices × open hours. A reading whose second was already seen is a duplicate: the
-//! first value stays, in the summary and in the wide row.
+//! the hour's end plus the allowed lateness): the set of the seconds already seen and the
+//! summary, 112 bytes inline plus the set's gaps and the sum's partials (two small allocations),
+//! so memory stays bounded by devices × open hours. A reading whose second was already seen is a
+//! duplicate: the first value stays, in the summary and in the wide row.
 
 use operators::Accumulate;
 use serde::{Deserialize, Serialize};
@@ -35,9 +35,9 @@ pub struct HourSummary {
 ///
 /// Inline, not boxed: the window keeps accumulators in one flat vector per hour, so a box would
 /// only add a pointer and an allocation per device-hour.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct HourAccumulator {
-    seen: [u64; WORDS],
+    seen: Seen,
     /// Exact sum as non-overlapping partials (Shewchuk), so the rounded sum does not depend on
     /// the order readings arrive in (workers, partitions and late data change that order).
     partials: Vec<f64>,
@@ -47,31 +47,123 @@ pub struct HourAccumulator {
     summary: HourSummary,
 }
 
-impl Default for HourAccumulator {
+/// The seconds of an hour already seen.
+///
+/// A device's readings mostly arrive in time order, so the set starts as the gaps between the
+/// seconds seen, appended as they come: 4 bits a gap of 1–15 s, 16 bits (a zero nibble, then 12
+/// bits) a longer one, so an hour of readings every 10 s takes 180 bytes where a bit per second
+/// takes 450. A second earlier than the latest one seen (an out-of-order or late reading), or
+/// gaps that would outgrow the bit set, turn it into a 3600-bit set for good: never more than
+/// the bit set alone, plus the gaps it replaced.
+#[derive(Debug, Clone)]
+enum Seen {
+    /// Gap nibbles, the first one in the low half of a byte; `len` of them in use. The first gap
+    /// is from second -1.
+    Gaps { nibbles: Vec<u8>, len: u16 },
+    /// Bit `s % 64` of word `s / 64` is set when second `s` was seen.
+    Bits(Box<[u64; WORDS]>),
+}
+
+impl Default for Seen {
     fn default() -> Self {
-        HourAccumulator {
-            seen: [0; WORDS],
-            partials: Vec::new(),
-            first_offset: 0,
-            last_offset: 0,
-            summary: HourSummary::default(),
+        Seen::Gaps {
+            nibbles: Vec::new(),
+            len: 0,
         }
     }
+}
+
+/// The most bytes of gaps kept before the set turns into bits: the bit set's size.
+const MAX_GAP_BYTES: usize = WORDS * 8;
+
+impl Seen {
+    /// Adds second `offset`, later than `latest`, the latest second in the set (`None` when it
+    /// is empty).
+    fn push_latest(&mut self, latest: Option<u16>, offset: u16) {
+        if let Seen::Gaps { nibbles, len } = self {
+            // In 1..=3600: `offset` is later than `latest`, and at most 3599.
+            let gap = offset - latest.map_or(0, |l| l + 1) + 1;
+            let need = if gap < 16 { 1 } else { 4 };
+            if (usize::from(*len) + need).div_ceil(2) <= MAX_GAP_BYTES {
+                if gap < 16 {
+                    push_nibble(nibbles, len, gap as u8);
+                } else {
+                    for nibble in [0, gap >> 8, gap >> 4, gap] {
+                        push_nibble(nibbles, len, (nibble & 0xF) as u8);
+                    }
+                }
+                return;
+            }
+        }
+        self.bits()[usize::from(offset) / 64] |= 1 << (offset % 64);
+    }
+
+    /// Adds second `offset`, earlier than the latest second in the set; false if it was in it.
+    fn insert_earlier(&mut self, offset: u16) -> bool {
+        let bits = self.bits();
+        let (word, bit) = (usize::from(offset) / 64, 1u64 << (offset % 64));
+        let new = bits[word] & bit == 0;
+        bits[word] |= bit;
+        new
+    }
+
+    /// The set as bits, turned into them first if it is gaps.
+    fn bits(&mut self) -> &mut [u64; WORDS] {
+        if let Seen::Gaps { nibbles, len } = self {
+            let mut bits = Box::new([0u64; WORDS]);
+            let nibble = |i: usize| u16::from(nibbles[i / 2] >> (i % 2 * 4) & 0xF);
+            let (mut second, mut i) = (0u16, 0usize);
+            while i < usize::from(*len) {
+                let mut gap = nibble(i);
+                i += 1;
+                if gap == 0 {
+                    gap = nibble(i) << 8 | nibble(i + 1) << 4 | nibble(i + 2);
+                    i += 3;
+                }
+                // The first gap counts from second -1.
+                second += gap;
+                let s = usize::from(second - 1);
+                bits[s / 64] |= 1 << (s % 64);
+            }
+            *self = Seen::Bits(bits);
+        }
+        match self {
+            Seen::Bits(bits) => bits,
+            Seen::Gaps { .. } => unreachable!("the gaps were turned into bits above"),
+        }
+    }
+}
+
+/// Appends a nibble, growing the buffer by a quarter (at least 16 bytes) rather than doubling it:
+/// the gaps of an hour are most of an accumulator's memory.
+fn push_nibble(nibbles: &mut Vec<u8>, len: &mut u16, nibble: u8) {
+    if *len % 2 == 1 {
+        if let Some(last) = nibbles.last_mut() {
+            *last |= nibble << 4;
+        }
+    } else {
+        if nibbles.len() == nibbles.capacity() {
+            nibbles.reserve_exact((nibbles.capacity() / 4).max(16));
+        }
+        nibbles.push(nibble);
+    }
+    *len += 1;
 }
 
 impl Accumulate<f64> for HourAccumulator {
     type Summary = HourSummary;
 
     fn accept(&mut self, ts: u64, value: &f64) -> bool {
-        let offset = (ts % HOUR_SECS as u64) as usize;
-        let (word, bit) = (offset / 64, 1u64 << (offset % 64));
-        if self.seen[word] & bit != 0 {
+        // `offset < 3600`.
+        let offset = (ts % HOUR_SECS as u64) as u16;
+        if self.summary.n == 0 {
+            self.seen.push_latest(None, offset);
+        } else if offset > self.last_offset {
+            self.seen.push_latest(Some(self.last_offset), offset);
+        } else if offset == self.last_offset || !self.seen.insert_earlier(offset) {
             return false;
         }
-        self.seen[word] |= bit;
         let v = *value;
-        // `offset < 3600`.
-        let offset = offset as u16;
         let s = &mut self.summary;
         if s.n == 0 {
             (s.min, s.max, s.first, s.last) = (v, v, v, v);
@@ -155,10 +247,60 @@ mod tests {
     }
 
     #[test]
-    fn an_accumulator_is_one_flat_block_of_536_bytes() {
-        // The figure docs/ARCHITECTURE.md gives per device-hour (besides the sum's partials and
-        // the window's key entry): the seen-set inline, first and last as 16-bit offsets.
-        assert_eq!(std::mem::size_of::<HourAccumulator>(), 536);
+    fn an_accumulator_is_112_bytes_inline() {
+        // The figure docs/ARCHITECTURE.md gives per device-hour (besides the set's gaps, the
+        // sum's partials and the window's key entry).
+        assert_eq!(std::mem::size_of::<HourAccumulator>(), 112);
+    }
+
+    /// Heap bytes of the seen-set.
+    fn seen_bytes(acc: &HourAccumulator) -> usize {
+        match &acc.seen {
+            Seen::Gaps { nibbles, .. } => nibbles.capacity(),
+            Seen::Bits(_) => WORDS * 8,
+        }
+    }
+
+    #[test]
+    fn an_hour_every_10_s_in_order_keeps_its_seconds_in_a_fraction_of_a_bit_set() {
+        let mut acc = HourAccumulator::default();
+        for second in (3..3600).step_by(10) {
+            assert!(acc.accept(7200 + second, &1.0));
+        }
+        assert!(matches!(acc.seen, Seen::Gaps { len: 360, .. }));
+        assert!(seen_bytes(&acc) <= 200, "{} bytes", seen_bytes(&acc));
+        // A duplicate of the latest second, then an earlier one: the set turns into bits and
+        // still knows every second.
+        assert!(!acc.accept(7200 + 3593, &2.0));
+        assert!(!acc.accept(7200 + 13, &2.0));
+        assert!(matches!(acc.seen, Seen::Bits(_)));
+        assert!(acc.accept(7200 + 14, &2.0));
+        assert_eq!(acc.summary().n, 361);
+        // Every second: the gaps would outgrow the bit set, which takes over.
+        let mut dense = HourAccumulator::default();
+        (0..3600).for_each(|s| assert!(dense.accept(s, &0.5)));
+        assert!(matches!(dense.seen, Seen::Bits(_)));
+        assert!((0..3600).all(|s| !dense.accept(s, &0.5)));
+    }
+
+    proptest::proptest! {
+        /// Whatever the order and spacing of the seconds (gaps of one nibble and of four,
+        /// repeats, late ones), a second is new exactly once, as in a plain set.
+        #[test]
+        fn a_second_is_new_exactly_once(
+            steps in proptest::collection::vec((0u64..300, proptest::bool::weighted(0.05), 0u64..3600), 0..800),
+        ) {
+            let mut acc = HourAccumulator::default();
+            let mut model = std::collections::BTreeSet::new();
+            let mut at = 0;
+            for (gap, jump, anywhere) in steps {
+                // Mostly ascending, now and then any second of the hour.
+                at = if jump { anywhere } else { (at + gap).min(3599) };
+                proptest::prop_assert_eq!(acc.accept(3600 * 5 + at, &(at as f64)), model.insert(at));
+            }
+            proptest::prop_assert_eq!(acc.summary().n as usize, model.len());
+            proptest::prop_assert!(seen_bytes(&acc) <= WORDS * 8 + WORDS * 8 / 4);
+        }
     }
 
     #[test]
