@@ -307,7 +307,7 @@ impl<K: Clone + Hash + Eq, V, A: Accumulate<V>> WindowSlot<K, V, A> {
         self.index.insert(key.clone(), k);
         self.keys.push(key.clone());
         // A quarter more, not double: accumulators are much of the window's memory (the hourly
-        // one: 112 bytes here, ~300 more in its own allocations).
+        // one: 128 bytes here, ~270 more in its own allocations).
         if self.accs.len() == self.accs.capacity() {
             let more = (self.accs.capacity() / 4).max(64);
             self.accs.reserve_exact(more);
