@@ -87,14 +87,27 @@ pub fn wide_put(
     items: &[(i64, f64)],
     summary: Option<&HourSummary>,
 ) -> Mutation {
+    let summary_cells = summary.map(|s| s.cells(hour_start)).unwrap_or_default();
+    wide_put_with(device, hour_start, items, summary_cells)
+}
+
+/// The put of `items`' point cells followed by `extra`, in a vector of exactly their number:
+/// extending the points' vector doubled it, and a replay's puts waiting for the writer held
+/// 76.5 MB of such vectors at its peak (docs/BENCHMARKS.md, where a replay's memory goes).
+fn wide_put_with(
+    device: &str,
+    hour_start: i64,
+    items: &[(i64, f64)],
+    extra: Vec<Cell>,
+) -> Mutation {
     let ts_ms = wide_cell_ts_ms(hour_start);
-    let mut cells: Vec<Cell> = items
-        .iter()
-        .map(|&(ts, v)| cell(wide_qualifier(ts), ts_ms, format_value(v).into_bytes()))
-        .collect();
-    if let Some(s) = summary {
-        cells.extend(s.cells(hour_start));
-    }
+    let mut cells = Vec::with_capacity(items.len() + extra.len());
+    cells.extend(
+        items
+            .iter()
+            .map(|&(ts, v)| cell(wide_qualifier(ts), ts_ms, format_value(v).into_bytes())),
+    );
+    cells.extend(extra);
     Mutation::Put {
         table: HOURLY_TABLE,
         row: wide_key(device, hour_start),
@@ -114,11 +127,12 @@ pub fn pane_put(
     items: &[(i64, f64)],
     summary: &HourSummary,
 ) -> Mutation {
-    let mut put = wide_put(device, hour_start, items, None);
-    if let Mutation::Put { cells, .. } = &mut put {
-        cells.extend(summary.cells_touched_by(hour_start, items));
-    }
-    put
+    wide_put_with(
+        device,
+        hour_start,
+        items,
+        summary.cells_touched_by(hour_start, items),
+    )
 }
 
 /// The `(ts, value)` points of a wide row, ascending; summary cells are skipped.
@@ -210,6 +224,24 @@ mod tests {
             panic!("wide_put makes a put, got {m:?}")
         };
         Row { key: row, cells }
+    }
+
+    #[test]
+    fn a_put_holds_exactly_its_cells() {
+        let items: Vec<(i64, f64)> = (0..20)
+            .map(|i| (7200 + i * 10, f64::from(i as u8)))
+            .collect();
+        let summary = HourSummary::of_points(&items).unwrap();
+        for put in [
+            pane_put("d", 7200, &items, &summary),
+            wide_put("d", 7200, &items, Some(&summary)),
+        ] {
+            let Mutation::Put { cells, .. } = put else {
+                panic!("a wide put, got {put:?}")
+            };
+            assert!(cells.len() > items.len());
+            assert_eq!(cells.capacity(), cells.len());
+        }
     }
 
     #[test]
