@@ -31,12 +31,40 @@ pub(crate) const INGEST_BYTES: usize = 8 << 20;
 /// compactions take 39–44 CPU s instead of 27–30.
 pub(crate) const MIN_INGEST_BYTES: usize = 1 << 20;
 
+/// One buffered cell: where its key and value are in the arena, and its key's first bytes.
+///
+/// Sorting a buffer compares keys, and comparing two keys in the 8 MiB arena is a `memcmp` of
+/// two random places in it: in `perf` of a replay of 100,000 devices the buffers' sort was a
+/// seventh of the timely workers' time, most of it in those comparisons. The first 16 bytes of a
+/// key, held here, tell most keys apart (`<bucket>_<device>_`, `<device>_<hour>`) without
+/// touching the arena.
+#[derive(Clone, Copy)]
+struct Slot {
+    /// The key's first 16 bytes as two big-endian words, zero-padded: ordered as the keys are,
+    /// except that keys equal in them may still differ.
+    prefix: [u64; 2],
+    start: usize,
+    key_end: usize,
+    /// Where the value ends; it starts at `key_end`.
+    end: usize,
+}
+
+impl Slot {
+    fn prefix_of(key: &[u8]) -> [u64; 2] {
+        let mut bytes = [0u8; 16];
+        let n = key.len().min(16);
+        bytes[..n].copy_from_slice(&key[..n]);
+        let word = u128::from_be_bytes(bytes);
+        [(word >> 64) as u64, word as u64]
+    }
+}
+
 /// Cells of one table waiting to be written: keys and values in one arena, in arrival order.
 #[derive(Default)]
 struct Pending {
     arena: Vec<u8>,
-    /// `(key start, key end, value end)` in `arena`; a value starts where its key ends.
-    cells: Vec<(usize, usize, usize)>,
+    /// The cells in arrival order, which is the order of their `start`.
+    cells: Vec<Slot>,
     /// Whether the buffer was ingested for being full since the last flush.
     bulk: bool,
 }
@@ -63,7 +91,12 @@ impl Pending {
         let key_end = self.arena.len();
         self.arena.extend_from_slice(&ts_ms.to_be_bytes());
         self.arena.extend_from_slice(value);
-        self.cells.push((start, key_end, self.arena.len()));
+        self.cells.push(Slot {
+            prefix: Slot::prefix_of(key),
+            start,
+            key_end,
+            end: self.arena.len(),
+        });
     }
 
     fn bytes(&self) -> usize {
@@ -77,13 +110,21 @@ impl Pending {
     /// The cells sorted by key, the last put of a key winning, as a memtable would keep them.
     fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let arena = &self.arena;
-        let key = |&(s, k, _): &(usize, usize, usize)| &arena[s..k];
-        // Stable: puts of one key stay in arrival order, so the last of each run is the newest.
-        self.cells.sort_by(|a, b| key(a).cmp(key(b)));
+        let key = |slot: &Slot| &arena[slot.start..slot.key_end];
+        // Puts of one key end up in arrival order (their `start`), so the last of each run is the
+        // newest; the arena is read only for keys that share their first 16 bytes.
+        self.cells.sort_unstable_by(|a, b| {
+            a.prefix
+                .cmp(&b.prefix)
+                .then_with(|| key(a).cmp(key(b)))
+                .then(a.start.cmp(&b.start))
+        });
         let cells = &self.cells;
         cells.iter().enumerate().filter_map(move |(i, cell)| {
-            let superseded = cells.get(i + 1).is_some_and(|next| key(next) == key(cell));
-            (!superseded).then(|| (key(cell), &arena[cell.1..cell.2]))
+            let superseded = cells
+                .get(i + 1)
+                .is_some_and(|next| next.prefix == cell.prefix && key(next) == key(cell));
+            (!superseded).then(|| (key(cell), &arena[cell.key_end..cell.end]))
         })
     }
 
@@ -218,11 +259,11 @@ impl EmbeddedWriter {
         let keyspace = &inner.tables[index].newest();
         if pending.bytes() < min_ingest {
             // Queued in the writer's batch, which `write_all` commits once for all tables.
-            for &(start, key_end, end) in &pending.cells {
+            for slot in &pending.cells {
                 self.batch.insert(
                     keyspace,
-                    &pending.arena[start..key_end],
-                    &pending.arena[key_end..end],
+                    &pending.arena[slot.start..slot.key_end],
+                    &pending.arena[slot.key_end..slot.end],
                 );
             }
             pending.clear();
@@ -428,6 +469,8 @@ impl Drop for EmbeddedWriter {
 #[cfg(test)]
 mod tests {
     use super::Pending;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn a_buffer_grows_to_an_eighth_past_its_limit_not_to_twice_it() {
@@ -446,19 +489,50 @@ mod tests {
         );
         // Every cell is still there, in order.
         assert_eq!(pending.cells.len(), cells);
-        let (start, key_end, end) = pending.cells[cells - 1];
+        let last = pending.cells[cells - 1];
         assert_eq!(
-            &pending.arena[start..key_end],
+            &pending.arena[last.start..last.key_end],
             format!("row{:08}", cells - 1).as_bytes()
         );
-        assert_eq!(&pending.arena[end - 40..end], &value);
+        assert_eq!(&pending.arena[last.end - 40..last.end], &value);
 
         // A put past the slack still fits: the arena doubles on.
         let big = vec![1u8; limit];
         pending.push(b"big", 2, &big, limit);
         assert!(pending.bytes() > limit * 2);
-        let (start, key_end, end) = pending.cells[cells];
-        assert_eq!(&pending.arena[start..key_end], b"big");
-        assert_eq!(&pending.arena[key_end + 8..end], &big[..]);
+        let big_slot = pending.cells[cells];
+        assert_eq!(&pending.arena[big_slot.start..big_slot.key_end], b"big");
+        assert_eq!(&pending.arena[big_slot.key_end + 8..big_slot.end], &big[..]);
+    }
+
+    proptest! {
+        /// A sorted buffer holds what a map written in arrival order holds: every key once, in
+        /// byte order, with its last value. Keys come from a few bytes, with long shared
+        /// prefixes, so that many of them are equal in their first 16 bytes and some are
+        /// prefixes of others.
+        #[test]
+        fn a_sorted_buffer_is_a_map_of_the_last_put_of_each_key(
+            puts in proptest::collection::vec(
+                (proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(b'a'), Just(0xff)], 0..24),
+                 any::<u8>()),
+                0..200,
+            ),
+            shared in 0usize..20,
+        ) {
+            let mut pending = Pending::default();
+            let mut model = BTreeMap::new();
+            for (suffix, value) in &puts {
+                let mut key = vec![b'k'; shared];
+                key.extend_from_slice(suffix);
+                pending.push(&key, 5, &[*value], 1 << 20);
+                let mut stored = 5i64.to_be_bytes().to_vec();
+                stored.push(*value);
+                model.insert(key, stored);
+            }
+            let sorted: Vec<(Vec<u8>, Vec<u8>)> =
+                pending.sorted().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+            let expected: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+            prop_assert_eq!(sorted, expected);
+        }
     }
 }
