@@ -237,17 +237,21 @@ pub fn build<'scope, F>(
     let decoded = bounded_event_source(scope, "ReadLines", feed, 1024, Some(in_flight));
     let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
     // Narrow rows are written by the worker that read the reading: a Kafka feed pairs its
-    // readings' produce times with its own writer's flushes (`TimedWriter`).
-    let narrow = readings
-        .clone()
-        .map(move |r| narrow::narrow_put(scheme, &r));
-    // The window and the room view do not read `extra`, the largest part of a reading: it does
-    // not cross to the other worker, nor get cloned there for the second of them.
-    let readings = readings
-        .map(|r: crate::reading::Reading| crate::reading::Reading {
-            extra: String::new(),
-            ..r
+    // readings' produce times with its own writer's flushes (`TimedWriter`). The window and the
+    // room view do not read `extra`, the largest part of a reading: it does not cross to the
+    // other worker, nor get cloned there for the second of them. One pass makes both, so that a
+    // reading is not cloned for the narrow row either.
+    let (narrow, readings) = readings
+        .flat_map(move |r: crate::reading::Reading| {
+            let put = narrow::narrow_put(scheme, &r);
+            let slim = crate::reading::Reading {
+                extra: String::new(),
+                ..r
+            };
+            [Ok(put), Err(slim)]
         })
+        .ok_err::<Vec<_>, _, Vec<_>, _, _>(|item| item);
+    let readings = readings
         .exchange(|r: &crate::reading::Reading| operators::key_hash(&r.device))
         .probe_with(&exchanged);
 
