@@ -70,12 +70,12 @@ pub fn room_view<'scope>(
     // per reading costs the table a put per reading (about 1.2 M puts for 100k devices x 2 min
     // of replay, where 100k suffice).
     let upserts = readings
-        .map(|r| {
-            let room = r.room();
-            (r.device, r.ts, (format_value(r.value), room))
-        })
+        .map(|r| (r.device, r.ts, (r.value, r.room)))
         .newest_per_key_holding(write_interval, move |ts: &i64| hold(*ts))
-        .map(|(device, ts, (value, room), time)| (device, Some((ts, value, room)), time));
+        // Formatted once it is an upsert: most readings of a replay are replaced before.
+        .map(|(device, ts, (value, room), time)| {
+            (device, Some((ts, format_value(value), room)), time)
+        });
     let latest = arrange_from_upsert::<
         ValBuilder<String, Latest, u64, isize>,
         ValSpine<String, Latest, u64, isize>,
