@@ -96,16 +96,13 @@ where
         let pact = Exchange::new(|item: &(K, E, V)| crate::key_hash(&item.0));
         self.unary_frontier(pact, "NewestPerKey", move |_cap, info| {
             let activator = scope.activator_for(info.address);
-            // Per key: the newest event time passed on, and the timely time it was given.
-            let mut newest: HashMap<K, (E, u64)> = HashMap::new();
-            // Per key: the item waiting to be emitted, its timely time and its arrival time.
-            let mut pending: HashMap<K, (E, V, u64, u64)> = HashMap::new();
+            // Every key seen: its newest item passed on, its waiting item, its interval.
+            let mut keys: HashMap<K, KeyState<E, V>> = HashMap::new();
             // The arrival times of the waiting items, counted: the least is the time held.
             let mut waiting: BTreeMap<u64, usize> = BTreeMap::new();
-            // Keys emitted within the last interval, with the instant their interval ends;
-            // `periods` holds the same ends in order (one interval for all, so ends come in
-            // emission order).
-            let mut cooling: HashMap<K, Instant> = HashMap::new();
+            // Keys emitted within the last interval, with the instant their interval ends, in
+            // order (one interval for all, so ends come in emission order); a key's
+            // `cooling` says whether the entry is still its current one.
             let mut periods: VecDeque<(Instant, K)> = VecDeque::new();
             // Keys whose waiting item may be emitted now.
             let mut ready: Vec<K> = Vec::new();
@@ -114,25 +111,41 @@ where
                 input.for_each(|cap, data| {
                     let Some(&arrived) = cap.least() else { return };
                     for (key, ts, value) in data.drain(..) {
-                        let previous = match newest.get(&key) {
-                            Some((seen, _)) if *seen >= ts => continue,
-                            Some((_, time)) => Some(*time),
-                            None => None,
-                        };
-                        let time = previous.map_or(arrived, |t| t.max(arrived));
-                        newest.insert(key.clone(), (ts.clone(), time));
-                        *waiting.entry(arrived).or_default() += 1;
-                        let free = !hold(&ts) && !cooling.contains_key(&key);
-                        match pending.insert(key.clone(), (ts, value, time, arrived)) {
-                            Some((was, .., replaced)) => {
-                                release(&mut waiting, replaced);
-                                // A held item is in neither `ready` nor a cooling period.
-                                if free && hold(&was) {
-                                    ready.push(key);
-                                }
+                        // One lookup per item: the key's state is updated in place.
+                        let Some(state) = keys.get_mut(&key) else {
+                            *waiting.entry(arrived).or_default() += 1;
+                            let free = !hold(&ts);
+                            keys.insert(
+                                key.clone(),
+                                KeyState {
+                                    ts,
+                                    time: arrived,
+                                    waiting: Some((value, arrived)),
+                                    cooling: None,
+                                },
+                            );
+                            if free {
+                                ready.push(key);
                             }
-                            None if free => ready.push(key),
-                            None => {}
+                            continue;
+                        };
+                        if state.ts >= ts {
+                            continue;
+                        }
+                        // A held item is in neither `ready` nor a cooling period.
+                        let was_held = state.waiting.is_some() && hold(&state.ts);
+                        let replaced = state.waiting.replace((value, arrived)).map(|(_, a)| a);
+                        state.time = state.time.max(arrived);
+                        state.ts = ts;
+                        if replaced != Some(arrived) {
+                            *waiting.entry(arrived).or_default() += 1;
+                            if let Some(replaced) = replaced {
+                                release(&mut waiting, replaced);
+                            }
+                        }
+                        let free = !hold(&state.ts) && state.cooling.is_none();
+                        if free && (replaced.is_none() || was_held) {
+                            ready.push(key);
                         }
                     }
                     if let Some(c) = cap.retain_least(0) {
@@ -147,9 +160,12 @@ where
                     let Some((end, key)) = periods.pop_front() else {
                         break;
                     };
-                    if cooling.get(&key) == Some(&end) {
-                        cooling.remove(&key);
-                        if pending.get(&key).is_some_and(|(ts, ..)| !hold(ts)) {
+                    let Some(state) = keys.get_mut(&key) else {
+                        continue;
+                    };
+                    if state.cooling == Some(end) {
+                        state.cooling = None;
+                        if state.waiting.is_some() && !hold(&state.ts) {
                             ready.push(key);
                         }
                     }
@@ -157,22 +173,29 @@ where
                 let frontier = frontier.frontier();
                 if frontier.is_empty() {
                     ready.clear();
-                    ready.extend(pending.keys().cloned());
+                    ready.extend(
+                        keys.iter()
+                            .filter(|(_, state)| state.waiting.is_some())
+                            .map(|(key, _)| key.clone()),
+                    );
                 }
                 if !ready.is_empty() {
                     if let Some(cap) = crate::least(&held) {
                         let mut session = output.session(cap);
                         for key in ready.drain(..) {
-                            let Some((ts, value, time, arrived)) = pending.remove(&key) else {
+                            let Some(state) = keys.get_mut(&key) else {
+                                continue;
+                            };
+                            let Some((value, arrived)) = state.waiting.take() else {
                                 continue;
                             };
                             release(&mut waiting, arrived);
                             if !interval.is_zero() {
                                 let end = now + interval;
-                                cooling.insert(key.clone(), end);
+                                state.cooling = Some(end);
                                 periods.push_back((end, key.clone()));
                             }
-                            session.give((key, ts, value, time));
+                            session.give((key, state.ts.clone(), value, state.time));
                         }
                     }
                 }
@@ -189,6 +212,18 @@ where
             }
         })
     }
+}
+
+/// What [`NewestPerKey`] keeps of a key.
+struct KeyState<E, V> {
+    /// The newest event time passed on (or waiting), and the timely time it was given.
+    ts: E,
+    time: u64,
+    /// The waiting item's value and its arrival time; its event time and timely time are the
+    /// two above, since a newer item replaces it.
+    waiting: Option<(V, u64)>,
+    /// The end of the key's interval, if it was emitted within the last one.
+    cooling: Option<Instant>,
 }
 
 /// Forgets one waiting item that arrived at `arrived`.
