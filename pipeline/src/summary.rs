@@ -131,9 +131,8 @@ impl Seen {
                     return true;
                 }
                 // The gaps outgrew the bit set: the bits take the rest of `out` below.
-                let rest = out;
                 let bits = self.bits();
-                set_bits(bits, new_base - shift, rest);
+                set_bits(bits, new_base - shift, out);
                 return set_bit(bits, offset);
             }
             if offset >= *base {
