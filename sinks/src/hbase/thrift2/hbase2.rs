@@ -473,6 +473,74 @@ impl TSerializable for TResult {
 }
 
 //
+// TTimeRange
+//
+
+#[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TTimeRange {
+  pub min_stamp: i64,
+  pub max_stamp: i64,
+}
+
+impl TTimeRange {
+  pub fn new(min_stamp: i64, max_stamp: i64) -> TTimeRange {
+    TTimeRange {
+      min_stamp,
+      max_stamp,
+    }
+  }
+}
+
+impl TSerializable for TTimeRange {
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TTimeRange> {
+    i_prot.read_struct_begin()?;
+    let mut f_1: Option<i64> = None;
+    let mut f_2: Option<i64> = None;
+    loop {
+      let field_ident = i_prot.read_field_begin()?;
+      if field_ident.field_type == TType::Stop {
+        break;
+      }
+      let field_id = field_id(&field_ident)?;
+      match field_id {
+        1 => {
+          let val = i_prot.read_i64()?;
+          f_1 = Some(val);
+        },
+        2 => {
+          let val = i_prot.read_i64()?;
+          f_2 = Some(val);
+        },
+        _ => {
+          i_prot.skip(field_ident.field_type)?;
+        },
+      };
+      i_prot.read_field_end()?;
+    }
+    i_prot.read_struct_end()?;
+    verify_required_field_exists("TTimeRange.min_stamp", &f_1)?;
+    verify_required_field_exists("TTimeRange.max_stamp", &f_2)?;
+    let ret = TTimeRange {
+      min_stamp: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      max_stamp: f_2.expect("auto-generated code should have checked for presence of required fields"),
+    };
+    Ok(ret)
+  }
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    let struct_ident = TStructIdentifier::new("TTimeRange");
+    o_prot.write_struct_begin(&struct_ident)?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("minStamp", TType::I64, 1))?;
+    o_prot.write_i64(self.min_stamp)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_begin(&TFieldIdentifier::new("maxStamp", TType::I64, 2))?;
+    o_prot.write_i64(self.max_stamp)?;
+    o_prot.write_field_end()?;
+    o_prot.write_field_stop()?;
+    o_prot.write_struct_end()
+  }
+}
+
+//
 // TGet
 //
 
@@ -601,19 +669,21 @@ pub struct TScan {
   pub columns: Option<Vec<TColumn>>,
   pub caching: Option<i32>,
   pub max_versions: Option<i32>,
+  pub time_range: Option<TTimeRange>,
   pub reversed: Option<bool>,
   pub cache_blocks: Option<bool>,
   pub limit: Option<i32>,
 }
 
 impl TScan {
-  pub fn new<F1, F2, F3, F4, F5, F11, F12, F15>(start_row: F1, stop_row: F2, columns: F3, caching: F4, max_versions: F5, reversed: F11, cache_blocks: F12, limit: F15) -> TScan where F1: Into<Option<Vec<u8>>>, F2: Into<Option<Vec<u8>>>, F3: Into<Option<Vec<TColumn>>>, F4: Into<Option<i32>>, F5: Into<Option<i32>>, F11: Into<Option<bool>>, F12: Into<Option<bool>>, F15: Into<Option<i32>> {
+  pub fn new<F1, F2, F3, F4, F5, F6, F11, F12, F15>(start_row: F1, stop_row: F2, columns: F3, caching: F4, max_versions: F5, time_range: F6, reversed: F11, cache_blocks: F12, limit: F15) -> TScan where F1: Into<Option<Vec<u8>>>, F2: Into<Option<Vec<u8>>>, F3: Into<Option<Vec<TColumn>>>, F4: Into<Option<i32>>, F5: Into<Option<i32>>, F6: Into<Option<TTimeRange>>, F11: Into<Option<bool>>, F12: Into<Option<bool>>, F15: Into<Option<i32>> {
     TScan {
       start_row: start_row.into(),
       stop_row: stop_row.into(),
       columns: columns.into(),
       caching: caching.into(),
       max_versions: max_versions.into(),
+      time_range: time_range.into(),
       reversed: reversed.into(),
       cache_blocks: cache_blocks.into(),
       limit: limit.into(),
@@ -629,6 +699,7 @@ impl TSerializable for TScan {
     let mut f_3: Option<Vec<TColumn>> = None;
     let mut f_4: Option<i32> = None;
     let mut f_5: Option<i32> = None;
+    let mut f_6: Option<TTimeRange> = None;
     let mut f_11: Option<bool> = None;
     let mut f_12: Option<bool> = None;
     let mut f_15: Option<i32> = None;
@@ -665,6 +736,10 @@ impl TSerializable for TScan {
           let val = i_prot.read_i32()?;
           f_5 = Some(val);
         },
+        6 => {
+          let val = TTimeRange::read_from_in_protocol(i_prot)?;
+          f_6 = Some(val);
+        },
         11 => {
           let val = i_prot.read_bool()?;
           f_11 = Some(val);
@@ -690,6 +765,7 @@ impl TSerializable for TScan {
       columns: f_3,
       caching: f_4,
       max_versions: f_5,
+      time_range: f_6,
       reversed: f_11,
       cache_blocks: f_12,
       limit: f_15,
@@ -728,6 +804,11 @@ impl TSerializable for TScan {
       o_prot.write_i32(fld_var)?;
       o_prot.write_field_end()?
     }
+    if let Some(ref fld_var) = self.time_range {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timeRange", TType::Struct, 6))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
     if let Some(fld_var) = self.reversed {
       o_prot.write_field_begin(&TFieldIdentifier::new("reversed", TType::Bool, 11))?;
       o_prot.write_bool(fld_var)?;
@@ -756,6 +837,7 @@ impl Default for TScan {
       columns: Some(Vec::new()),
       caching: Some(0),
       max_versions: Some(0),
+      time_range: None,
       reversed: Some(false),
       cache_blocks: Some(false),
       limit: Some(0),

@@ -57,6 +57,11 @@ struct TResult {
   3: optional bool stale = false
 }
 
+struct TTimeRange {
+  1: required i64 minStamp,
+  2: required i64 maxStamp
+}
+
 struct TGet {
   1: required binary row,
   2: optional list<TColumn> columns,
@@ -71,6 +76,7 @@ struct TScan {
   3: optional list<TColumn> columns
   4: optional i32 caching,
   5: optional i32 maxVersions=1,
+  6: optional TTimeRange timeRange,
   11: optional bool reversed
   12: optional bool cacheBlocks
   15: optional i32 limit
