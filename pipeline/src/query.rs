@@ -9,7 +9,7 @@ use crate::rowkey::{self, KeyScheme};
 use crate::rows;
 use crate::schema::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
 use crate::summary::HourSummary;
-use crate::table::{Column, Row, ScanSpec, TableReader};
+use crate::table::{Column, Row, ScanSpec, TableReader, TimeRange};
 use crate::Result;
 
 /// The readings of `device` with `from <= ts < to`, oldest first: one scan of the narrow table.
@@ -47,6 +47,9 @@ fn scan_narrow<T>(
         stop: range.stop,
         limit: None,
         columns,
+        // A narrow cell is stamped with its reading's time, which its key holds: the key range
+        // already picks these timestamps, and the range lets the store skip the rest.
+        time_range: Some(TimeRange::of_secs(from, to)),
     };
     let mut out = store
         .scan(NARROW_TABLE, &spec)?

@@ -103,6 +103,42 @@ pub struct ScanSpec {
     /// Only these cells of each row, as HBase's `Scan.addColumn` (empty: every cell). A row
     /// with none of them is not returned.
     pub columns: Vec<Column>,
+    /// Only cells stamped within this range, as HBase's `Scan.setTimeRange` (`None`: any
+    /// timestamp). A row with none is not returned. Stores use it to skip files: HBase skips the
+    /// store files whose time range (`TIMERANGE` in each HFile's metadata) lies outside it, the
+    /// embedded store skips generations the same way.
+    pub time_range: Option<TimeRange>,
+}
+
+/// Cell timestamps from `min_ms` (included) to `max_ms` (excluded), as HBase's `TimeRange`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    /// First timestamp included, milliseconds since the epoch.
+    pub min_ms: i64,
+    /// First timestamp excluded.
+    pub max_ms: i64,
+}
+
+impl TimeRange {
+    /// The timestamps `[min_ms, max_ms)`.
+    pub fn new(min_ms: i64, max_ms: i64) -> Self {
+        TimeRange { min_ms, max_ms }
+    }
+
+    /// The cells stamped within `[from, to)` epoch seconds, whatever their millisecond.
+    pub fn of_secs(from: i64, to: i64) -> Self {
+        TimeRange::new(from.saturating_mul(1000), to.saturating_mul(1000))
+    }
+
+    /// Whether a cell stamped `ts_ms` is in the range.
+    pub fn contains(&self, ts_ms: i64) -> bool {
+        self.min_ms <= ts_ms && ts_ms < self.max_ms
+    }
+
+    /// Whether a cell stamped anywhere in `[lo, hi]` (both included) may be in the range.
+    pub fn overlaps(&self, lo: i64, hi: i64) -> bool {
+        lo < self.max_ms && self.min_ms <= hi
+    }
 }
 
 /// One column of a table: a family and a qualifier.
@@ -132,6 +168,7 @@ impl ScanSpec {
             stop: prefix_successor(prefix),
             limit: None,
             columns: Vec::new(),
+            time_range: None,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One conformance suite, run against both backends through [`sinks::open`]: what the dataflow
 //! and the queries rely on must hold for the embedded store and HBase alike. Gets, multi-gets
-//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit), deletes, TTLs and
+//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), deletes, TTLs and
 //! cell timestamps (`VERSIONS => 1`: the newest timestamp wins). `ScanSpec` has no reverse
 //! scan, so there is none to check.
 //!
@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::hbase::GET_ROWS_CHUNK;
 use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
-use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader};
+use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader, TimeRange};
 use sinks::{OpenOptions, Store};
 
 const THRIFT1: &str = "127.0.0.1:9090";
@@ -135,6 +135,7 @@ fn conforms(store: &Store, t: &Tables) {
     deletes(store, t, now);
     timestamps(store, t, now);
     ttl(store, t, now);
+    time_ranges(store, t, now);
     scans(store, t, now);
 }
 
@@ -351,6 +352,52 @@ fn ttl(store: &Store, t: &Tables, now: i64) {
     assert!(got[0].is_none() && got[1].is_some(), "{got:?}");
 }
 
+/// Scans with a time range (HBase's `Scan.setTimeRange`): only the cells stamped in
+/// `[min, max)`, and no row left without one.
+fn time_ranges(store: &Store, t: &Tables, now: i64) {
+    write(
+        store,
+        vec![
+            put(
+                t.data,
+                "y/a",
+                vec![cell("v", now - 3000, "a"), cell("x", now - 1000, "ax")],
+            ),
+            put(t.data, "y/b", vec![cell("v", now - 2000, "b")]),
+            put(t.data, "y/c", vec![cell("v", now, "c")]),
+        ],
+    );
+    let reader = store.reader();
+    let within = |min, max, columns: Vec<Column>| {
+        let mut spec = ScanSpec::prefix(b"y/");
+        spec.time_range = Some(TimeRange::new(min, max));
+        spec.columns = columns;
+        reader.scan(t.data, &spec).expect("scan with a time range")
+    };
+    let rows = within(now - 2000, now, Vec::new());
+    assert_eq!(keys(&rows), ["y/a", "y/b"], "max excluded");
+    assert_eq!(
+        values(rows.first()),
+        [("x".into(), now - 1000, "ax".into())]
+    );
+    assert_eq!(keys(&within(now - 3000, now - 2999, Vec::new())), ["y/a"]);
+    assert!(within(now + 1, now + 10, Vec::new()).is_empty());
+    assert!(within(now, now, Vec::new()).is_empty(), "an empty range");
+    let only_v = within(now - 3000, now - 1000, vec![Column::new(FAMILY, b"v")]);
+    assert_eq!(keys(&only_v), ["y/a", "y/b"]);
+    assert_eq!(
+        values(only_v.first()),
+        [("v".into(), now - 3000, "a".into())]
+    );
+    // HBase refuses a negative stamp in a range; no cell is stamped before 0 anyway.
+    assert_eq!(keys(&within(-5, now - 2500, Vec::new())), ["y/a"]);
+    assert!(within(-5, 0, Vec::new()).is_empty());
+    assert_eq!(
+        keys(&within(i64::MIN, i64::MAX, Vec::new())),
+        ["y/a", "y/b", "y/c"]
+    );
+}
+
 fn scans(store: &Store, t: &Tables, now: i64) {
     let rows = ["z1/a", "z1/b", "z1/b0", "z1/c", "z1\u{7f}", "z2/x"];
     write(
@@ -369,6 +416,7 @@ fn scans(store: &Store, t: &Tables, now: i64) {
         stop: stop.as_bytes().to_vec(),
         limit,
         columns: Vec::new(),
+        time_range: None,
     };
     assert_eq!(
         scan(store, t.data, range("z1/b", "z1/c", None)),

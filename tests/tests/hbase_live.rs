@@ -335,6 +335,7 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
             stop: r.end.clone(),
             limit: Some(1),
             columns: Vec::new(),
+            time_range: None,
         };
         let rows = store.scan_rows(NARROW_TABLE, &spec).expect("scan a region");
         assert_eq!(

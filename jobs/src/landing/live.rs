@@ -41,6 +41,7 @@ pub(super) fn from_hbase(
             stop: region.end.clone(),
             limit: None,
             columns: Vec::new(),
+            time_range: None,
         };
         let rows = reader
             .scan_each(NARROW_TABLE, &spec, |row| {

@@ -5,7 +5,7 @@ use anyhow::Result;
 use pipeline::codec::hourly::wide_key;
 use pipeline::codec::key::SEPARATOR;
 use pipeline::schema::HOURLY_TABLE;
-use pipeline::table::{prefix_successor, Row, ScanSpec, TableReader};
+use pipeline::table::{prefix_successor, Row, ScanSpec, TableReader, TimeRange};
 
 use super::figures::HourFigures;
 
@@ -45,6 +45,9 @@ pub fn read_device(
         stop: wide_key(device, month_end),
         limit: None,
         columns: Vec::new(),
+        // Every cell of the month's rows is stamped within it (an hour's last millisecond), so
+        // the range changes no answer; it lets the store skip what was written outside it.
+        time_range: Some(TimeRange::of_secs(month_start, month_end)),
     };
     let rows = reader.scan(HOURLY_TABLE, &spec)?;
     let mut out = DeviceRows {
@@ -137,6 +140,7 @@ fn first_key(reader: &dyn TableReader, start: &[u8], stop: &[u8]) -> Result<Opti
         stop: stop.to_vec(),
         limit: Some(1),
         columns: Vec::new(),
+        time_range: None,
     };
     Ok(reader
         .scan(HOURLY_TABLE, &spec)?

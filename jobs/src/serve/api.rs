@@ -303,6 +303,7 @@ pub(crate) fn list_devices(
                 stop: stop.clone(),
                 limit: Some(1),
                 columns: Vec::new(),
+                time_range: None,
             };
             let Some(row) = store.scan(NARROW_TABLE, &spec)?.into_iter().next() else {
                 break;

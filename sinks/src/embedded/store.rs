@@ -1,14 +1,14 @@
 //! The store handle: opening, reads, TTL purges and durability.
 
 use super::codec;
-use super::generations::{self, Merged, GENERATION_BYTES};
+use super::generations::{self, Merged, Span, GENERATION_BYTES};
 use super::journal::JournalDamage;
 use super::prepare::prepare;
 use super::ttl::{FamilyTtls, TtlFilterFactory};
 use super::writer::EmbeddedWriter;
 use super::StoreError;
 use crate::schema::TableSpec;
-use crate::table::{Cell, Column, Row, ScanSpec, TableReader};
+use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
 use std::fmt;
@@ -81,9 +81,42 @@ const PURGE_BATCH: usize = 4096;
 pub(crate) struct Table {
     pub(crate) name: &'static str,
     /// The table's generations, oldest first (see [`generations`]); writes go to the last.
-    generations: RwLock<Vec<Keyspace>>,
+    generations: RwLock<Vec<Generation>>,
     /// `(family name, TTL in ms)`, as given by the table spec.
     pub(crate) families: FamilyTtls,
+}
+
+/// One generation of a table: its keyspace and the timestamps its cells carry.
+struct Generation {
+    keyspace: Keyspace,
+    span: Span,
+    /// Shared by every [`Lease`] of the generation: one with writes queued or under way holds
+    /// it, and an expired generation is dropped only when no lease does.
+    leases: Arc<()>,
+}
+
+impl Generation {
+    fn new(keyspace: Keyspace, span: Span) -> Self {
+        Generation {
+            keyspace,
+            span,
+            leases: Arc::new(()),
+        }
+    }
+
+    fn lease(&self) -> Lease {
+        Lease {
+            keyspace: self.keyspace.clone(),
+            _lease: self.leases.clone(),
+        }
+    }
+}
+
+/// A generation's keyspace, kept from being dropped ([`Inner::drop_expired`]) while held: hold
+/// it until the writes queued for the keyspace are committed.
+pub(crate) struct Lease {
+    pub(crate) keyspace: Keyspace,
+    _lease: Arc<()>,
 }
 
 impl Table {
@@ -92,7 +125,42 @@ impl Table {
         self.generations
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .iter()
+            .map(|g| g.keyspace.clone())
+            .collect()
+    }
+
+    /// Every generation, oldest first, leased for writes (removals) to all of them.
+    pub(crate) fn leases(&self) -> Vec<Lease> {
+        self.generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(Generation::lease)
+            .collect()
+    }
+
+    /// The generations that may hold cells stamped within `range` (all of them without one),
+    /// oldest first.
+    pub(crate) fn generations_within(&self, range: Option<&TimeRange>) -> Vec<Keyspace> {
+        self.generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|g| g.span.may_hold(range))
+            .map(|g| g.keyspace.clone())
+            .collect()
+    }
+
+    /// Every generation with its span, oldest first.
+    #[cfg(test)]
+    pub(crate) fn generation_spans(&self) -> Vec<(Keyspace, Span)> {
+        self.generations
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|g| (g.keyspace.clone(), g.span))
+            .collect()
     }
 
     /// The generation writes go to.
@@ -101,8 +169,8 @@ impl Table {
             .generations
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        // A table is opened with at least generation 0, and generations are never removed.
-        generations[generations.len() - 1].clone()
+        // A table keeps at least one generation: the newest is never dropped.
+        generations[generations.len() - 1].keyspace.clone()
     }
 
     /// The stored cell under `key`: the newest generation's that holds one.
@@ -113,7 +181,7 @@ impl Table {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         for generation in generations.iter().rev() {
-            if let Some(stored) = generation.get(key)? {
+            if let Some(stored) = generation.keyspace.get(key)? {
                 return Ok(Some(stored));
             }
         }
@@ -131,9 +199,15 @@ impl Table {
     }
 
     /// The visible stored cells with keys from `start` on (to `stop`, excluded, unless empty),
-    /// in key order.
-    pub(crate) fn range(&self, start: &[u8], stop: &[u8]) -> Merged {
-        let generations = self.generations();
+    /// in key order, read from the generations that may hold cells stamped within `time`.
+    ///
+    /// A key whose newest write is in a skipped generation, and so outside `time`, may then
+    /// show an older write stamped within it: HBase's scans with a time range do the same while
+    /// no compaction has dropped the older version. Hourglass never writes one cell with two
+    /// timestamps (its cells' timestamps follow from their keys), so its answers do not depend
+    /// on which generations are skipped.
+    pub(crate) fn range(&self, start: &[u8], stop: &[u8], time: Option<&TimeRange>) -> Merged {
+        let generations = self.generations_within(time);
         let iters = generations.iter().map(|g| {
             if stop.is_empty() {
                 g.range(start..)
@@ -155,12 +229,22 @@ impl Table {
     fn has_ttl(&self) -> bool {
         self.families.iter().any(|(_, ttl)| ttl.is_some())
     }
+
+    /// The longest TTL of the table's families if every family has one: a cell stamped before
+    /// `now` minus it has expired, whatever its family.
+    fn longest_ttl(&self) -> Option<i64> {
+        self.families
+            .iter()
+            .try_fold(i64::MIN, |most, (_, ttl)| ttl.map(|t| most.max(t)))
+    }
 }
 
 pub(crate) struct Inner {
     pub(crate) db: Database,
     pub(crate) dir: PathBuf,
     pub(crate) tables: Vec<Table>,
+    /// Each generation's [`Span`], by keyspace name ([`generations::SPANS_KEYSPACE`]).
+    pub(crate) spans: Keyspace,
     /// Disk bytes at which a table's newest generation is closed ([`GENERATION_BYTES`]).
     generation_bytes: AtomicU64,
     pub(crate) now_ms: Clock,
@@ -214,6 +298,94 @@ impl Inner {
         StoreError::from_fjall(&self.dir, doing, source).into()
     }
 
+    /// The generation of table `index` that writes go to, its span widened first, if need be,
+    /// to hold cells stamped within `[lo, hi]`. Write them into the generation returned even if
+    /// another writer has started a newer one since, and hold the lease until they are
+    /// committed.
+    pub(crate) fn covering(&self, index: usize, lo: i64, hi: i64) -> Result<Lease> {
+        let table = &self.tables[index];
+        {
+            let generations = table
+                .generations
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            let newest = &generations[generations.len() - 1];
+            if newest.span.covers(lo, hi) {
+                return Ok(newest.lease());
+            }
+        }
+        let mut generations = table
+            .generations
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let newest = generations
+            .last_mut()
+            .expect("a table has at least one generation");
+        if !newest.span.covers(lo, hi) {
+            let span = newest.span.widened(lo, hi);
+            self.record_span(newest.keyspace.name(), span)?;
+            newest.span = span;
+        }
+        Ok(newest.lease())
+    }
+
+    /// Drops table `index`'s oldest generations once every cell in them has expired, as HBase's
+    /// FIFO compaction drops a TTL table's store files whole, and returns how many it dropped.
+    ///
+    /// Only in a table whose every family has a TTL, from the oldest generation up, never the
+    /// newest, and not one a writer holds a [`Lease`] of. The cells dropped were invisible
+    /// already, and no older write of their keys is left to show in their place, so no read
+    /// answers differently.
+    pub(crate) fn drop_expired(&self, index: usize) -> Result<usize> {
+        let table = &self.tables[index];
+        let Some(ttl) = table.longest_ttl() else {
+            return Ok(0);
+        };
+        let now = (self.now_ms)();
+        let mut dropped = 0;
+        loop {
+            let mut generations = table
+                .generations
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let oldest = &generations[0];
+            let droppable = generations.len() > 1
+                && Arc::strong_count(&oldest.leases) == 1
+                && codec::is_expired(oldest.span.hi, Some(ttl), now);
+            if !droppable {
+                return Ok(dropped);
+            }
+            let oldest = generations.remove(0);
+            drop(generations);
+            let name = oldest.keyspace.name().to_string();
+            // A reader still iterating the keyspace finishes; fjall removes its files after.
+            self.db
+                .delete_keyspace(oldest.keyspace)
+                .map_err(|e| self.fjall_error("drop an expired generation", e))?;
+            self.spans
+                .remove(name.as_str())
+                .map_err(|e| self.fjall_error("drop an expired generation", e))?;
+            tracing::info!(
+                table = table.name,
+                generation = name,
+                newest_cell_ms = oldest.span.hi,
+                "embedded store dropped a generation whose cells have all expired"
+            );
+            dropped += 1;
+        }
+    }
+
+    /// Records the span of the generation whose keyspace is `name`, synced to disk before any
+    /// cell it lets in is written.
+    fn record_span(&self, name: &str, span: Span) -> Result<()> {
+        self.spans
+            .insert(name, span.encode())
+            .map_err(|e| self.fjall_error("record a generation's time span", e))?;
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.fjall_error("record a generation's time span", e))
+    }
+
     /// Starts a new generation of table `index` if its newest holds more than the generation
     /// size on disk. Writers call it after they write; one of them starts the generation.
     pub(crate) fn close_full_generation(&self, index: usize) -> Result<()> {
@@ -227,23 +399,28 @@ impl Inner {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let closed = &generations[generations.len() - 1];
-        let bytes = closed.disk_space();
+        let bytes = closed.keyspace.disk_space();
         // Another writer may have started one since the check above.
         if bytes <= limit {
             return Ok(());
         }
-        let n = generations.len();
+        // Numbered after the newest, not by count: the oldest may have been dropped.
+        let n = generations::parse_keyspace_name(closed.keyspace.name()).map_or(0, |(_, n)| n) + 1;
+        let name = generations::keyspace_name(table.name, n);
         let keyspace = self
             .db
-            .keyspace(&generations::keyspace_name(table.name, n), table_options)
+            .keyspace(&name, table_options)
             .map_err(|e| self.fjall_error("start a generation", e))?;
-        generations.push(keyspace);
+        self.record_span(&name, Span::EMPTY)?;
+        generations.push(Generation::new(keyspace, Span::EMPTY));
+        drop(generations);
         tracing::info!(
             table = table.name,
             generation = n,
             closed_bytes = bytes,
             "embedded store started a new generation"
         );
+        self.drop_expired(index)?;
         Ok(())
     }
 }
@@ -402,6 +579,30 @@ impl EmbeddedStore {
             .open()
             .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         let existing = db.list_keyspace_names();
+        let spans = db
+            .keyspace(generations::SPANS_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
+        // A generation created before spans were recorded, or just before a crash, has none:
+        // it may hold any timestamp. One this open creates holds none yet.
+        let span_of = |name: &str| -> Result<Span> {
+            if !existing.iter().any(|e| e.as_ref() == name) {
+                return Ok(Span::EMPTY);
+            }
+            let stored = spans
+                .get(name)
+                .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
+            match stored {
+                None => Ok(Span::ANY),
+                Some(stored) => Span::decode(&stored).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        dir: dir.to_path_buf(),
+                        table: "#spans",
+                        key: name.escape_debug().to_string(),
+                    }
+                    .into()
+                }),
+            }
+        };
         let mut handles = Vec::with_capacity(tables.len());
         for (spec, families) in tables.iter().zip(ttls) {
             // Generation 0 always, created with the table; then every later one the store holds.
@@ -415,10 +616,12 @@ impl EmbeddedStore {
             numbers.insert(0, 0);
             let mut opened = Vec::with_capacity(numbers.len());
             for n in numbers {
+                let name = generations::keyspace_name(spec.name, n);
+                let span = span_of(&name)?;
                 let keyspace = db
-                    .keyspace(&generations::keyspace_name(spec.name, n), table_options)
+                    .keyspace(&name, table_options)
                     .map_err(|e| StoreError::from_fjall(dir, "open table", e))?;
-                opened.push(keyspace);
+                opened.push(Generation::new(keyspace, span));
             }
             handles.push(Table {
                 name: spec.name,
@@ -431,6 +634,7 @@ impl EmbeddedStore {
                 db,
                 dir: dir.to_path_buf(),
                 tables: handles,
+                spans,
                 generation_bytes: AtomicU64::new(GENERATION_BYTES),
                 now_ms,
                 dropped,
@@ -466,8 +670,9 @@ impl EmbeddedStore {
         let mut purged = 0u64;
         for table in inner.tables.iter().filter(|t| t.has_ttl()) {
             let mut batch = inner.db.batch();
-            let generations = table.generations();
-            for item in table.range(&[], &[]) {
+            // Leased until the last batch is committed.
+            let generations = table.leases();
+            for item in table.range(&[], &[], None) {
                 let (key, value) = item.map_err(|e| inner.fjall_error("purge expired cells", e))?;
                 let Some((_, family, _)) = codec::decode_key(&key) else {
                     continue;
@@ -535,16 +740,18 @@ impl EmbeddedStore {
 struct RowCollector<'a> {
     table: &'a Table,
     now_ms: i64,
+    time: Option<TimeRange>,
     limit: usize,
     rows: Vec<Row>,
     current: Row,
 }
 
 impl<'a> RowCollector<'a> {
-    fn new(table: &'a Table, now_ms: i64, limit: Option<usize>) -> Self {
+    fn new(table: &'a Table, now_ms: i64, limit: Option<usize>, time: Option<TimeRange>) -> Self {
         RowCollector {
             table,
             now_ms,
+            time,
             limit: limit.unwrap_or(usize::MAX),
             rows: Vec::new(),
             current: Row::default(),
@@ -571,7 +778,8 @@ impl<'a> RowCollector<'a> {
             return Some(());
         };
         let (ts_ms, value) = codec::decode_value(stored)?;
-        if !codec::is_expired(ts_ms, ttl, self.now_ms) {
+        let in_range = self.time.is_none_or(|t| t.contains(ts_ms));
+        if in_range && !codec::is_expired(ts_ms, ttl, self.now_ms) {
             self.current.cells.push(Cell {
                 family: family.to_owned(),
                 qualifier: qualifier.to_vec(),
@@ -591,19 +799,18 @@ impl<'a> RowCollector<'a> {
 }
 
 impl EmbeddedStore {
-    /// Collects the visible rows in `[start, stop)` (`stop` empty: no end) from a key-ordered
-    /// iterator that starts at or before `start`, only the cells of `columns` if it names any.
+    /// Collects the visible rows of `spec` (`[start, stop)`, `stop` empty: no end; only the
+    /// cells of its columns if it names any, stamped within its time range if it has one) from
+    /// a key-ordered iterator that starts at or before `spec.start`.
     fn collect(
         &self,
         table: &Table,
         iter: impl Iterator<Item = fjall::Result<KvPair>>,
-        start: &[u8],
-        stop: &[u8],
-        limit: Option<usize>,
-        columns: &[Column],
+        spec: &ScanSpec,
     ) -> Result<Vec<Row>> {
         let inner = &self.inner;
-        let mut rows = RowCollector::new(table, (inner.now_ms)(), limit);
+        let (start, stop, columns) = (&spec.start[..], &spec.stop[..], &spec.columns[..]);
+        let mut rows = RowCollector::new(table, (inner.now_ms)(), spec.limit, spec.time_range);
         if rows.is_full() {
             return Ok(Vec::new());
         }
@@ -652,7 +859,12 @@ impl TableReader for EmbeddedStore {
         }
         let mut prefix = Vec::with_capacity(row.len() + 1);
         codec::encode_row_prefix(&mut prefix, row);
-        let rows = self.collect(t, t.prefix(&prefix), row, &[], Some(1), &[])?;
+        let spec = ScanSpec {
+            start: row.to_vec(),
+            limit: Some(1),
+            ..ScanSpec::default()
+        };
+        let rows = self.collect(t, t.prefix(&prefix), &spec)?;
         Ok(rows.into_iter().next())
     }
 
@@ -666,7 +878,7 @@ impl TableReader for EmbeddedStore {
         } else {
             &spec.stop
         };
-        let iter = t.range(&spec.start, stop);
-        self.collect(t, iter, &spec.start, &spec.stop, spec.limit, &spec.columns)
+        let iter = t.range(&spec.start, stop, spec.time_range.as_ref());
+        self.collect(t, iter, spec)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::codec;
 use super::generations;
-use super::store::{EmbeddedStore, Table};
+use super::store::{EmbeddedStore, Lease, Table};
 use super::StoreError;
 use crate::table::{Cell, Mutation, TableWriter};
 use crate::{Error, Result};
@@ -60,13 +60,27 @@ impl Slot {
 }
 
 /// Cells of one table waiting to be written: keys and values in one arena, in arrival order.
-#[derive(Default)]
 struct Pending {
     arena: Vec<u8>,
     /// The cells in arrival order, which is the order of their `start`.
     cells: Vec<Slot>,
     /// Whether the buffer was ingested for being full since the last flush.
     bulk: bool,
+    /// The smallest and largest timestamp of the cells (`i64::MAX`, `i64::MIN` when empty).
+    lo: i64,
+    hi: i64,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            arena: Vec::new(),
+            cells: Vec::new(),
+            bulk: false,
+            lo: i64::MAX,
+            hi: i64::MIN,
+        }
+    }
 }
 
 impl Pending {
@@ -87,6 +101,8 @@ impl Pending {
             };
             self.arena.reserve_exact(target - start);
         }
+        self.lo = self.lo.min(ts_ms);
+        self.hi = self.hi.max(ts_ms);
         self.arena.extend_from_slice(key);
         let key_end = self.arena.len();
         self.arena.extend_from_slice(&ts_ms.to_be_bytes());
@@ -131,6 +147,7 @@ impl Pending {
     fn clear(&mut self) {
         self.arena.clear();
         self.cells.clear();
+        (self.lo, self.hi) = (i64::MAX, i64::MIN);
     }
 }
 
@@ -159,6 +176,8 @@ pub struct EmbeddedWriter {
     batch: OwnedWriteBatch,
     /// Mutations in `batch`.
     queued: usize,
+    /// The generations `batch` writes to, kept until it is committed.
+    leases: Vec<Lease>,
     /// With `newest_timestamp_wins`, per table: the timestamp each cell queued in `batch` will
     /// have once committed (`i64::MIN` for a queued delete), which the store cannot tell yet.
     queued_ts: Option<Vec<HashMap<Vec<u8>, i64>>>,
@@ -197,6 +216,7 @@ impl EmbeddedWriter {
             pending,
             batch,
             queued: 0,
+            leases: Vec::new(),
             queued_ts: None,
             ingest_bytes: INGEST_BYTES,
             min_ingest_bytes: MIN_INGEST_BYTES,
@@ -241,7 +261,9 @@ impl EmbeddedWriter {
             queued_ts.iter_mut().for_each(HashMap::clear);
         }
         let inner = &self.store.inner;
-        full.commit().map_err(|e| inner.fjall_error("write", e))?;
+        let committed = full.commit().map_err(|e| inner.fjall_error("write", e));
+        self.leases.clear();
+        committed?;
         for index in 0..inner.tables.len() {
             inner.close_full_generation(index)?;
         }
@@ -256,7 +278,8 @@ impl EmbeddedWriter {
             return Ok(());
         }
         let inner = &self.store.inner;
-        let keyspace = &inner.tables[index].newest();
+        let lease = inner.covering(index, pending.lo, pending.hi)?;
+        let keyspace = &lease.keyspace;
         if pending.bytes() < min_ingest {
             // Queued in the writer's batch, which `write_all` commits once for all tables.
             for slot in &pending.cells {
@@ -267,6 +290,7 @@ impl EmbeddedWriter {
                 );
             }
             pending.clear();
+            self.leases.push(lease);
             return Ok(());
         }
         let mut ingestion = keyspace
@@ -312,7 +336,11 @@ impl EmbeddedWriter {
             return Ok(());
         };
         let queued = &mut queued_ts[table_index];
-        let newest = table.newest();
+        let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
+        let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
+        self.leases
+            .push(self.store.inner.covering(table_index, lo, hi)?);
+        let newest = &self.leases[self.leases.len() - 1].keyspace;
         for cell in cells {
             codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
             let visible = match queued.get(self.key.as_slice()) {
@@ -329,7 +357,7 @@ impl EmbeddedWriter {
             queued.insert(self.key.clone(), cell.ts_ms);
             codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
             self.batch
-                .insert(&newest, self.key.as_slice(), self.value.as_slice());
+                .insert(newest, self.key.as_slice(), self.value.as_slice());
         }
         Ok(())
     }
@@ -348,7 +376,7 @@ impl EmbeddedWriter {
         // removals are committed at once, so that a later put of the row is not removed.
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
-        let generations = table.generations();
+        let generations = table.leases();
         for item in table.prefix(&self.key) {
             let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
             let Some(ts) = codec::decode_ts(&stored) else {
@@ -368,6 +396,8 @@ impl EmbeddedWriter {
         }
         if self.queued_ts.is_none() {
             self.commit()?;
+        } else {
+            self.leases.extend(generations);
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use super::client::{Connection, Thrift2};
 use super::config::HbaseConfig;
 use super::retry::retrying;
-use super::thrift2::{TColumn, TGet, TResult, TScan, TTHBaseServiceSyncClient};
+use super::thrift2::{TColumn, TGet, TResult, TScan, TTHBaseServiceSyncClient, TTimeRange};
 use super::Result;
 use crate::table::{Cell, Row, ScanSpec, TableReader};
 
@@ -283,6 +283,10 @@ impl HbaseStore {
         spec: &ScanSpec,
         mut each: impl FnMut(Row),
     ) -> Result<usize> {
+        // HBase's `TimeRange` refuses negative stamps, and HBase stores no negative timestamp.
+        if spec.time_range.is_some_and(|t| t.max_ms <= t.min_ms.max(0)) {
+            return Ok(0);
+        }
         let mut seen = 0usize;
         let mut start = spec.start.clone();
         let mut conn = self.conn();
@@ -329,6 +333,12 @@ impl HbaseStore {
             }),
             caching: Some(as_i32(rows)),
             max_versions: None,
+            // HBase's `TimeRange` refuses negative stamps; `scan_each` has answered the ranges
+            // that end at or below 0.
+            time_range: spec.time_range.map(|t| TTimeRange {
+                min_stamp: t.min_ms.max(0),
+                max_stamp: t.max_ms,
+            }),
             reversed: None,
             cache_blocks: None,
             limit: limit.map(as_i32),

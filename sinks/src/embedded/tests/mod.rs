@@ -91,6 +91,7 @@ fn scan(store: &EmbeddedStore, start: &[u8], stop: &[u8], limit: Option<usize>) 
         stop: stop.to_vec(),
         limit,
         columns: Vec::new(),
+        time_range: None,
     };
     store.scan(T, &spec).unwrap()
 }
