@@ -583,9 +583,15 @@ impl EmbeddedStore {
             .keyspace(generations::SPANS_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         // A generation created before spans were recorded, or just before a crash, has none:
-        // it may hold any timestamp. One this open creates holds none yet.
-        let span_of = |name: &str| -> Result<Span> {
+        // it may hold any timestamp. One this open creates holds none yet, and says so on disk
+        // (else the next open would read it as any timestamp, and it would never expire).
+        let mut created = false;
+        let mut span_of = |name: &str| -> Result<Span> {
             if !existing.iter().any(|e| e.as_ref() == name) {
+                spans
+                    .insert(name, Span::EMPTY.encode())
+                    .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
+                created = true;
                 return Ok(Span::EMPTY);
             }
             let stored = spans
@@ -628,6 +634,10 @@ impl EmbeddedStore {
                 generations: RwLock::new(opened),
                 families,
             });
+        }
+        if created {
+            db.persist(PersistMode::SyncAll)
+                .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         }
         Ok(EmbeddedStore {
             inner: Arc::new(Inner {
