@@ -14,7 +14,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The clock TTLs are measured against: milliseconds since the epoch.
@@ -120,32 +120,36 @@ pub(crate) struct Lease {
 }
 
 impl Table {
-    /// Every generation, oldest first.
-    pub(crate) fn generations(&self) -> Vec<Keyspace> {
+    /// The generations, oldest first, for reading. A writer that panicked while holding the lock
+    /// left the list whole (it only pushes, removes or widens a span in place), so the list is
+    /// read on.
+    fn read(&self) -> RwLockReadGuard<'_, Vec<Generation>> {
         self.generations
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|g| g.keyspace.clone())
-            .collect()
+    }
+
+    /// The generations, oldest first, for changing the list or a span.
+    fn write(&self) -> RwLockWriteGuard<'_, Vec<Generation>> {
+        self.generations
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every generation, oldest first.
+    pub(crate) fn generations(&self) -> Vec<Keyspace> {
+        self.read().iter().map(|g| g.keyspace.clone()).collect()
     }
 
     /// Every generation, oldest first, leased for writes (removals) to all of them.
     pub(crate) fn leases(&self) -> Vec<Lease> {
-        self.generations
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(Generation::lease)
-            .collect()
+        self.read().iter().map(Generation::lease).collect()
     }
 
     /// The generations that may hold cells stamped within `range` (all of them without one),
     /// oldest first.
     pub(crate) fn generations_within(&self, range: Option<&TimeRange>) -> Vec<Keyspace> {
-        self.generations
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.read()
             .iter()
             .filter(|g| g.span.may_hold(range))
             .map(|g| g.keyspace.clone())
@@ -155,9 +159,7 @@ impl Table {
     /// Every generation with its span, oldest first.
     #[cfg(test)]
     pub(crate) fn generation_spans(&self) -> Vec<(Keyspace, Span)> {
-        self.generations
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.read()
             .iter()
             .map(|g| (g.keyspace.clone(), g.span))
             .collect()
@@ -165,10 +167,7 @@ impl Table {
 
     /// The generation writes go to.
     pub(crate) fn newest(&self) -> Keyspace {
-        let generations = self
-            .generations
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let generations = self.read();
         // A table keeps at least one generation: the newest is never dropped.
         generations[generations.len() - 1].keyspace.clone()
     }
@@ -176,10 +175,7 @@ impl Table {
     /// The stored cell under `key`: the newest generation's that holds one.
     pub(crate) fn get_cell(&self, key: &[u8]) -> fjall::Result<Option<fjall::Slice>> {
         // Read under the lock rather than copy the list: the writer calls this once per cell.
-        let generations = self
-            .generations
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let generations = self.read();
         for generation in generations.iter().rev() {
             if let Some(stored) = generation.keyspace.get(key)? {
                 return Ok(Some(stored));
@@ -305,19 +301,13 @@ impl Inner {
     pub(crate) fn covering(&self, index: usize, lo: i64, hi: i64) -> Result<Lease> {
         let table = &self.tables[index];
         {
-            let generations = table
-                .generations
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
+            let generations = table.read();
             let newest = &generations[generations.len() - 1];
             if newest.span.covers(lo, hi) {
                 return Ok(newest.lease());
             }
         }
-        let mut generations = table
-            .generations
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut generations = table.write();
         let newest = generations
             .last_mut()
             .expect("a table has at least one generation");
@@ -344,10 +334,7 @@ impl Inner {
         let now = (self.now_ms)();
         let mut dropped = 0;
         loop {
-            let mut generations = table
-                .generations
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut generations = table.write();
             let oldest = &generations[0];
             let droppable = generations.len() > 1
                 && Arc::strong_count(&oldest.leases) == 1
@@ -394,10 +381,7 @@ impl Inner {
         if table.newest().disk_space() <= limit {
             return Ok(());
         }
-        let mut generations = table
-            .generations
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut generations = table.write();
         let closed = &generations[generations.len() - 1];
         let bytes = closed.keyspace.disk_space();
         // Another writer may have started one since the check above.
