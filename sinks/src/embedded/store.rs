@@ -23,8 +23,18 @@ pub(crate) type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 /// Memtable size of a table's keyspace (fjall's default: 64 MiB).
 const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// L0 tables that start a compaction into L1 (fjall's default: 4).
-const L0_COMPACTION_TRIGGER: u8 = 8;
+/// L0 runs that start a compaction into L1 (fjall's default: 4).
+///
+/// A replay ingests a table of about 2.5 MB (8 MiB of cells, lz4-compressed) per run, so a 64 MiB
+/// generation holds about 25 runs. Each run's salted keys span the whole key space, so every
+/// L0 → L1 round rewrites all of L1: at 8, a generation was merged three times over (8, 16 and 24
+/// runs' worth); at 24 it is merged about once, near its end. In a replay of 100,000 devices ×
+/// 1 h that took fjall's worker from 90–96 to 53–57 CPU s and the replay from 232–260 k to
+/// 273–304 k readings/s (docs/BENCHMARKS.md, "L0 trigger"). It stays below 30, where fjall halts
+/// memtable writes until a compaction ends; from 20 runs fjall slows them a little (a spin of at
+/// most 90 k empty iterations per batch), which replays, whose writes are ingested, rarely see.
+/// The cost is on reads: a Get or scan checks each L0 run of each generation it reads.
+const L0_COMPACTION_TRIGGER: u8 = 24;
 
 /// Threads of fjall's flush and compaction pool (fjall's default: one per core, up to 4).
 ///
@@ -41,8 +51,8 @@ const FJALL_WORKER_THREADS: usize = 1;
 /// Writers spend most of their time inserting into the memtable's skiplist, whose searches get
 /// slower as it grows; flushing smaller memtables, and compacting their tables in fewer, larger
 /// rounds, cut the process's CPU per cell by about 15% and the writer's by about 35% in
-/// `bench_writer_throughput` (2 writers, 6 M cells, 2 cores, jemalloc). A table's reads merge at most 8
-/// L0 tables, still far from fjall's write stall at 20.
+/// `bench_writer_throughput` (2 writers, 6 M cells, 2 cores, jemalloc). A generation's reads merge
+/// at most [`L0_COMPACTION_TRIGGER`] L0 runs.
 ///
 /// Blocks are lz4-compressed from L1 down (fjall's default: from L2). A generation's data lives
 /// in L1 and the top of the levels, so without it a replay of 100,000 devices × 20 min took
