@@ -82,8 +82,27 @@ pub struct HourAnswer {
 pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer> {
     rowkey::validate_device(device)?;
     let hour_start = rowkey::hour_start(at);
-    let row = store.get(HOURLY_TABLE, &rowkey::wide_key(device, hour_start))?;
+    let key = rowkey::wide_key(device, hour_start);
+    let row = store.get(
+        HOURLY_TABLE,
+        &key,
+        Some(wide_rows_time(hour_start, hour_start)),
+    )?;
     hour_answer(device, hour_start, row.as_ref())
+}
+
+/// The timestamps of the cells of the wide rows of the hours from `first` to `last` (hour
+/// starts, both included). Every cell of a wide row is stamped with its hour's last millisecond
+/// ([`wide_cell_ts_ms`](crate::codec::hourly::wide_cell_ts_ms)), so a Get with this range reads
+/// the same cells as one without, and the store skips the files (HBase) or generations (the
+/// embedded store) written for other hours. Saturating: `at` comes from the caller.
+fn wide_rows_time(first: i64, last: i64) -> TimeRange {
+    let stamp = |hour: i64| {
+        hour.saturating_add(HOUR_SECS)
+            .saturating_mul(1000)
+            .saturating_sub(1)
+    };
+    TimeRange::new(stamp(first), stamp(last).saturating_add(1))
 }
 
 /// Decodes the wide row of `device`'s hour at `hour_start` (`None`: no row).
@@ -182,7 +201,11 @@ pub fn curve_points(
         let all: Vec<i64> = (0..hours as i64).map(|k| first + k * HOUR_SECS).collect();
         for day in all.chunks(HOURS_PER_GET) {
             let keys: Vec<Vec<u8>> = day.iter().map(|&h| rowkey::wide_key(device, h)).collect();
-            for (&h, row) in day.iter().zip(store.get_many(HOURLY_TABLE, &keys)?) {
+            let time = wide_rows_time(day[0], day[day.len() - 1]);
+            for (&h, row) in day
+                .iter()
+                .zip(store.get_many(HOURLY_TABLE, &keys, Some(time))?)
+            {
                 let answer = hour_answer(device, h, row.as_ref())?;
                 points.extend(
                     answer
@@ -237,6 +260,24 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     /// An empty store that counts the keys asked for.
+    #[test]
+    fn the_wide_rows_time_range_holds_their_hours_stamps_and_no_other_hours() {
+        use crate::codec::hourly::wide_cell_ts_ms;
+        let h = 1_796_400_000;
+        let one = wide_rows_time(h, h);
+        assert!(one.contains(wide_cell_ts_ms(h)));
+        assert!(!one.contains(wide_cell_ts_ms(h - HOUR_SECS)));
+        assert!(!one.contains(wide_cell_ts_ms(h + HOUR_SECS)));
+        let day = wide_rows_time(h, h + 23 * HOUR_SECS);
+        assert!((0..24).all(|k| day.contains(wide_cell_ts_ms(h + k * HOUR_SECS))));
+        assert!(!day.contains(wide_cell_ts_ms(h + 24 * HOUR_SECS)));
+        // Hours from the caller saturate instead of overflowing.
+        let last = rowkey::hour_start(i64::MAX);
+        assert!(wide_rows_time(last, last).max_ms > wide_rows_time(last, last).min_ms);
+        let first = rowkey::hour_start(i64::MIN);
+        assert!(wide_rows_time(first, first).max_ms > i64::MIN);
+    }
+
     #[derive(Default)]
     struct Empty {
         keys: AtomicUsize,
@@ -244,11 +285,16 @@ mod tests {
     }
 
     impl TableReader for Empty {
-        fn get(&self, _: &str, _: &[u8]) -> sinks::Result<Option<Row>> {
+        fn get(&self, _: &str, _: &[u8], _: Option<TimeRange>) -> sinks::Result<Option<Row>> {
             self.keys.fetch_add(1, Relaxed);
             Ok(None)
         }
-        fn get_many(&self, _: &str, keys: &[Vec<u8>]) -> sinks::Result<Vec<Option<Row>>> {
+        fn get_many(
+            &self,
+            _: &str,
+            keys: &[Vec<u8>],
+            _: Option<TimeRange>,
+        ) -> sinks::Result<Vec<Option<Row>>> {
             self.keys.fetch_add(keys.len(), Relaxed);
             self.largest_get.fetch_max(keys.len(), Relaxed);
             Ok(vec![None; keys.len()])

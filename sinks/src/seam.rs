@@ -11,7 +11,7 @@ use crate::embedded::{EmbeddedStore, JournalDamage, OpenMode};
 use crate::hbase::admin::{self, Created, TableDescription};
 use crate::hbase::{HbaseConfig, HbaseStore, HbaseWriter, WriterStats};
 use crate::schema::{self, TableSpec};
-use crate::table::{Row, ScanSpec, TableReader, TableWriter};
+use crate::table::{Row, ScanSpec, TableReader, TableWriter, TimeRange};
 use crate::{Error, Result};
 
 /// The clock the embedded store measures TTLs against: milliseconds since the epoch.
@@ -262,19 +262,24 @@ impl Reader {
 }
 
 impl TableReader for Reader {
-    fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
+    fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
         match &self.0 {
-            ReaderKind::Embedded(store) => store.get(table, row),
-            ReaderKind::Hbase(store) => store.get(table, row),
+            ReaderKind::Embedded(store) => store.get(table, row, time),
+            ReaderKind::Hbase(store) => store.get(table, row, time),
         }
     }
 
     // Forwarded, not left to the trait's default: HBase answers a multi-get with `getMultiple`
     // calls of many rows, where the default would make one Get per row.
-    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+    fn get_many(
+        &self,
+        table: &str,
+        rows: &[Vec<u8>],
+        time: Option<TimeRange>,
+    ) -> Result<Vec<Option<Row>>> {
         match &self.0 {
-            ReaderKind::Embedded(store) => store.get_many(table, rows),
-            ReaderKind::Hbase(store) => store.get_many(table, rows),
+            ReaderKind::Embedded(store) => store.get_many(table, rows, time),
+            ReaderKind::Hbase(store) => store.get_many(table, rows, time),
         }
     }
 

@@ -207,18 +207,27 @@ pub trait TableWriter: Send {
 pub trait TableReader: Sync {
     /// The row with this key, or `None` if it has no visible cell.
     ///
-    /// # Errors
-    /// A backend error (unreachable store, unknown table).
-    fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>>;
-
-    /// The rows with these keys, in the order asked, `None` where a row has no visible cell.
-    /// Backends with a multi-get (HBase's `getMultiple`) answer in few calls; the default asks for
-    /// each row in turn.
+    /// With a `time` range, only the cells stamped within it, as HBase's `Get.setTimeRange`
+    /// (`None` if the row has none); stores use it to skip files, as [`ScanSpec::time_range`]
+    /// does.
     ///
     /// # Errors
     /// A backend error (unreachable store, unknown table).
-    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
-        rows.iter().map(|row| self.get(table, row)).collect()
+    fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>>;
+
+    /// The rows with these keys, in the order asked, `None` where a row has no visible cell
+    /// (within `time`, as [`TableReader::get`]). Backends with a multi-get (HBase's
+    /// `getMultiple`) answer in few calls; the default asks for each row in turn.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn get_many(
+        &self,
+        table: &str,
+        rows: &[Vec<u8>],
+        time: Option<TimeRange>,
+    ) -> Result<Vec<Option<Row>>> {
+        rows.iter().map(|row| self.get(table, row, time)).collect()
     }
 
     /// The rows in `[spec.start, spec.stop)` in ascending key order.

@@ -120,7 +120,10 @@ fn values(row: Option<&Row>) -> Vec<(String, i64, String)> {
 }
 
 fn get(store: &Store, table: &str, row: &str) -> Option<Row> {
-    store.reader().get(table, row.as_bytes()).expect("get")
+    store
+        .reader()
+        .get(table, row.as_bytes(), None)
+        .expect("get")
 }
 
 fn scan(store: &Store, table: &str, spec: ScanSpec) -> Vec<String> {
@@ -188,7 +191,7 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         })
     };
     let before = calls(&reader);
-    let got = reader.get_many(t.data, &asked).expect("get_many");
+    let got = reader.get_many(t.data, &asked, None).expect("get_many");
     // HBase answers a multi-get with one `getRows`; a reader that falls back to the trait's
     // default would make one `getRow` per key (the embedded store has no calls to count).
     if let (Some((gets, multi_gets)), Some(before)) = (calls(&reader), before) {
@@ -211,7 +214,11 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         [Some("b/3".to_string()), None, Some("b/1".to_string()), None],
         "rows in the order asked, None where missing"
     );
-    assert!(store.reader().get_many(t.data, &[]).unwrap().is_empty());
+    assert!(store
+        .reader()
+        .get_many(t.data, &[], None)
+        .unwrap()
+        .is_empty());
 
     // More keys than one HBase call takes: the answers of its calls (made in parallel) come
     // back in the order asked.
@@ -227,7 +234,7 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
     );
     let asked: Vec<Vec<u8>> = many.iter().rev().map(|k| k.as_bytes().to_vec()).collect();
     let before = calls(&reader);
-    let got = reader.get_many(t.data, &asked).expect("get_many");
+    let got = reader.get_many(t.data, &asked, None).expect("get_many");
     if let (Some((gets, multi_gets)), Some(before)) = (calls(&reader), before) {
         assert_eq!(
             (gets - before.0, multi_gets - before.1),
@@ -348,7 +355,7 @@ fn ttl(store: &Store, t: &Tables, now: i64) {
         ["e/mixed", "e/new"]
     );
     let asked = vec![b"e/old".to_vec(), b"e/new".to_vec()];
-    let got = store.reader().get_many(t.ttl, &asked).unwrap();
+    let got = store.reader().get_many(t.ttl, &asked, None).unwrap();
     assert!(got[0].is_none() && got[1].is_some(), "{got:?}");
 }
 
@@ -396,6 +403,54 @@ fn time_ranges(store: &Store, t: &Tables, now: i64) {
         keys(&within(i64::MIN, i64::MAX, Vec::new())),
         ["y/a", "y/b", "y/c"]
     );
+
+    // Gets and multi-gets with a range (HBase's `Get.setTimeRange`): only the cells within it,
+    // `None` for a row with none.
+    let get = |row: &str, min, max| {
+        let got = reader.get(t.data, row.as_bytes(), Some(TimeRange::new(min, max)));
+        got.expect("get with a time range")
+    };
+    assert_eq!(
+        values(get("y/a", now - 2000, now).as_ref()),
+        [("x".into(), now - 1000, "ax".into())],
+        "a Get's range, max excluded"
+    );
+    assert_eq!(
+        values(get("y/a", now - 3000, now).as_ref()),
+        [
+            ("v".into(), now - 3000, "a".into()),
+            ("x".into(), now - 1000, "ax".into())
+        ]
+    );
+    assert_eq!(
+        get("y/b", now - 1999, now + 10),
+        None,
+        "a row with no cell within"
+    );
+    assert_eq!(get("y/c", now, now), None, "an empty range");
+    assert_eq!(get("y/a", -5, 0), None, "a range ending at 0");
+    assert_eq!(keys(get("y/c", -5, i64::MAX).as_slice()), ["y/c"]);
+    let asked: Vec<Vec<u8>> = ["y/a", "y/b", "y/c", "y/none"]
+        .iter()
+        .map(|k| k.as_bytes().to_vec())
+        .collect();
+    let many = |min, max| {
+        let got = reader.get_many(t.data, &asked, Some(TimeRange::new(min, max)));
+        let got = got.expect("get_many with a time range");
+        got.iter()
+            .map(|row| {
+                row.as_ref()
+                    .map(|r| String::from_utf8_lossy(&r.key).into_owned())
+            })
+            .collect::<Vec<_>>()
+    };
+    let some = |k: &str| Some(k.to_string());
+    assert_eq!(
+        many(now - 2000, now),
+        [some("y/a"), some("y/b"), None, None]
+    );
+    assert_eq!(many(now, now + 1), [None, None, some("y/c"), None]);
+    assert_eq!(many(-5, 0), [None, None, None, None]);
 }
 
 fn scans(store: &Store, t: &Tables, now: i64) {

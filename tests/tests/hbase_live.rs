@@ -863,7 +863,7 @@ fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp(
 
     let keys: Vec<Vec<u8>> = rows.iter().map(|(k, _, _)| k.clone()).collect();
     let got = HbaseStore::new(&cfg)
-        .get_many(NARROW_TABLE, &keys)
+        .get_many(NARROW_TABLE, &keys, None)
         .expect("get_many");
     let got: Vec<(Vec<u8>, i64, Vec<u8>)> = got
         .into_iter()

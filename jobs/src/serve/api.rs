@@ -413,7 +413,7 @@ pub(crate) async fn room(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pipeline::table::Row;
+    use pipeline::table::{Row, TimeRange};
     use std::collections::BTreeMap;
 
     /// An in-memory narrow table that counts scans.
@@ -423,7 +423,7 @@ mod tests {
     }
 
     impl TableReader for Mem {
-        fn get(&self, _: &str, _: &[u8]) -> sinks::Result<Option<Row>> {
+        fn get(&self, _: &str, _: &[u8], _: Option<TimeRange>) -> sinks::Result<Option<Row>> {
             Ok(None)
         }
         fn scan(&self, _: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {

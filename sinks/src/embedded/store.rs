@@ -194,10 +194,11 @@ impl Table {
         Ok(None)
     }
 
-    /// The visible stored cells whose keys start with `prefix`, in key order.
-    pub(crate) fn prefix(&self, prefix: &[u8]) -> Merged {
+    /// The visible stored cells whose keys start with `prefix`, in key order, read from the
+    /// generations that may hold cells stamped within `time` (as [`Table::range`]).
+    pub(crate) fn prefix(&self, prefix: &[u8], time: Option<&TimeRange>) -> Merged {
         Merged::new(
-            self.generations()
+            self.generations_within(time)
                 .iter()
                 .map(|g| g.prefix(prefix))
                 .collect(),
@@ -855,7 +856,7 @@ impl EmbeddedStore {
 }
 
 impl TableReader for EmbeddedStore {
-    fn get(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
+    fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
         let (_, t) = self.inner.table(table)?;
         // No stored row can have such a key, and its prefix could match other rows' cells.
         if codec::check_row(table, row).is_err() {
@@ -866,9 +867,10 @@ impl TableReader for EmbeddedStore {
         let spec = ScanSpec {
             start: row.to_vec(),
             limit: Some(1),
+            time_range: time,
             ..ScanSpec::default()
         };
-        let rows = self.collect(t, t.prefix(&prefix), &spec)?;
+        let rows = self.collect(t, t.prefix(&prefix, time.as_ref()), &spec)?;
         Ok(rows.into_iter().next())
     }
 

@@ -377,7 +377,7 @@ impl EmbeddedWriter {
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
         let generations = table.leases();
-        for item in table.prefix(&self.key) {
+        for item in table.prefix(&self.key, None) {
             let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
             let Some(ts) = codec::decode_ts(&stored) else {
                 return Err(StoreError::Corrupt {

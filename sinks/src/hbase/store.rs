@@ -15,7 +15,7 @@ use super::config::HbaseConfig;
 use super::retry::retrying;
 use super::thrift2::{TColumn, TGet, TResult, TScan, TTHBaseServiceSyncClient, TTimeRange};
 use super::Result;
-use crate::table::{Cell, Row, ScanSpec, TableReader};
+use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 
 /// Rows per `getMultiple` call: half a day of wide rows (up to 3,600 cells each).
 pub const GET_ROWS_CHUNK: usize = 12;
@@ -134,15 +134,31 @@ fn row_from_thrift(result: TResult) -> Option<Row> {
     Some(Row { key, cells })
 }
 
-/// A get of the whole row `key`, one version (the tables keep one).
-fn tget(key: &[u8]) -> TGet {
+/// A get of the whole row `key`, one version (the tables keep one), of the cells stamped within
+/// `time` if given.
+fn tget(key: &[u8], time: Option<TimeRange>) -> TGet {
     TGet {
         row: key.to_vec(),
         columns: None,
         timestamp: None,
+        time_range: time.map(ttime_range),
         max_versions: None,
         cache_blocks: None,
     }
+}
+
+/// HBase's `TimeRange` of `time`. It refuses negative stamps, so the minimum is clamped to 0;
+/// callers answer the ranges that end at or below 0 themselves ([`empty_in_hbase`]).
+fn ttime_range(time: TimeRange) -> TTimeRange {
+    TTimeRange {
+        min_stamp: time.min_ms.max(0),
+        max_stamp: time.max_ms,
+    }
+}
+
+/// Whether no cell HBase can store lies in `time`: HBase stores no negative timestamp.
+fn empty_in_hbase(time: Option<TimeRange>) -> bool {
+    time.is_some_and(|t| t.max_ms <= t.min_ms.max(0))
 }
 
 impl HbaseStore {
@@ -196,12 +212,15 @@ impl HbaseStore {
     ///
     /// # Errors
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
-    pub fn get_row(&self, table: &str, row: &[u8]) -> Result<Option<Row>> {
+    pub fn get_row(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
+        if empty_in_hbase(time) {
+            return Ok(None);
+        }
         let mut conn = self.conn();
         // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
         let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
             conn.call("get", table, |c| {
-                c.get(table.as_bytes().to_vec(), tget(row))
+                c.get(table.as_bytes().to_vec(), tget(row, time))
             })
         })?;
         self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
@@ -215,18 +234,26 @@ impl HbaseStore {
     ///
     /// # Errors
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
-    pub fn get_rows(&self, table: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+    pub fn get_rows(
+        &self,
+        table: &str,
+        keys: &[Vec<u8>],
+        time: Option<TimeRange>,
+    ) -> Result<Vec<Option<Row>>> {
+        if empty_in_hbase(time) {
+            return Ok(vec![None; keys.len()]);
+        }
         let mut rows = Vec::with_capacity(keys.len());
         let chunks: Vec<&[Vec<u8>]> = keys.chunks(GET_ROWS_CHUNK).collect();
         for wave in chunks.chunks(PARALLEL_GETS) {
             let answers: Vec<Result<Vec<Option<Row>>>> = match wave {
-                [one] => vec![self.get_chunk(table, one)],
+                [one] => vec![self.get_chunk(table, one, time)],
                 _ => std::thread::scope(|s| {
                     let rest: Vec<_> = wave[1..]
                         .iter()
-                        .map(|chunk| s.spawn(|| self.get_chunk(table, chunk)))
+                        .map(|chunk| s.spawn(move || self.get_chunk(table, chunk, time)))
                         .collect();
-                    let mut answers = vec![self.get_chunk(table, wave[0])];
+                    let mut answers = vec![self.get_chunk(table, wave[0], time)];
                     answers.extend(rest.into_iter().map(|h| match h.join() {
                         Ok(answer) => answer,
                         Err(panic) => std::panic::resume_unwind(panic),
@@ -242,13 +269,18 @@ impl HbaseStore {
     }
 
     /// One `getMultiple` call (retried) for at most [`GET_ROWS_CHUNK`] keys.
-    fn get_chunk(&self, table: &str, chunk: &[Vec<u8>]) -> Result<Vec<Option<Row>>> {
+    fn get_chunk(
+        &self,
+        table: &str,
+        chunk: &[Vec<u8>],
+        time: Option<TimeRange>,
+    ) -> Result<Vec<Option<Row>>> {
         let mut conn = self.conn();
         let results = retrying(&self.cfg.retry, &format!("getMultiple on {table}"), || {
             conn.call("getMultiple", table, |c| {
                 c.get_multiple(
                     table.as_bytes().to_vec(),
-                    chunk.iter().map(|k| tget(k)).collect(),
+                    chunk.iter().map(|k| tget(k, time)).collect(),
                 )
             })
         })?;
@@ -283,8 +315,7 @@ impl HbaseStore {
         spec: &ScanSpec,
         mut each: impl FnMut(Row),
     ) -> Result<usize> {
-        // HBase's `TimeRange` refuses negative stamps, and HBase stores no negative timestamp.
-        if spec.time_range.is_some_and(|t| t.max_ms <= t.min_ms.max(0)) {
+        if empty_in_hbase(spec.time_range) {
             return Ok(0);
         }
         let mut seen = 0usize;
@@ -333,12 +364,8 @@ impl HbaseStore {
             }),
             caching: Some(as_i32(rows)),
             max_versions: None,
-            // HBase's `TimeRange` refuses negative stamps; `scan_each` has answered the ranges
-            // that end at or below 0.
-            time_range: spec.time_range.map(|t| TTimeRange {
-                min_stamp: t.min_ms.max(0),
-                max_stamp: t.max_ms,
-            }),
+            // `scan_each` has answered the ranges that end at or below 0.
+            time_range: spec.time_range.map(ttime_range),
             reversed: None,
             cache_blocks: None,
             limit: limit.map(as_i32),
@@ -410,12 +437,17 @@ impl HbaseStore {
 }
 
 impl TableReader for HbaseStore {
-    fn get(&self, table: &str, row: &[u8]) -> crate::Result<Option<Row>> {
-        Ok(self.get_row(table, row)?)
+    fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> crate::Result<Option<Row>> {
+        Ok(self.get_row(table, row, time)?)
     }
 
-    fn get_many(&self, table: &str, rows: &[Vec<u8>]) -> crate::Result<Vec<Option<Row>>> {
-        Ok(self.get_rows(table, rows)?)
+    fn get_many(
+        &self,
+        table: &str,
+        rows: &[Vec<u8>],
+        time: Option<TimeRange>,
+    ) -> crate::Result<Vec<Option<Row>>> {
+        Ok(self.get_rows(table, rows, time)?)
     }
 
     fn scan(&self, table: &str, spec: &ScanSpec) -> crate::Result<Vec<Row>> {

@@ -11,9 +11,9 @@ fn writes_show_on_flush_and_survive_reopen_after_persist() {
         let (store, _) = open(&dir);
         let mut w = store.writer();
         w.write(vec![put_v(b"a", b"1")]).unwrap();
-        assert_eq!(store.get(T, b"a").unwrap(), None);
+        assert_eq!(store.get(T, b"a", None).unwrap(), None);
         w.flush().unwrap();
-        assert!(store.get(T, b"a").unwrap().is_some());
+        assert!(store.get(T, b"a", None).unwrap().is_some());
         // Dropping a writer commits what it still holds.
         w.write(vec![put_v(b"b", b"2")]).unwrap();
         drop(w);
@@ -22,7 +22,7 @@ fn writes_show_on_flush_and_survive_reopen_after_persist() {
     let (store, _) = open(&dir);
     assert_eq!(keys(&store.dump(T).unwrap()), [&b"a"[..], b"b"]);
     assert_eq!(
-        store.get(T, b"b").unwrap().unwrap().cells,
+        store.get(T, b"b", None).unwrap().unwrap().cells,
         vec![cell("t", b"v", NOW, b"2")]
     );
 }

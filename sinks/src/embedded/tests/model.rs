@@ -106,7 +106,7 @@ proptest! {
         prop_assert_eq!(got, model_scan(&model, &start, &stop, limit));
         for row in model.keys() {
             let expected = model_scan(&model, row, &[], Some(1)).into_iter().find(|r| &r.key == row);
-            prop_assert_eq!(store.get(T, row).unwrap(), expected);
+            prop_assert_eq!(store.get(T, row, None).unwrap(), expected);
         }
     }
 }

@@ -21,12 +21,12 @@ fn rows_that_prefix_each_other_scan_in_hbase_order_and_get_apart() {
     let all = store.dump(T).unwrap();
     assert_eq!(keys(&all), [&b"a"[..], b"a_b", b"ab", b"b"]);
 
-    let a = store.get(T, b"a").unwrap().unwrap();
+    let a = store.get(T, b"a", None).unwrap().unwrap();
     assert_eq!(a.cells, vec![cell("t", b"v", NOW, b"1")]);
-    assert_eq!(store.get(T, b"a_").unwrap(), None);
-    assert_eq!(store.get(T, b"c").unwrap(), None);
+    assert_eq!(store.get(T, b"a_", None).unwrap(), None);
+    assert_eq!(store.get(T, b"c", None).unwrap(), None);
     // A key holding the separator cannot exist, and must not match row `a`'s cells.
-    assert_eq!(store.get(T, b"a\x00t").unwrap(), None);
+    assert_eq!(store.get(T, b"a\x00t", None).unwrap(), None);
 
     let prefixed = store.scan(T, &ScanSpec::prefix(b"a")).unwrap();
     assert_eq!(keys(&prefixed), [&b"a"[..], b"a_b", b"ab"]);
@@ -49,7 +49,7 @@ fn cells_sort_by_family_then_qualifier_bytes() {
     ];
     write(&store, vec![put(b"r", cells.clone())]);
 
-    let row = store.get(T, b"r").unwrap().unwrap();
+    let row = store.get(T, b"r", None).unwrap().unwrap();
     let mut expected = cells;
     expected.sort_by(|x, y| {
         (x.family.as_bytes(), &x.qualifier).cmp(&(y.family.as_bytes(), &y.qualifier))
@@ -121,16 +121,16 @@ fn ttl_boundary_matches_hbase() {
     );
 
     assert_eq!(keys(&store.dump(T).unwrap()), [&b"edge"[..], b"mixed"]);
-    assert_eq!(store.get(T, b"gone").unwrap(), None);
+    assert_eq!(store.get(T, b"gone", None).unwrap(), None);
     assert_eq!(
-        store.get(T, b"mixed").unwrap().unwrap().cells,
+        store.get(T, b"mixed", None).unwrap().unwrap().cells,
         vec![cell("tt", b"v", 0, b"kept")]
     );
     // A row whose cells all expired does not count against the limit.
     assert_eq!(keys(&scan(&store, b"", b"", Some(1))), [&b"edge"[..]]);
 
     now.fetch_add(1, Ordering::SeqCst);
-    assert_eq!(store.get(T, b"edge").unwrap(), None);
+    assert_eq!(store.get(T, b"edge", None).unwrap(), None);
     assert_eq!(keys(&store.dump(T).unwrap()), [&b"mixed"[..]]);
 }
 
@@ -227,11 +227,11 @@ fn delete_row_removes_cells_up_to_its_timestamp() {
         }],
     );
     assert_eq!(
-        store.get(T, b"a").unwrap().unwrap().cells,
+        store.get(T, b"a", None).unwrap().unwrap().cells,
         vec![cell("tt", b"3", 300, b"c")]
     );
-    assert_eq!(store.get(T, b"a_b").unwrap().unwrap().cells.len(), 3);
-    assert_eq!(store.get(T, b"ab").unwrap().unwrap().cells.len(), 3);
+    assert_eq!(store.get(T, b"a_b", None).unwrap().unwrap().cells.len(), 3);
+    assert_eq!(store.get(T, b"ab", None).unwrap().unwrap().cells.len(), 3);
 
     // A put queued before the delete in the same write is deleted; one queued after survives.
     write(
@@ -247,7 +247,7 @@ fn delete_row_removes_cells_up_to_its_timestamp() {
         ],
     );
     assert_eq!(
-        store.get(T, b"ab").unwrap().unwrap().cells,
+        store.get(T, b"ab", None).unwrap().unwrap().cells,
         vec![cell("tt", b"5", 500, b"e")]
     );
 
@@ -259,12 +259,12 @@ fn delete_row_removes_cells_up_to_its_timestamp() {
             ts_ms: i64::MAX,
         }],
     );
-    assert_eq!(store.get(T, b"a_b").unwrap(), None);
+    assert_eq!(store.get(T, b"a_b", None).unwrap(), None);
     assert_eq!(keys(&store.dump(T).unwrap()), [&b"a"[..], b"ab"]);
 }
 
 fn ts_of(store: &EmbeddedStore, row: &[u8]) -> (i64, Vec<u8>) {
-    let c = store.get(T, row).unwrap().unwrap().cells.remove(0);
+    let c = store.get(T, row, None).unwrap().unwrap().cells.remove(0);
     (c.ts_ms, c.value)
 }
 

@@ -549,16 +549,18 @@ pub struct TGet {
   pub row: Vec<u8>,
   pub columns: Option<Vec<TColumn>>,
   pub timestamp: Option<i64>,
+  pub time_range: Option<TTimeRange>,
   pub max_versions: Option<i32>,
   pub cache_blocks: Option<bool>,
 }
 
 impl TGet {
-  pub fn new<F2, F3, F5, F11>(row: Vec<u8>, columns: F2, timestamp: F3, max_versions: F5, cache_blocks: F11) -> TGet where F2: Into<Option<Vec<TColumn>>>, F3: Into<Option<i64>>, F5: Into<Option<i32>>, F11: Into<Option<bool>> {
+  pub fn new<F2, F3, F4, F5, F11>(row: Vec<u8>, columns: F2, timestamp: F3, time_range: F4, max_versions: F5, cache_blocks: F11) -> TGet where F2: Into<Option<Vec<TColumn>>>, F3: Into<Option<i64>>, F4: Into<Option<TTimeRange>>, F5: Into<Option<i32>>, F11: Into<Option<bool>> {
     TGet {
       row,
       columns: columns.into(),
       timestamp: timestamp.into(),
+      time_range: time_range.into(),
       max_versions: max_versions.into(),
       cache_blocks: cache_blocks.into(),
     }
@@ -571,6 +573,7 @@ impl TSerializable for TGet {
     let mut f_1: Option<Vec<u8>> = None;
     let mut f_2: Option<Vec<TColumn>> = None;
     let mut f_3: Option<i64> = None;
+    let mut f_4: Option<TTimeRange> = None;
     let mut f_5: Option<i32> = None;
     let mut f_11: Option<bool> = None;
     loop {
@@ -598,6 +601,10 @@ impl TSerializable for TGet {
           let val = i_prot.read_i64()?;
           f_3 = Some(val);
         },
+        4 => {
+          let val = TTimeRange::read_from_in_protocol(i_prot)?;
+          f_4 = Some(val);
+        },
         5 => {
           let val = i_prot.read_i32()?;
           f_5 = Some(val);
@@ -618,6 +625,7 @@ impl TSerializable for TGet {
       row: f_1.expect("auto-generated code should have checked for presence of required fields"),
       columns: f_2,
       timestamp: f_3,
+      time_range: f_4,
       max_versions: f_5,
       cache_blocks: f_11,
     };
@@ -641,6 +649,11 @@ impl TSerializable for TGet {
     if let Some(fld_var) = self.timestamp {
       o_prot.write_field_begin(&TFieldIdentifier::new("timestamp", TType::I64, 3))?;
       o_prot.write_i64(fld_var)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.time_range {
+      o_prot.write_field_begin(&TFieldIdentifier::new("timeRange", TType::Struct, 4))?;
+      fld_var.write_to_out_protocol(o_prot)?;
       o_prot.write_field_end()?
     }
     if let Some(fld_var) = self.max_versions {

@@ -66,6 +66,7 @@ struct TGet {
   1: required binary row,
   2: optional list<TColumn> columns,
   3: optional i64 timestamp,
+  4: optional TTimeRange timeRange,
   5: optional i32 maxVersions,
   11: optional bool cacheBlocks
 }
