@@ -122,24 +122,52 @@ fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourA
     })
 }
 
+/// How far back from now [`latest`] looks in each of its scans but the last, which looks at
+/// everything older: an hour, a day, 32 days.
+const LATEST_LOOKBACK_SECS: [i64; 3] = [HOUR_SECS, 24 * HOUR_SECS, 32 * 24 * HOUR_SECS];
+
 /// The newest reading of `device`, if it has any.
 ///
-/// With the salted scheme this is the first row of the device's range; with the plain scheme
-/// (oldest first) it is the last one, which needs a scan of the device's rows.
+/// With the salted scheme this is the first row of the device's range (time is reversed in the
+/// key), asked in time windows from now back: the last hour (to any time ahead), the day before,
+/// the 32 days before, then everything older; the first window with a row holds the newest. A
+/// narrow row's cells are stamped with its reading's time, so each window's answer is the first
+/// row that a scan without one would give in it, and the stores read only the files (HBase) or
+/// generations (the embedded store) written for it: a live device's newest reading costs a read
+/// of the last hour's, not of its 90 days'. A device whose newest reading is older costs a
+/// scan per window, the empty ones of few or no files.
+///
+/// With the plain scheme (oldest first) it is the last row, which needs a scan of the device's
+/// rows.
 ///
 /// # Errors
 /// A store error, or a malformed row.
 pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Result<Option<Reading>> {
     rowkey::validate_device(device)?;
     let prefix = rowkey::narrow_prefix(scheme, device);
-    let mut spec = ScanSpec::prefix(&prefix);
-    if scheme == KeyScheme::Salted {
-        spec.limit = Some(1);
+    if scheme != KeyScheme::Salted {
+        let rows = store.scan(NARROW_TABLE, &ScanSpec::prefix(&prefix))?;
+        return rows
+            .last()
+            .map(|row| rows::reading_from_narrow(scheme, row))
+            .transpose();
     }
-    let rows = store.scan(NARROW_TABLE, &spec)?;
-    rows.last()
-        .map(|row| rows::reading_from_narrow(scheme, row))
-        .transpose()
+    let now_ms = crate::time::now_ms();
+    let mut upper = i64::MAX;
+    let lowers = LATEST_LOOKBACK_SECS
+        .iter()
+        .map(|secs| now_ms.saturating_sub(secs.saturating_mul(1000)))
+        .chain([i64::MIN]);
+    for lower in lowers {
+        let mut spec = ScanSpec::prefix(&prefix);
+        spec.limit = Some(1);
+        spec.time_range = Some(TimeRange::new(lower, upper));
+        if let Some(row) = store.scan(NARROW_TABLE, &spec)?.first() {
+            return rows::reading_from_narrow(scheme, row).map(Some);
+        }
+        upper = lower;
+    }
+    Ok(None)
 }
 
 /// Where `curve_points` reads from.
@@ -259,7 +287,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    /// An empty store that counts the keys asked for.
     #[test]
     fn the_wide_rows_time_range_holds_their_hours_stamps_and_no_other_hours() {
         use crate::codec::hourly::wide_cell_ts_ms;
@@ -278,6 +305,84 @@ mod tests {
         assert!(wide_rows_time(first, first).max_ms > i64::MIN);
     }
 
+    /// A narrow table in memory that answers scans as the stores do (prefix, limit, time range)
+    /// and counts them.
+    #[derive(Default)]
+    struct Narrow {
+        rows: std::collections::BTreeMap<Vec<u8>, Vec<sinks::table::Cell>>,
+        scans: AtomicUsize,
+    }
+
+    impl Narrow {
+        fn put(&mut self, device: &str, ts: i64) {
+            let reading = Reading {
+                device: device.to_string(),
+                ts,
+                value: ts as f64,
+                extra: "{}".to_string(),
+                room: None,
+            };
+            let sinks::table::Mutation::Put { row, cells, .. } =
+                narrow::narrow_put(KeyScheme::Salted, &reading)
+            else {
+                panic!("a narrow put")
+            };
+            self.rows.insert(row, cells);
+        }
+    }
+
+    impl TableReader for Narrow {
+        fn get(&self, _: &str, _: &[u8], _: Option<TimeRange>) -> sinks::Result<Option<Row>> {
+            Ok(None)
+        }
+        fn scan(&self, _: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {
+            self.scans.fetch_add(1, Relaxed);
+            let rows = self
+                .rows
+                .range(spec.start.clone()..)
+                .take_while(|(k, _)| spec.stop.is_empty() || **k < spec.stop)
+                .filter_map(|(key, cells)| {
+                    let cells: Vec<_> = cells
+                        .iter()
+                        .filter(|c| spec.time_range.is_none_or(|t| t.contains(c.ts_ms)))
+                        .cloned()
+                        .collect();
+                    (!cells.is_empty()).then(|| Row {
+                        key: key.clone(),
+                        cells,
+                    })
+                });
+            Ok(rows.take(spec.limit.unwrap_or(usize::MAX)).collect())
+        }
+    }
+
+    #[test]
+    fn latest_finds_the_newest_reading_in_the_first_window_back_from_now_that_has_one() {
+        let now = crate::time::now_ms() / 1000;
+        let (min, day) = (60, 24 * HOUR_SECS);
+        let mut store = Narrow::default();
+        let cases: [(&str, &[i64], usize); 6] = [
+            ("live", &[now - 10 * min, now - 2 * day, now - 40 * day], 1),
+            ("ahead", &[now + HOUR_SECS, now - 10], 1),
+            ("yesterday", &[now - 2 * HOUR_SECS, now - 3 * day], 2),
+            ("last-month", &[now - 3 * day, now - 40 * day], 3),
+            ("old", &[now - 40 * day, now - 400 * day], 4),
+            ("none", &[], 4),
+        ];
+        for (device, stamps, _) in &cases {
+            for &ts in *stamps {
+                store.put(device, ts);
+            }
+        }
+        for (device, stamps, scans) in cases {
+            store.scans.store(0, Relaxed);
+            let got = latest(&store, KeyScheme::Salted, device).unwrap();
+            assert_eq!(got.map(|r| r.ts), stamps.iter().max().copied(), "{device}");
+            assert_eq!(store.scans.load(Relaxed), scans, "{device}: scans");
+        }
+    }
+
+    /// An empty store that counts the keys asked for.
     #[derive(Default)]
     struct Empty {
         keys: AtomicUsize,
