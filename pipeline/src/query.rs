@@ -123,18 +123,19 @@ fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourA
 }
 
 /// How far back from now [`latest`] looks in each of its scans but the last, which looks at
-/// everything older: an hour, a day, 32 days.
-const LATEST_LOOKBACK_SECS: [i64; 3] = [HOUR_SECS, 24 * HOUR_SECS, 32 * 24 * HOUR_SECS];
+/// everything older: 10 minutes (the embedded store's generation spans grow in 10-minute steps),
+/// a day, 32 days.
+const LATEST_LOOKBACK_SECS: [i64; 3] = [600, 24 * HOUR_SECS, 32 * 24 * HOUR_SECS];
 
 /// The newest reading of `device`, if it has any.
 ///
 /// With the salted scheme this is the first row of the device's range (time is reversed in the
-/// key), asked in time windows from now back: the last hour (to any time ahead), the day before,
-/// the 32 days before, then everything older; the first window with a row holds the newest. A
+/// key), asked in time windows from now back: the last 10 minutes (to any time ahead), the rest
+/// of the day before, the 32 days before, then everything older; the first window with a row holds the newest. A
 /// narrow row's cells are stamped with its reading's time, so each window's answer is the first
 /// row that a scan without one would give in it, and the stores read only the files (HBase) or
 /// generations (the embedded store) written for it: a live device's newest reading costs a read
-/// of the last hour's, not of its 90 days'. A device whose newest reading is older costs a
+/// of the last minutes' data, not of its 90 days'. A device whose newest reading is older costs a
 /// scan per window, the empty ones of few or no files.
 ///
 /// With the plain scheme (oldest first) it is the last row, which needs a scan of the device's
@@ -362,7 +363,7 @@ mod tests {
         let (min, day) = (60, 24 * HOUR_SECS);
         let mut store = Narrow::default();
         let cases: [(&str, &[i64], usize); 6] = [
-            ("live", &[now - 10 * min, now - 2 * day, now - 40 * day], 1),
+            ("live", &[now - 5 * min, now - 2 * day, now - 40 * day], 1),
             ("ahead", &[now + HOUR_SECS, now - 10], 1),
             ("yesterday", &[now - 2 * HOUR_SECS, now - 3 * day], 2),
             ("last-month", &[now - 3 * day, now - 40 * day], 3),
