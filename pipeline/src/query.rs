@@ -131,12 +131,12 @@ const LATEST_LOOKBACK_SECS: [i64; 3] = [600, 24 * HOUR_SECS, 32 * 24 * HOUR_SECS
 ///
 /// With the salted scheme this is the first row of the device's range (time is reversed in the
 /// key), asked in time windows from now back: the last 10 minutes (to any time ahead), the rest
-/// of the day before, the 32 days before, then everything older; the first window with a row holds the newest. A
-/// narrow row's cells are stamped with its reading's time, so each window's answer is the first
-/// row that a scan without one would give in it, and the stores read only the files (HBase) or
-/// generations (the embedded store) written for it: a live device's newest reading costs a read
-/// of the last minutes' data, not of its 90 days'. A device whose newest reading is older costs a
-/// scan per window, the empty ones of few or no files.
+/// of the day before, the 32 days before, then everything older; the first window with a row
+/// holds the newest. A narrow row's cells are stamped with its reading's time, so each window's
+/// answer is the first row that a scan without one would give in it, and the stores read only
+/// the files (HBase) or generations (the embedded store) written for it: a live device's newest
+/// reading costs a read of the last minutes' data, not of its 90 days'. A device whose newest
+/// reading is older costs a scan per window, the empty ones of few or no files.
 ///
 /// With the plain scheme (oldest first) it is the last row, which needs a scan of the device's
 /// rows.

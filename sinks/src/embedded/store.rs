@@ -57,8 +57,9 @@ const FJALL_WORKER_THREADS: usize = 1;
 /// Blocks are lz4-compressed from L1 down (fjall's default: from L2). A generation's data lives
 /// in L1 and the top of the levels, so without it a replay of 100,000 devices × 20 min took
 /// 2.0–2.1 GB instead of 723–743 MB; compressing costs the compaction thread CPU (81 → 90 CPU s
-/// in all) but not the replay's speed, which the timely workers bound. L0, written by the
-/// pipeline's own threads, stays uncompressed.
+/// in all) but not the replay's speed, which the timely workers bound. The memtable's flushes
+/// into L0 stay uncompressed; ingested tables take L1's options (lsm-tree's
+/// `INITIAL_CANONICAL_LEVEL`), so the timely workers compress them.
 ///
 /// Block indexes and bloom filters are partitioned from L1 down (fjall's default: from L3). An
 /// unpartitioned index is one block per table, which fjall pins in memory for L0 and L1, where a
