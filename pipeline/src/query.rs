@@ -300,10 +300,9 @@ mod tests {
         assert!((0..24).all(|k| day.contains(wide_cell_ts_ms(h + k * HOUR_SECS))));
         assert!(!day.contains(wide_cell_ts_ms(h + 24 * HOUR_SECS)));
         // Hours from the caller saturate instead of overflowing.
-        let last = rowkey::hour_start(i64::MAX);
+        let last = i64::MAX - HOUR_SECS / 2;
         assert!(wide_rows_time(last, last).max_ms > wide_rows_time(last, last).min_ms);
-        let first = rowkey::hour_start(i64::MIN);
-        assert!(wide_rows_time(first, first).max_ms > i64::MIN);
+        assert!(wide_rows_time(i64::MIN, i64::MIN).max_ms > i64::MIN);
     }
 
     /// A narrow table in memory that answers scans as the stores do (prefix, limit, time range)
