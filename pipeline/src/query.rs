@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::codec::hourly::HOUR_SECS;
+use crate::codec::hourly::{wide_cell_ts_ms, HOUR_SECS};
 use crate::codec::narrow;
 use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
@@ -95,14 +95,12 @@ pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer
 /// starts, both included). Every cell of a wide row is stamped with its hour's last millisecond
 /// ([`wide_cell_ts_ms`](crate::codec::hourly::wide_cell_ts_ms)), so a Get with this range reads
 /// the same cells as one without, and the store skips the files (HBase) or generations (the
-/// embedded store) written for other hours. Saturating: `at` comes from the caller.
+/// embedded store) written for other hours.
 fn wide_rows_time(first: i64, last: i64) -> TimeRange {
-    let stamp = |hour: i64| {
-        hour.saturating_add(HOUR_SECS)
-            .saturating_mul(1000)
-            .saturating_sub(1)
-    };
-    TimeRange::new(stamp(first), stamp(last).saturating_add(1))
+    TimeRange::new(
+        wide_cell_ts_ms(first),
+        wide_cell_ts_ms(last).saturating_add(1),
+    )
 }
 
 /// Decodes the wide row of `device`'s hour at `hour_start` (`None`: no row).
@@ -290,7 +288,6 @@ mod tests {
 
     #[test]
     fn the_wide_rows_time_range_holds_their_hours_stamps_and_no_other_hours() {
-        use crate::codec::hourly::wide_cell_ts_ms;
         let h = 1_796_400_000;
         let one = wide_rows_time(h, h);
         assert!(one.contains(wide_cell_ts_ms(h)));

@@ -55,8 +55,13 @@ pub fn wide_key(device: &str, hour_start: i64) -> Vec<u8> {
 /// without the summary that counts them. The row also expires as a whole (TTL from the hour's
 /// end). Points are never rewritten (a repeated second is a duplicate) and the summary's rewrites
 /// share the timestamp, so the latest write is the visible one.
+///
+/// Saturating: queries pass hours that come from their callers.
 pub fn wide_cell_ts_ms(hour_start: i64) -> i64 {
-    (hour_start + HOUR_SECS) * 1000 - 1
+    hour_start
+        .saturating_add(HOUR_SECS)
+        .saturating_mul(1000)
+        .saturating_sub(1)
 }
 
 /// The qualifier of the point at `ts` in its wide row: the second offset `0`..`3599` as text.
