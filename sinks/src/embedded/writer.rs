@@ -15,7 +15,8 @@ use std::fmt;
 /// before it writes ([`EmbeddedWriter::newest_timestamp_wins`]).
 pub(crate) const BATCH_MUTATIONS: usize = 4096;
 
-/// Bytes of cells buffered per table before the writer ingests them as a sorted table.
+/// Bytes of cells buffered per table before the writer ingests them as a sorted table: their
+/// keys and values, and a 32-byte slot per cell.
 ///
 /// Ingesting skips the memtable, whose skiplist inserts (a key comparison per level, on keys
 /// that share long prefixes) were the largest single cost of a replay in `perf`, and the
@@ -38,18 +39,35 @@ pub(crate) const MIN_INGEST_BYTES: usize = 1 << 20;
 /// seventh of the timely workers' time, most of it in those comparisons. The first 16 bytes of a
 /// key, held here, tell most keys apart (`<bucket>_<device>_`, `<device>_<hour>`) without
 /// touching the arena.
+///
+/// A slot takes 32 bytes, offsets being `u32`: a buffer of wide cells (~45 bytes of key and
+/// value each) holds almost as many bytes of slots as of arena, and with `usize` offsets and a
+/// vector that doubled, the slots of a replay's last firing took more memory than the arenas.
 #[derive(Clone, Copy)]
 struct Slot {
     /// The key's first 16 bytes as two big-endian words, zero-padded: ordered as the keys are,
     /// except that keys equal in them may still differ.
     prefix: [u64; 2],
-    start: usize,
-    key_end: usize,
+    start: u32,
+    key_end: u32,
     /// Where the value ends; it starts at `key_end`.
-    end: usize,
+    end: u32,
 }
 
+/// Most bytes a buffer's arena may hold, so that its offsets fit a [`Slot`]'s `u32`: a put that
+/// would pass it writes the buffer out first ([`EmbeddedWriter::put`]).
+const MAX_ARENA: usize = u32::MAX as usize;
+
 impl Slot {
+    fn key(self) -> std::ops::Range<usize> {
+        self.start as usize..self.key_end as usize
+    }
+
+    /// The cell's value with its timestamp in front, as stored.
+    fn value(self) -> std::ops::Range<usize> {
+        self.key_end as usize..self.end as usize
+    }
+
     fn prefix_of(key: &[u8]) -> [u64; 2] {
         let mut bytes = [0u8; 16];
         let n = key.len().min(16);
@@ -84,22 +102,39 @@ impl Default for Pending {
 }
 
 impl Pending {
-    /// Appends a cell. `limit` is the size at which the writer ingests the buffer: the arena
-    /// grows by doubling up to an eighth past it, not to twice it, since it is written, and its
-    /// capacity kept, once it reaches the limit. Doubling from just under 8 MiB left 16 MiB arenas.
+    /// Appends a cell. `limit` is the size ([`Pending::bytes`]) at which the writer ingests the
+    /// buffer: the arena and the slots grow by doubling, but each not past its share of a buffer
+    /// an eighth past the limit, not to twice it, since the buffer is written, and its capacity
+    /// kept, once it reaches the limit. Doubling from just under 8 MiB left 16 MiB arenas.
+    ///
+    /// The arena must have room for the cell below [`MAX_ARENA`].
     fn push(&mut self, key: &[u8], ts_ms: i64, value: &[u8], limit: usize) {
+        const SLOT: usize = std::mem::size_of::<Slot>();
+        let most = limit.saturating_add(limit / 8);
+        // The arena's and the slots' shares of a full buffer, as in the buffer so far with
+        // this cell: one pair of bounds for buffers of large cells and of small ones.
+        let with_cell = self.bytes() + key.len() + 8 + value.len() + SLOT;
+        let share = |part: usize| (most as u128 * part as u128 / with_cell as u128) as usize;
         let start = self.arena.len();
         let need = key.len() + 8 + value.len();
         if self.arena.capacity() - start < need {
-            let most = limit.saturating_add(limit / 8);
-            let grown = (self.arena.capacity() * 2).max(start + need);
-            // A put that crosses even the slack (one pane of thousands of cells) doubles on.
-            let target = if start + need <= most {
-                grown.min(most)
-            } else {
-                grown
-            };
+            let capacity = self.arena.capacity();
+            // Past its share (one put of many cells), by an eighth at a time.
+            let target = (capacity * 2)
+                .min(share(start + need).max(capacity + capacity / 8))
+                .max(start + need);
             self.arena.reserve_exact(target - start);
+        }
+        let capacity = self.cells.capacity();
+        if self.cells.len() == capacity {
+            let room = share(self.slot_bytes() + SLOT) / SLOT;
+            // Past its share (one put of many cells), by an eighth at a time.
+            let more = if room > capacity {
+                (room - capacity).min(capacity.max(64))
+            } else {
+                (capacity / 8).max(64)
+            };
+            self.cells.reserve_exact(more);
         }
         self.lo = self.lo.min(ts_ms);
         self.hi = self.hi.max(ts_ms);
@@ -107,16 +142,23 @@ impl Pending {
         let key_end = self.arena.len();
         self.arena.extend_from_slice(&ts_ms.to_be_bytes());
         self.arena.extend_from_slice(value);
+        // `EmbeddedWriter::put` writes a buffer out before its arena would pass `MAX_ARENA`.
+        let offset = |at: usize| u32::try_from(at).expect("embedded writer arena past 4 GiB");
         self.cells.push(Slot {
             prefix: Slot::prefix_of(key),
-            start,
-            key_end,
-            end: self.arena.len(),
+            start: offset(start),
+            key_end: offset(key_end),
+            end: offset(self.arena.len()),
         });
     }
 
+    /// The buffer's size against its limit: its cells' keys and values, and their slots.
     fn bytes(&self) -> usize {
-        self.arena.len()
+        self.arena.len() + self.slot_bytes()
+    }
+
+    fn slot_bytes(&self) -> usize {
+        self.cells.len() * std::mem::size_of::<Slot>()
     }
 
     fn is_empty(&self) -> bool {
@@ -126,7 +168,7 @@ impl Pending {
     /// The cells sorted by key, the last put of a key winning, as a memtable would keep them.
     fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let arena = &self.arena;
-        let key = |slot: &Slot| &arena[slot.start..slot.key_end];
+        let key = |slot: &Slot| &arena[slot.key()];
         // Puts of one key end up in arrival order (their `start`), so the last of each run is the
         // newest; the arena is read only for keys that share their first 16 bytes.
         self.cells.sort_unstable_by(|a, b| {
@@ -140,7 +182,7 @@ impl Pending {
             let superseded = cells
                 .get(i + 1)
                 .is_some_and(|next| next.prefix == cell.prefix && key(next) == key(cell));
-            (!superseded).then(|| (key(cell), &arena[cell.key_end..cell.end]))
+            (!superseded).then(|| (key(cell), &arena[cell.value()]))
         })
     }
 
@@ -285,8 +327,8 @@ impl EmbeddedWriter {
             for slot in &pending.cells {
                 self.batch.insert(
                     keyspace,
-                    &pending.arena[slot.start..slot.key_end],
-                    &pending.arena[slot.key_end..slot.end],
+                    &pending.arena[slot.key()],
+                    &pending.arena[slot.value()],
                 );
             }
             pending.clear();
@@ -322,6 +364,13 @@ impl EmbeddedWriter {
         let Some(queued_ts) = &mut self.queued_ts else {
             for cell in cells {
                 codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+                let need = self.key.len() + 8 + cell.value.len();
+                if self.pending[table_index].arena.len() + need > MAX_ARENA {
+                    // Only a put of gigabytes gets here: its cells so far go out in bulk, as
+                    // a full buffer's do, and the rest into an empty buffer.
+                    self.pending[table_index].bulk = true;
+                    self.write_pending(table_index, 0)?;
+                }
                 self.pending[table_index].push(
                     &self.key,
                     cell.ts_ms,
@@ -503,7 +552,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[test]
-    fn a_buffer_grows_to_an_eighth_past_its_limit_not_to_twice_it() {
+    fn a_buffer_and_its_slots_grow_to_an_eighth_past_its_limit_not_to_twice_it() {
         let limit = 1 << 20;
         let mut pending = Pending::default();
         let value = [7u8; 40];
@@ -512,27 +561,34 @@ mod tests {
             pending.push(format!("row{cells:08}").as_bytes(), 1, &value, limit);
             cells += 1;
         }
-        let capacity = pending.arena.capacity();
+        // Arena and slots together: the slots are a third of this buffer.
+        let slot = std::mem::size_of::<super::Slot>();
+        assert_eq!(slot, 32);
+        let capacity = pending.arena.capacity() + pending.cells.capacity() * slot;
         assert!(
             capacity <= limit + limit / 8,
-            "capacity {capacity} for a limit of {limit}"
+            "capacity {capacity} for a limit of {limit}: arena {}, slots {} of {}",
+            pending.arena.capacity(),
+            pending.cells.capacity(),
+            pending.cells.len()
         );
+        assert!(pending.slot_bytes() > limit / 4, "{}", pending.slot_bytes());
         // Every cell is still there, in order.
         assert_eq!(pending.cells.len(), cells);
         let last = pending.cells[cells - 1];
         assert_eq!(
-            &pending.arena[last.start..last.key_end],
+            &pending.arena[last.key()],
             format!("row{:08}", cells - 1).as_bytes()
         );
-        assert_eq!(&pending.arena[last.end - 40..last.end], &value);
+        assert_eq!(&pending.arena[last.value()][8..], &value);
 
-        // A put past the slack still fits: the arena doubles on.
+        // A put past the slack still fits: the arena grows on.
         let big = vec![1u8; limit];
         pending.push(b"big", 2, &big, limit);
         assert!(pending.bytes() > limit * 2);
         let big_slot = pending.cells[cells];
-        assert_eq!(&pending.arena[big_slot.start..big_slot.key_end], b"big");
-        assert_eq!(&pending.arena[big_slot.key_end + 8..big_slot.end], &big[..]);
+        assert_eq!(&pending.arena[big_slot.key()], b"big");
+        assert_eq!(&pending.arena[big_slot.value()][8..], &big[..]);
     }
 
     proptest! {

@@ -323,9 +323,9 @@ fn a_flush_ingests_the_remainder_of_a_bulk_write_and_sends_a_trickle_through_the
     let dir = TempDir::new().unwrap();
     let (store, _) = open(&dir);
     let keyspace = store.inner.tables[0].newest();
-    // Buffers of 200 bytes (12 cells of 17) are ingested; a flush ingests 100 bytes or more,
-    // unless bulk.
-    let mut w = store.writer().ingest_thresholds(200, 100);
+    // Buffers of 580 bytes (12 cells of 17 bytes and their 32-byte slots) are ingested; a flush
+    // ingests 290 bytes (6 cells) or more, unless bulk.
+    let mut w = store.writer().ingest_thresholds(580, 290);
     let cells = |from: u32, to: u32| -> Vec<Mutation> {
         (from..to)
             .map(|i| put_v(format!("r{i:03}").as_bytes(), b"v"))
