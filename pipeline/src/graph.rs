@@ -298,7 +298,15 @@ pub fn build<'scope, F>(
         },
     );
     let (wide, dropped) = readings
-        .map(|r| (r.device, r.ts as u64, r.value))
+        // Keyed by the device id inline: a lookup among 100,000 devices' state compares the
+        // key where the map holds it, where a `String` key's bytes were one more cache miss.
+        .map(|r| {
+            (
+                compact_str::CompactString::new(&r.device),
+                r.ts as u64,
+                r.value,
+            )
+        })
         .tumbling_window::<HourAccumulator>(spec, move || {
             // A clock at the epoch's start makes every open hour live (`WindowSpec::is_live`).
             if early_fire_past_hours {
@@ -322,7 +330,7 @@ pub fn build<'scope, F>(
                 ts,
                 value,
                 watermark,
-            } => Err((key, ts, value, watermark)),
+            } => Err((key.into_string(), ts, value, watermark)),
         });
 
     let late_control = control.clone();

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use compact_str::CompactString;
 use differential_dataflow::operators::arrange::upsert::arrange_from_upsert;
 use differential_dataflow::trace::implementations::{ValBuilder, ValSpine};
 use differential_dataflow::AsCollection;
@@ -70,11 +71,16 @@ pub fn room_view<'scope>(
     // per reading costs the table a put per reading (about 1.2 M puts for 100k devices x 2 min
     // of replay, where 100k suffice).
     let upserts = readings
-        .map(|r| (r.device, r.ts, (r.value, r.room)))
+        // Keyed by the device id inline, as the window is (`graph::build`).
+        .map(|r| (CompactString::new(&r.device), r.ts, (r.value, r.room)))
         .newest_per_key_holding(write_interval, move |ts: &i64| hold(*ts))
         // Formatted once it is an upsert: most readings of a replay are replaced before.
         .map(|(device, ts, (value, room), time)| {
-            (device, Some((ts, format_value(value), room)), time)
+            (
+                device.into_string(),
+                Some((ts, format_value(value), room)),
+                time,
+            )
         });
     let latest = arrange_from_upsert::<
         ValBuilder<String, Latest, u64, isize>,
