@@ -106,6 +106,8 @@ where
             let mut periods: VecDeque<(Instant, K)> = VecDeque::new();
             // Keys whose waiting item may be emitted now.
             let mut ready: Vec<K> = Vec::new();
+            // Once the input has ended: the keys still to emit, a chunk an activation.
+            let mut last: Option<Vec<K>> = None;
             let mut held = CapabilitySet::new();
             move |(input, frontier), output| {
                 input.for_each(|cap, data| {
@@ -171,16 +173,27 @@ where
                     }
                 }
                 let frontier = frontier.frontier();
+                // The time below which the output frontier may pass, if not the oldest waiting
+                // item's arrival: after a chunk of the last items, the next chunk's time.
+                let mut next_chunk = None;
                 if frontier.is_empty() {
-                    ready.clear();
-                    ready.extend(
+                    let last = last.get_or_insert_with(|| {
                         keys.iter()
                             .filter(|(_, state)| state.waiting.is_some())
-                            .map(|(key, _)| key.clone()),
-                    );
+                            .map(|(key, _)| key.clone())
+                            .collect()
+                    });
+                    ready.clear();
+                    let chunk = last.len().saturating_sub(LAST_CHUNK);
+                    ready.extend(last.drain(chunk..));
+                    if !last.is_empty() {
+                        next_chunk = crate::least(&held).map(|cap| cap.time() + 1);
+                        activator.activate();
+                    }
                 }
                 if !ready.is_empty() {
                     if let Some(cap) = crate::least(&held) {
+                        let at = *cap.time();
                         let mut session = output.session(cap);
                         for key in ready.drain(..) {
                             let Some(state) = keys.get_mut(&key) else {
@@ -195,6 +208,8 @@ where
                                 state.cooling = Some(end);
                                 periods.push_back((end, key.clone()));
                             }
+                            // A chunk of the last items goes out after the one before.
+                            state.time = state.time.max(at);
                             session.give((key, state.ts.clone(), value, state.time));
                         }
                     }
@@ -203,7 +218,8 @@ where
                     None => crate::downgrade_to_frontier(&mut held, &frontier),
                     Some(&oldest) => {
                         // Held at the oldest waiting arrival, never below what is held.
-                        crate::downgrade_to_frontier(&mut held, &[oldest]);
+                        let to = next_chunk.map_or(oldest, |next: u64| next.max(oldest));
+                        crate::downgrade_to_frontier(&mut held, &[to]);
                         if let Some((end, _)) = periods.front() {
                             activator.activate_after(end.saturating_duration_since(now));
                         }
@@ -213,6 +229,15 @@ where
         })
     }
 }
+
+/// Items emitted an activation once the input has ended, each chunk at a later time than the
+/// one before.
+///
+/// A replay holds most devices' rows until its end (`newest_per_key_holding`): emitted at one
+/// time, 100,000 of them went through the room view's arrangement, join and consolidation at
+/// once, and made the peak of a replay's memory. In chunks, each is sealed and passed on, as the
+/// frontier passes its time, before the next is built.
+pub const LAST_CHUNK: usize = 8192;
 
 /// What [`NewestPerKey`] keeps of a key.
 struct KeyState<E, V> {
@@ -320,6 +345,47 @@ mod tests {
         assert!(emitted
             .last()
             .is_some_and(|(_, b)| b.len() == 1 && b[0].0 == "a"));
+    }
+
+    #[test]
+    fn the_items_left_at_the_end_go_out_in_chunks_at_successive_times() {
+        // Every item is held; each key sends two, the second newer.
+        let keys = 2 * LAST_CHUNK + 5;
+        let out = timely::execute_directly(move |worker| {
+            let mut input = InputHandle::new();
+            let captured = worker.dataflow(|scope| {
+                scope
+                    .input_from(&mut input)
+                    .newest_per_key_holding(Duration::ZERO, |_: &i64| true)
+                    .capture()
+            });
+            for round in 0..2u64 {
+                input.advance_to(3 + round);
+                for k in 0..keys {
+                    input.send((format!("k{k}"), round as i64, k as u32));
+                }
+                worker.step();
+            }
+            input.close();
+            while worker.step() {}
+            captured.extract()
+        });
+        let batches: Vec<(u64, Vec<(String, i64, u32, u64)>)> =
+            out.into_iter().filter(|(_, b)| !b.is_empty()).collect();
+        // Three chunks, at the held time and one tick after another.
+        let sizes: Vec<(u64, usize)> = batches.iter().map(|(t, b)| (*t, b.len())).collect();
+        assert_eq!(sizes, vec![(4, LAST_CHUNK), (5, LAST_CHUNK), (6, 5)]);
+        // Each key once, with its newest item, stamped no earlier than its chunk's time.
+        let mut seen = HashMap::new();
+        for (time, batch) in &batches {
+            for (key, ts, value, stamp) in batch {
+                assert_eq!(*ts, 1, "{key}");
+                assert!(stamp >= time, "{key} stamped {stamp} in a chunk at {time}");
+                assert!(seen.insert(key.clone(), *value).is_none(), "{key} twice");
+            }
+        }
+        assert_eq!(seen.len(), keys);
+        assert!(seen.iter().all(|(key, value)| *key == format!("k{value}")));
     }
 
     #[test]
