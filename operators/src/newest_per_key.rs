@@ -370,7 +370,7 @@ mod tests {
             while worker.step() {}
             captured.extract()
         });
-        let batches: Vec<(u64, Vec<(String, i64, u32, u64)>)> =
+        let batches: Vec<(u64, Vec<Out>)> =
             out.into_iter().filter(|(_, b)| !b.is_empty()).collect();
         // Three chunks, at the held time and one tick after another.
         let sizes: Vec<(u64, usize)> = batches.iter().map(|(t, b)| (*t, b.len())).collect();
