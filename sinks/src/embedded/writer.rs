@@ -58,6 +58,9 @@ struct Slot {
 /// would pass it writes the buffer out first ([`EmbeddedWriter::put`]).
 const MAX_ARENA: usize = u32::MAX as usize;
 
+/// Bytes a [`Slot`] adds to a buffer's size ([`Pending::bytes`]).
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+
 impl Slot {
     fn key(self) -> std::ops::Range<usize> {
         self.start as usize..self.key_end as usize
@@ -66,6 +69,11 @@ impl Slot {
     /// The cell's value with its timestamp in front, as stored.
     fn value(self) -> std::ops::Range<usize> {
         self.key_end as usize..self.end as usize
+    }
+
+    /// Bytes a cell takes in the arena: its key, its timestamp and its value.
+    fn arena_bytes(key: &[u8], value: &[u8]) -> usize {
+        key.len() + 8 + value.len()
     }
 
     fn prefix_of(key: &[u8]) -> [u64; 2] {
@@ -109,14 +117,13 @@ impl Pending {
     ///
     /// The arena must have room for the cell below [`MAX_ARENA`].
     fn push(&mut self, key: &[u8], ts_ms: i64, value: &[u8], limit: usize) {
-        const SLOT: usize = std::mem::size_of::<Slot>();
         let most = limit.saturating_add(limit / 8);
+        let start = self.arena.len();
+        let need = Slot::arena_bytes(key, value);
         // The arena's and the slots' shares of a full buffer, as in the buffer so far with
         // this cell: one pair of bounds for buffers of large cells and of small ones.
-        let with_cell = self.bytes() + key.len() + 8 + value.len() + SLOT;
+        let with_cell = self.bytes() + need + SLOT_BYTES;
         let share = |part: usize| (most as u128 * part as u128 / with_cell as u128) as usize;
-        let start = self.arena.len();
-        let need = key.len() + 8 + value.len();
         if self.arena.capacity() - start < need {
             let capacity = self.arena.capacity();
             // Past its share (one put of many cells), by an eighth at a time.
@@ -127,7 +134,7 @@ impl Pending {
         }
         let capacity = self.cells.capacity();
         if self.cells.len() == capacity {
-            let room = share(self.slot_bytes() + SLOT) / SLOT;
+            let room = share(self.slot_bytes() + SLOT_BYTES) / SLOT_BYTES;
             // Past its share (one put of many cells), by an eighth at a time.
             let more = if room > capacity {
                 (room - capacity).min(capacity.max(64))
@@ -158,7 +165,7 @@ impl Pending {
     }
 
     fn slot_bytes(&self) -> usize {
-        self.cells.len() * std::mem::size_of::<Slot>()
+        self.cells.len() * SLOT_BYTES
     }
 
     fn is_empty(&self) -> bool {
@@ -364,7 +371,7 @@ impl EmbeddedWriter {
         let Some(queued_ts) = &mut self.queued_ts else {
             for cell in cells {
                 codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-                let need = self.key.len() + 8 + cell.value.len();
+                let need = Slot::arena_bytes(&self.key, &cell.value);
                 if self.pending[table_index].arena.len() + need > MAX_ARENA {
                     // Only a put of gigabytes gets here: its cells so far go out in bulk, as
                     // a full buffer's do, and the rest into an empty buffer.
@@ -562,7 +569,7 @@ mod tests {
             cells += 1;
         }
         // Arena and slots together: the slots are a third of this buffer.
-        let slot = std::mem::size_of::<super::Slot>();
+        let slot = super::SLOT_BYTES;
         assert_eq!(slot, 32);
         let capacity = pending.arena.capacity() + pending.cells.capacity() * slot;
         assert!(
