@@ -7,12 +7,13 @@
 //! thread's CPU grew 16× for 6× the readings (docs/BENCHMARKS.md).
 //!
 //! So a table is a stack of generations. Writes go to the newest; once it holds
-//! [`GENERATION_BYTES`] on disk, the next write starts a new one, and compactions never merge
-//! across generations. A cell is rewritten by compactions only within its generation, whatever
-//! the table's size: time-series stores seal blocks (InfluxDB's shards, Prometheus's blocks), and
-//! HBase's date-tiered compaction never merges files of different time windows, for the same
-//! reason. Reads merge the generations in key order; of a key stored in several, the newest
-//! generation's cell is the visible one, as a later write is in one keyspace.
+//! [`GENERATION_BYTES`] on disk, or once enough tables were ingested into it to start its
+//! first compaction (`Generation::is_full`), the next write starts a new one, and compactions
+//! never merge across generations. A cell is rewritten by compactions only within its
+//! generation, whatever the table's size: time-series stores seal blocks (InfluxDB's shards,
+//! Prometheus's blocks), and HBase's date-tiered compaction never merges files of different time
+//! windows, for the same reason. Reads merge the generations in key order; of a key stored in
+//! several, the newest generation's cell is the visible one, as a later write is in one keyspace.
 //!
 //! Each generation records the [`Span`] of timestamps its cells carry, and a scan with a time
 //! range reads only the generations whose span meets it, as HBase skips the store files whose

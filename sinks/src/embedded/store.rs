@@ -13,7 +13,7 @@ use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -25,16 +25,17 @@ const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// L0 runs that start a compaction into L1 (fjall's default: 4).
 ///
-/// A replay ingests a table of about 2.5 MB (8 MiB of cells, lz4-compressed) per run, so a 64 MiB
-/// generation holds about 25 runs. Each run's salted keys span the whole key space, so every
-/// L0 → L1 round rewrites all of L1: at 8, a generation was merged three times over (8, 16 and 24
-/// runs' worth); at 24 it is merged about once, near its end. In a replay of 100,000 devices ×
-/// 1 h that took fjall's worker from 90–96 to 53–57 CPU s and the replay from 232–260 k to
-/// 273–304 k readings/s (docs/BENCHMARKS.md, "L0 trigger"). It stays below 30, where fjall halts
+/// A replay ingests a table of about 1–2.5 MB (8 MiB of cells and slots, lz4-compressed) per
+/// run. Each run's salted keys span the whole key space, so every L0 → L1 round rewrites all of
+/// L1: at 8, a 64 MiB generation was merged three times over (8, 16 and 24 runs' worth); at 24 it
+/// is merged about once. In a replay of 100,000 devices × 1 h that took fjall's worker from 90–96
+/// to 53–57 CPU s and the replay from 232–260 k to 273–304 k readings/s (docs/BENCHMARKS.md, "L0
+/// trigger"). A generation closes when this many tables were ingested into it
+/// ([`Generation::is_full`]), so the round is its only one. It stays below 30, where fjall halts
 /// memtable writes until a compaction ends; from 20 runs fjall slows them a little (a spin of at
 /// most 90 k empty iterations per batch), which replays, whose writes are ingested, rarely see.
 /// The cost is on reads: a Get or scan checks each L0 run of each generation it reads.
-const L0_COMPACTION_TRIGGER: u8 = 24;
+pub(crate) const L0_COMPACTION_TRIGGER: u8 = 24;
 
 /// Threads of fjall's flush and compaction pool (fjall's default: one per core, up to 4).
 ///
@@ -103,23 +104,45 @@ struct Generation {
     span: Span,
     /// Shared by every [`Lease`] of the generation: one with writes queued or under way holds
     /// it, and an expired generation is dropped only when no lease does.
-    leases: Arc<()>,
+    leases: Arc<Ingested>,
 }
+
+/// Tables ingested into a generation since it was opened, counted by the writers that ingest
+/// them through a [`Lease`].
+///
+/// fjall's L0 count cannot stand for it: a compaction may have merged the runs by the time the
+/// writer looks, and the first table goes straight to the last level.
+#[derive(Default)]
+struct Ingested(AtomicUsize);
 
 impl Generation {
     fn new(keyspace: Keyspace, span: Span) -> Self {
         Generation {
             keyspace,
             span,
-            leases: Arc::new(()),
+            leases: Arc::default(),
         }
     }
 
     fn lease(&self) -> Lease {
         Lease {
             keyspace: self.keyspace.clone(),
-            _lease: self.leases.clone(),
+            generation: self.leases.clone(),
         }
+    }
+
+    /// Whether the generation takes no more writes: it holds more than `limit` bytes on disk,
+    /// or at least a quarter of that in enough ingested tables to start its first compaction.
+    ///
+    /// Each table a replay ingests spans the whole key space, so the compaction that
+    /// [`L0_COMPACTION_TRIGGER`] of them start merges them into one sorted run, and the next one
+    /// merges that run again with the next [`L0_COMPACTION_TRIGGER`]. A generation closed when
+    /// its first compaction starts is rewritten once. The quarter keeps a live job whose flushes
+    /// ingest small tables from starting a generation every few megabytes.
+    fn is_full(&self, limit: u64) -> bool {
+        let bytes = self.keyspace.disk_space();
+        let runs = self.leases.0.load(Ordering::Relaxed);
+        bytes > limit || (runs >= usize::from(L0_COMPACTION_TRIGGER) && bytes > limit / 4)
     }
 }
 
@@ -127,7 +150,14 @@ impl Generation {
 /// it until the writes queued for the keyspace are committed.
 pub(crate) struct Lease {
     pub(crate) keyspace: Keyspace,
-    _lease: Arc<()>,
+    generation: Arc<Ingested>,
+}
+
+impl Lease {
+    /// Counts a table ingested into the generation ([`Generation::is_full`]).
+    pub(crate) fn ingested(&self) {
+        self.generation.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Table {
@@ -174,13 +204,6 @@ impl Table {
             .iter()
             .map(|g| (g.keyspace.clone(), g.span))
             .collect()
-    }
-
-    /// The generation writes go to.
-    pub(crate) fn newest(&self) -> Keyspace {
-        let generations = self.read();
-        // A table keeps at least one generation: the newest is never dropped.
-        generations[generations.len() - 1].keyspace.clone()
     }
 
     /// The stored cell under `key`: the newest generation's that holds one.
@@ -390,16 +413,16 @@ impl Inner {
     pub(crate) fn close_full_generation(&self, index: usize) -> Result<()> {
         let table = &self.tables[index];
         let limit = self.generation_bytes.load(Ordering::Relaxed);
-        if table.newest().disk_space() <= limit {
+        if !table.read().last().is_some_and(|g| g.is_full(limit)) {
             return Ok(());
         }
         let mut generations = table.write();
         let closed = &generations[generations.len() - 1];
-        let bytes = closed.keyspace.disk_space();
         // Another writer may have started one since the check above.
-        if bytes <= limit {
+        if !closed.is_full(limit) {
             return Ok(());
         }
+        let bytes = closed.keyspace.disk_space();
         // Numbered after the newest, not by count: the oldest may have been dropped.
         let n = generations::parse_keyspace_name(closed.keyspace.name()).map_or(0, |(_, n)| n) + 1;
         let name = generations::keyspace_name(table.name, n);

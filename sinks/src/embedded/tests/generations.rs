@@ -401,3 +401,77 @@ fn a_generation_whose_cells_have_all_expired_is_dropped_when_no_writer_holds_it(
     );
     assert_eq!(names(&store), ["fifo#3", "fifo#4", "fifo#5", "fifo#6"]);
 }
+
+/// A generation closes once as many tables were ingested into it as start its first
+/// compaction, if they hold a quarter of the generation size, so that no compaction merges its
+/// tables a second time; fewer tables, or tables too small, keep it open.
+#[test]
+fn a_generation_closes_when_its_ingested_tables_would_start_a_compaction() {
+    let trigger = usize::from(super::super::store::L0_COMPACTION_TRIGGER);
+    // Tables of 64 KiB that lz4 cannot shrink: `trigger` of them take 1.5 MiB.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut table_value = move || {
+        (0..64 * 1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect::<Vec<u8>>()
+    };
+    let mut ingest = |store: &EmbeddedStore, tables: usize| {
+        let mut w = store.writer().ingest_thresholds(1, 1);
+        for i in 0..tables {
+            let row = format!("r{i:03}");
+            w.write(vec![put(
+                row.as_bytes(),
+                vec![cell("t", b"v", NOW, &table_value())],
+            )])
+            .unwrap();
+        }
+        w.flush().unwrap();
+    };
+    let disk = |store: &EmbeddedStore| {
+        store.inner.tables[0]
+            .generations()
+            .iter()
+            .map(|g| g.disk_space())
+            .sum::<u64>()
+    };
+
+    // 4 MiB generations: a quarter is 1 MiB, less than `trigger` tables, more than 15.
+    let dir = TempDir::new().unwrap();
+    let (store, _) = open(&dir);
+    store.set_generation_bytes(4 << 20);
+    ingest(&store, trigger - 1);
+    assert_eq!(
+        store.generation_count(T).unwrap(),
+        1,
+        "{} bytes",
+        disk(&store)
+    );
+    ingest(&store, 1);
+    assert_eq!(
+        store.generation_count(T).unwrap(),
+        2,
+        "{} bytes",
+        disk(&store)
+    );
+    // The count starts again in the new generation.
+    ingest(&store, trigger - 1);
+    assert_eq!(store.generation_count(T).unwrap(), 2);
+    assert!(disk(&store) < 4 << 20, "{} bytes", disk(&store));
+
+    // 16 MiB generations: a quarter is 4 MiB, more than `trigger + 8` tables hold.
+    let dir = TempDir::new().unwrap();
+    let (store, _) = open(&dir);
+    store.set_generation_bytes(16 << 20);
+    ingest(&store, trigger + 8);
+    assert_eq!(
+        store.generation_count(T).unwrap(),
+        1,
+        "{} bytes",
+        disk(&store)
+    );
+}

@@ -191,7 +191,7 @@ fn compactions_drop_expired_cells() {
         .collect();
     write(&store, mutations);
 
-    let keyspace = &store.inner.tables[0].newest();
+    let keyspace = &store.inner.tables[0].generations().pop().unwrap();
     assert_eq!(keyspace.len().unwrap(), 100);
     // Flush the memtable to a table file and compact it (fjall test hooks, hidden from docs).
     keyspace.rotate_memtable_and_wait().unwrap();
@@ -322,7 +322,7 @@ fn newest_timestamp_wins_when_asked() {
 fn a_flush_ingests_the_remainder_of_a_bulk_write_and_sends_a_trickle_through_the_memtable() {
     let dir = TempDir::new().unwrap();
     let (store, _) = open(&dir);
-    let keyspace = store.inner.tables[0].newest();
+    let keyspace = store.inner.tables[0].generations().pop().unwrap();
     // Buffers of 580 bytes (12 cells of 17 bytes and their 32-byte slots) are ingested; a flush
     // ingests 290 bytes (6 cells) or more, unless bulk.
     let mut w = store.writer().ingest_thresholds(580, 290);
