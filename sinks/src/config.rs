@@ -65,8 +65,9 @@ pub struct StoreConfig {
     #[serde(default = "default_dir")]
     pub dir: PathBuf,
     /// Disk size in MiB at which the embedded store starts a new generation of a table (default
-    /// 64; see `sinks/src/embedded/generations.rs`). Larger: fewer generations for reads without
-    /// a time range to merge, dearer compactions.
+    /// 64; see `sinks/src/embedded/generations.rs`), or a quarter of it once 24 tables were
+    /// ingested into the generation. Larger: fewer generations for reads without a time range to
+    /// merge, dearer compactions.
     #[serde(default = "default_generation_mb")]
     pub generation_mb: u64,
     /// HBase Thrift1 gateway `host:port` (table names and regions), for `kind = "hbase"`.
