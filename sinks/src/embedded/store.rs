@@ -103,7 +103,8 @@ struct Generation {
     keyspace: Keyspace,
     span: Span,
     /// Shared by every [`Lease`] of the generation: one with writes queued or under way holds
-    /// it, and an expired generation is dropped only when no lease does.
+    /// it, and an expired generation is dropped only when no lease does. Leases count the
+    /// tables ingested through them in it.
     leases: Arc<Ingested>,
 }
 

@@ -179,10 +179,11 @@ impl Pending {
         let key = |slot: &Slot| &arena[slot.key()];
         // First by the 16 bytes held in the slots, in arrival order (`start`) among equals, which
         // reads no key; then each run of cells sharing those bytes by key, in arrival order among
-        // puts of one key, so the last of each run of equal keys is the newest. Such a run is
-        // mostly already in order (a wide row's cells arrive by qualifier, a narrow row's by
-        // family), and checking that reads each key once, where a sort of the whole buffer by
-        // key compared every cell's key with about log2(run) others.
+        // puts of one key, so the last of each run of equal keys is the newest. A run already in
+        // order (a narrow row's two cells, `v` then `x`) is only checked, reading each key once;
+        // a wide row's run is sorted (its qualifiers are decimal second offsets: "10" sorts
+        // before "9"), its keys read about log2(run) times each, as in a sort of the whole
+        // buffer.
         self.cells
             .sort_unstable_by(|a, b| a.prefix.cmp(&b.prefix).then(a.start.cmp(&b.start)));
         let mut repeated = false;
@@ -636,8 +637,8 @@ mod tests {
                 0..200,
             ),
             shared in 0usize..20,
-            // Puts in key order (puts of one key still in arrival order), as a wide row's
-            // cells mostly come, which the sort checks rather than sorts.
+            // Puts in key order (puts of one key still in arrival order), as a narrow row's
+            // cells come, which the sort checks rather than sorts.
             in_order in any::<bool>(),
         ) {
             let mut puts = puts;
