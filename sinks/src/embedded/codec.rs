@@ -10,7 +10,14 @@ use crate::{Error, Result};
 /// `(row, family, qualifier)`: a row sorts before every longer row it is a prefix of (`a` before
 /// `a_b` before `ab`), exactly as HBase compares row keys. The qualifier is last, so it may hold
 /// any byte.
+///
+/// A put's cells of a packed family ([`crate::schema::FamilySpec::packed`]) are one key-value
+/// instead: see [`encode_packed_key`].
 pub(crate) const SEP: u8 = 0;
+
+/// Ends a packed family's name in the key of a put's packed cells, where [`SEP`] ends it in a
+/// cell's key. Families never contain it either.
+pub(crate) const PACKED: u8 = 1;
 
 /// Longest row key HBase accepts (`HConstants.MAX_ROW_LENGTH = Short.MAX_VALUE`).
 pub(crate) const MAX_ROW_LEN: usize = i16::MAX as usize;
@@ -76,12 +83,208 @@ pub(crate) fn encode_row_prefix(buf: &mut Vec<u8>, row: &[u8]) {
     buf.push(SEP);
 }
 
-/// Splits a stored key into `(row, family, qualifier)`; `None` if it is not one of ours.
-pub(crate) fn decode_key(key: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+/// What follows the family in a stored key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column<'a> {
+    /// One cell's qualifier: the value is the cell's ([`encode_value`]).
+    Cell(&'a [u8]),
+    /// The qualifiers of a put's packed cells ([`encode_packed_key`]): the value holds the
+    /// cells ([`encode_packed_value`]).
+    Packed(&'a [u8]),
+}
+
+/// Splits a stored key into `(row, family, column)`; `None` if it is not one of ours.
+pub(crate) fn decode_key(key: &[u8]) -> Option<(&[u8], &[u8], Column<'_>)> {
     let row_end = key.iter().position(|&b| b == SEP)?;
     let (row, rest) = (&key[..row_end], &key[row_end + 1..]);
-    let family_end = rest.iter().position(|&b| b == SEP)?;
-    Some((row, &rest[..family_end], &rest[family_end + 1..]))
+    let family_end = rest.iter().position(|&b| b <= PACKED)?;
+    let (family, tail) = (&rest[..family_end], &rest[family_end + 1..]);
+    let column = if rest[family_end] == SEP {
+        Column::Cell(tail)
+    } else {
+        Column::Packed(tail)
+    };
+    Some((row, family, column))
+}
+
+/// Bytes a qualifier's length takes in a packed key.
+const QUALIFIER_LEN: usize = 2;
+
+/// Checks that the key of a put's packed cells fits fjall's key size limit, like
+/// [`check_key_len`] for one cell's.
+pub(crate) fn check_packed_key_len<'q>(
+    table: &str,
+    row: &[u8],
+    family: &str,
+    qualifiers: impl Iterator<Item = &'q [u8]>,
+) -> Result<()> {
+    let len =
+        row.len() + family.len() + 2 + qualifiers.map(|q| QUALIFIER_LEN + q.len()).sum::<usize>();
+    if len > MAX_KEY_LEN {
+        return Err(Error::Invalid(format!(
+            "a put of family {family} to a row of table {table} needs a {len}-byte key for its \
+             qualifiers, more than the embedded store's limit of {MAX_KEY_LEN}; put fewer or \
+             shorter qualifiers at a time"
+        )));
+    }
+    Ok(())
+}
+
+/// Writes into `buf` (cleared first) the key of a put's cells of a packed family:
+/// `row 0x00 family 0x01` and each qualifier, in ascending order without repeats, as its length
+/// (2 bytes, big-endian) and its bytes. Check it with [`check_packed_key_len`] first.
+///
+/// A key stands for the set of qualifiers it lists: a later put of the same set replaces the
+/// key-value, as a put replaces a cell, and puts of other sets are other key-values, which
+/// reads merge by their [`PackedValue::seq`]. `0x01` sorts after the `0x00` of the family's
+/// cells and before any byte of a longer family's name, so a row's key-values stay together and
+/// in family order.
+pub(crate) fn encode_packed_key<'q>(
+    buf: &mut Vec<u8>,
+    row: &[u8],
+    family: &str,
+    qualifiers: impl Iterator<Item = &'q [u8]>,
+) {
+    buf.clear();
+    buf.extend_from_slice(row);
+    buf.push(SEP);
+    buf.extend_from_slice(family.as_bytes());
+    buf.push(PACKED);
+    for q in qualifiers {
+        let len = u16::try_from(q.len()).expect("checked by check_packed_key_len");
+        buf.extend_from_slice(&len.to_be_bytes());
+        buf.extend_from_slice(q);
+    }
+}
+
+/// The qualifiers a packed key lists; a `None` item if it is malformed.
+pub(crate) fn packed_qualifiers(column: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
+    let mut rest = column;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Some((len, tail)) = rest.split_first_chunk::<QUALIFIER_LEN>() else {
+            rest = &[];
+            return Some(None);
+        };
+        let len = usize::from(u16::from_be_bytes(*len));
+        if tail.len() < len {
+            rest = &[];
+            return Some(None);
+        }
+        let (q, tail) = tail.split_at(len);
+        rest = tail;
+        Some(Some(q))
+    })
+}
+
+/// Writes into `buf` (cleared first) the value of a put's packed cells, given as
+/// `(timestamp, value)` in the order of their qualifiers in the key:
+/// `newest timestamp (8 bytes, big-endian i64) ++ seq (8 bytes, big-endian u64)` and each cell
+/// as its age against the newest timestamp and its length (LEB128 varints), then its bytes.
+///
+/// The newest timestamp comes first, where a cell's own is: what reads the timestamp of any
+/// stored value (TTL compactions, purges, the generations' spans) sees that of the put's
+/// youngest cell, so the key-value expires when all its cells have.
+pub(crate) fn encode_packed_value<'v>(
+    buf: &mut Vec<u8>,
+    seq: u64,
+    cells: impl Iterator<Item = (i64, &'v [u8])> + Clone,
+) {
+    buf.clear();
+    let newest = cells.clone().map(|(ts, _)| ts).max().unwrap_or(i64::MIN);
+    buf.extend_from_slice(&newest.to_be_bytes());
+    buf.extend_from_slice(&seq.to_be_bytes());
+    for (ts, value) in cells {
+        // At most u64::MAX: `newest` is the largest timestamp.
+        put_varint(buf, newest.abs_diff(ts));
+        put_varint(buf, value.len() as u64);
+        buf.extend_from_slice(value);
+    }
+}
+
+/// The value of a put's packed cells whose cells all expired where a compaction cannot drop it
+/// (see [`EXPIRED`]): it keeps only its `seq`, and hides what the cells did.
+pub(crate) fn encode_packed_expired(buf: &mut Vec<u8>, seq: u64) {
+    buf.clear();
+    buf.extend_from_slice(&EXPIRED.to_be_bytes());
+    buf.extend_from_slice(&seq.to_be_bytes());
+}
+
+/// A decoded packed value.
+pub(crate) struct PackedValue<'a> {
+    /// Orders the puts of a row: of the cells that key-values of one row hold for a qualifier,
+    /// the one with the largest `seq` is the visible one. Cells stored one per key-value
+    /// (a store written before its family was packed) count as `seq` 0.
+    pub(crate) seq: u64,
+    /// The cells' timestamps and values in their qualifiers' order, or `None` for
+    /// [`encode_packed_expired`]'s.
+    cells: Option<(i64, &'a [u8])>,
+}
+
+impl<'a> PackedValue<'a> {
+    /// Splits a packed value; `None` if it is too short to be one.
+    pub(crate) fn decode(stored: &'a [u8]) -> Option<Self> {
+        let (newest, rest) = stored.split_first_chunk::<TS_LEN>()?;
+        let (seq, rest) = rest.split_first_chunk::<8>()?;
+        let newest = i64::from_be_bytes(*newest);
+        Some(PackedValue {
+            seq: u64::from_be_bytes(*seq),
+            cells: (newest != EXPIRED || !rest.is_empty()).then_some((newest, rest)),
+        })
+    }
+
+    /// Whether the cells all expired and only their `seq` is kept.
+    pub(crate) fn is_expired_marker(&self) -> bool {
+        self.cells.is_none()
+    }
+
+    /// The cells' `(timestamp, value)` in their qualifiers' order; an item is `None` if the
+    /// value is malformed.
+    pub(crate) fn cells(&self) -> impl Iterator<Item = Option<(i64, &'a [u8])>> {
+        let (newest, mut rest) = self.cells.unwrap_or((0, &[]));
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let cell = (|| {
+                let age = take_varint(&mut rest)?;
+                let len = usize::try_from(take_varint(&mut rest)?).ok()?;
+                if rest.len() < len {
+                    return None;
+                }
+                let (value, tail) = rest.split_at(len);
+                rest = tail;
+                let ts = i64::try_from(i128::from(newest) - i128::from(age)).ok()?;
+                Some((ts, value))
+            })();
+            if cell.is_none() {
+                rest = &[];
+            }
+            Some(cell)
+        })
+    }
+}
+
+fn put_varint(buf: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        buf.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    buf.push(n as u8);
+}
+
+fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut n = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        n |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *bytes = &bytes[i + 1..];
+            return Some(n);
+        }
+    }
+    None
 }
 
 /// Writes the stored value of a cell into `buf` (cleared first).
@@ -147,8 +350,71 @@ mod tests {
         let k = key(b"05_dev", "t", b"v\x00\xff");
         assert_eq!(
             decode_key(&k),
-            Some((&b"05_dev"[..], &b"t"[..], &b"v\x00\xff"[..]))
+            Some((&b"05_dev"[..], &b"t"[..], Column::Cell(&b"v\x00\xff"[..])))
         );
+    }
+
+    fn packed_key(row: &[u8], family: &str, qualifiers: &[&[u8]]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        check_packed_key_len("t", row, family, qualifiers.iter().copied()).unwrap();
+        encode_packed_key(&mut buf, row, family, qualifiers.iter().copied());
+        buf
+    }
+
+    #[test]
+    fn packed_key_round_trips_its_qualifiers() {
+        let k = packed_key(b"05_dev", "t", &[b"", b"v", b"x\x00\x01"]);
+        let Some((row, family, Column::Packed(column))) = decode_key(&k) else {
+            panic!("not a packed key: {k:?}");
+        };
+        assert_eq!((row, family), (&b"05_dev"[..], &b"t"[..]));
+        let qualifiers: Option<Vec<&[u8]>> = packed_qualifiers(column).collect();
+        assert_eq!(qualifiers.unwrap(), [&b""[..], b"v", b"x\x00\x01"]);
+        assert_eq!(
+            packed_qualifiers(&column[..column.len() - 1]).last(),
+            Some(None)
+        );
+        let long = vec![b'q'; u16::MAX as usize];
+        assert!(check_packed_key_len("t", b"r", "t", [&long[..]].into_iter()).is_err());
+    }
+
+    #[test]
+    fn a_row_s_packed_keys_sort_with_its_cells_in_family_order() {
+        let ordered = [
+            key(b"a", "t", b"x"),
+            packed_key(b"a", "t", &[b"v", b"x"]),
+            key(b"a", "tt", b""),
+            packed_key(b"a", "tt", &[b"v"]),
+            key(b"a_b", "a", b"v"),
+            packed_key(b"ab", "t", &[b"v"]),
+        ];
+        assert!(ordered.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn packed_value_round_trips_cells_of_any_timestamps() {
+        let cells = [
+            (5i64, &b"abc"[..]),
+            (i64::MIN, b""),
+            (i64::MAX, &[0u8; 200][..]),
+        ];
+        let mut buf = Vec::new();
+        encode_packed_value(&mut buf, 42, cells.iter().copied());
+        assert_eq!(decode_ts(&buf), Some(i64::MAX));
+        let packed = PackedValue::decode(&buf).unwrap();
+        assert_eq!(packed.seq, 42);
+        assert!(!packed.is_expired_marker());
+        let got: Option<Vec<(i64, &[u8])>> = packed.cells().collect();
+        assert_eq!(got.unwrap(), cells);
+        let cut = PackedValue::decode(&buf[..buf.len() - 1]).unwrap();
+        assert_eq!(cut.cells().last(), Some(None));
+
+        encode_packed_expired(&mut buf, 7);
+        let marker = PackedValue::decode(&buf).unwrap();
+        assert!(marker.is_expired_marker());
+        assert_eq!((marker.seq, marker.cells().count()), (7, 0));
+        assert_eq!(decode_ts(&buf), Some(EXPIRED));
+        assert!(PackedValue::decode(&buf[..15]).is_none());
     }
 
     #[test]

@@ -1,20 +1,20 @@
 //! The store handle: opening, reads, TTL purges and durability.
 
-use super::codec;
+use super::codec::{self, Column};
 use super::generations::{self, Merged, Span, GENERATION_BYTES};
 use super::journal::JournalDamage;
 use super::prepare::prepare;
 use super::ttl::{FamilyTtls, TtlFilterFactory};
 use super::writer::EmbeddedWriter;
 use super::StoreError;
-use crate::schema::TableSpec;
+use crate::schema::{FamilySpec, TableSpec};
 use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The clock TTLs are measured against: milliseconds since the epoch.
@@ -86,6 +86,13 @@ fn table_options() -> KeyspaceCreateOptions {
         .compaction_strategy(Arc::new(compaction))
 }
 
+/// The key, in [`generations::SPANS_KEYSPACE`], of the seq below which every seq of a packed put
+/// was given ([`Inner::next_seq`]). `#` starts no keyspace's name.
+const SEQ_KEY: &str = "#seq";
+
+/// Seqs recorded as handed out at a time: a sync per 16 M packed puts.
+const SEQ_BLOCK: u64 = 1 << 24;
+
 /// Removals committed per fjall batch by [`EmbeddedStore::purge_expired`].
 const PURGE_BATCH: usize = 4096;
 
@@ -96,6 +103,8 @@ pub(crate) struct Table {
     generations: RwLock<Vec<Generation>>,
     /// `(family name, TTL in ms)`, as given by the table spec.
     pub(crate) families: FamilyTtls,
+    /// The families whose puts' cells are stored as one key-value ([`FamilySpec::packed`]).
+    pub(crate) packed: Vec<&'static str>,
 }
 
 /// One generation of a table: its keyspace and the timestamps its cells carry.
@@ -258,6 +267,11 @@ impl Table {
             .find(|(f, _)| f.as_bytes() == name)
     }
 
+    /// Whether a put's cells of `family` are stored as one key-value.
+    pub(crate) fn is_packed(&self, family: &str) -> bool {
+        self.packed.contains(&family)
+    }
+
     fn has_ttl(&self) -> bool {
         self.families.iter().any(|(_, ttl)| ttl.is_some())
     }
@@ -279,6 +293,11 @@ pub(crate) struct Inner {
     pub(crate) spans: Keyspace,
     /// Disk bytes at which a table's newest generation is closed ([`GENERATION_BYTES`]).
     generation_bytes: AtomicU64,
+    /// The next [`codec::PackedValue::seq`] to give a put.
+    seq: AtomicU64,
+    /// Seqs below this are recorded as handed out ([`SEQ_KEY`]); passing it takes `seq_lock`.
+    seq_reserved: AtomicU64,
+    seq_lock: Mutex<()>,
     pub(crate) now_ms: Clock,
     /// What opening dropped from the journals.
     pub(crate) dropped: Vec<JournalDamage>,
@@ -328,6 +347,31 @@ impl Inner {
 
     pub(crate) fn fjall_error(&self, doing: &'static str, source: fjall::Error) -> Error {
         StoreError::from_fjall(&self.dir, doing, source).into()
+    }
+
+    /// The seq of a put of packed cells: larger than every one given before, in this process
+    /// or an earlier one, so that of two puts of one row the later one's cells win.
+    ///
+    /// Seqs are recorded as handed out [`SEQ_BLOCK`] at a time, synced before the first of a
+    /// block is given: a store reopened after a crash starts after every seq any written cell
+    /// can carry. fjall orders writes by sequence numbers of its own, which it does not return
+    /// with a read.
+    pub(crate) fn next_seq(&self) -> Result<u64> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if seq >= self.seq_reserved.load(Ordering::Acquire) {
+            let _held = self.seq_lock.lock().unwrap_or_else(PoisonError::into_inner);
+            if seq >= self.seq_reserved.load(Ordering::Acquire) {
+                let reserved = seq.saturating_add(SEQ_BLOCK);
+                self.spans
+                    .insert(SEQ_KEY, reserved.to_be_bytes())
+                    .map_err(|e| self.fjall_error("record the seqs of packed puts", e))?;
+                self.db
+                    .persist(PersistMode::SyncAll)
+                    .map_err(|e| self.fjall_error("record the seqs of packed puts", e))?;
+                self.seq_reserved.store(reserved, Ordering::Release);
+            }
+        }
+        Ok(seq)
     }
 
     /// The generation of table `index` that writes go to, its span widened first, if need be,
@@ -511,9 +555,9 @@ fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
         }
         let mut families = Vec::with_capacity(spec.families.len());
         for f in &spec.families {
-            if f.name.is_empty() || f.name.as_bytes().contains(&codec::SEP) {
+            if f.name.is_empty() || f.name.bytes().any(|b| b <= codec::PACKED) {
                 return Err(Error::Invalid(format!(
-                    "family {:?} of table {} must be non-empty and contain no 0x00 byte",
+                    "family {:?} of table {} must be non-empty and contain no 0x00 or 0x01 byte",
                     f.name, spec.name
                 )));
             }
@@ -653,12 +697,33 @@ impl EmbeddedStore {
                 name: spec.name,
                 generations: RwLock::new(opened),
                 families,
+                packed: spec
+                    .families
+                    .iter()
+                    .filter(|f: &&FamilySpec| f.packed)
+                    .map(|f| f.name)
+                    .collect(),
             });
         }
         if created {
             db.persist(PersistMode::SyncAll)
                 .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         }
+        let seq =
+            match spans
+                .get(SEQ_KEY)
+                .map_err(|e| StoreError::from_fjall(dir, "open", e))?
+            {
+                // Seq 0 stands for a cell stored on its own, older than every packed put.
+                None => 1,
+                Some(stored) => u64::from_be_bytes(stored.as_ref().try_into().map_err(|_| {
+                    StoreError::Corrupt {
+                        dir: dir.to_path_buf(),
+                        table: "#spans",
+                        key: SEQ_KEY.to_string(),
+                    }
+                })?),
+            };
         Ok(EmbeddedStore {
             inner: Arc::new(Inner {
                 db,
@@ -666,6 +731,9 @@ impl EmbeddedStore {
                 tables: handles,
                 spans,
                 generation_bytes: AtomicU64::new(GENERATION_BYTES),
+                seq: AtomicU64::new(seq),
+                seq_reserved: AtomicU64::new(seq),
+                seq_lock: Mutex::new(()),
                 now_ms,
                 dropped,
                 _snapshot: snapshot,
@@ -766,6 +834,17 @@ impl EmbeddedStore {
     }
 }
 
+/// A stored cell of the row being read, before the row's cells are merged and filtered.
+struct Candidate {
+    cell: Cell,
+    ttl: Option<i64>,
+    /// The put's seq for a packed cell, 0 for a cell stored on its own.
+    seq: u64,
+    /// A packed cell whose put expired in a compaction ([`codec::encode_packed_expired`]): it
+    /// hides the cells of earlier puts and shows nothing.
+    hidden: bool,
+}
+
 /// Groups key-ordered stored cells into visible rows.
 struct RowCollector<'a> {
     table: &'a Table,
@@ -773,7 +852,13 @@ struct RowCollector<'a> {
     time: Option<TimeRange>,
     limit: usize,
     rows: Vec<Row>,
-    current: Row,
+    /// The row being read and its stored cells.
+    key: Vec<u8>,
+    candidates: Vec<Candidate>,
+    /// Whether a qualifier may have cells from several key-values in the row (puts of packed
+    /// cells with other qualifiers, or cells written before the family was packed), so that the
+    /// candidates must be sorted and the newest of each kept.
+    merge: bool,
 }
 
 impl<'a> RowCollector<'a> {
@@ -784,7 +869,9 @@ impl<'a> RowCollector<'a> {
             time,
             limit: limit.unwrap_or(usize::MAX),
             rows: Vec::new(),
-            current: Row::default(),
+            key: Vec::new(),
+            candidates: Vec::new(),
+            merge: false,
         }
     }
 
@@ -794,35 +881,124 @@ impl<'a> RowCollector<'a> {
 
     /// Closes the current row and starts `row`; a row whose cells all expired is not returned.
     fn start_row(&mut self, row: &[u8]) {
-        if !self.current.cells.is_empty() {
-            self.rows.push(std::mem::take(&mut self.current));
-        }
-        self.current.key.clear();
-        self.current.key.extend_from_slice(row);
+        self.close_row();
+        self.key.clear();
+        self.key.extend_from_slice(row);
     }
 
-    /// Adds one stored cell to the current row unless it is expired; `None` if it is malformed.
-    fn push(&mut self, family: &[u8], qualifier: &[u8], stored: &[u8]) -> Option<()> {
+    /// Keeps the visible cells of the current row: of a qualifier's cells the newest put's, if
+    /// it is within the time range and not expired.
+    fn close_row(&mut self) {
+        if self.candidates.is_empty() {
+            return;
+        }
+        if std::mem::take(&mut self.merge) {
+            // Key order, and the newest put first among a qualifier's cells.
+            self.candidates.sort_by(|a, b| {
+                (&a.cell.family, &a.cell.qualifier)
+                    .cmp(&(&b.cell.family, &b.cell.qualifier))
+                    .then(b.seq.cmp(&a.seq))
+            });
+            self.candidates.dedup_by(|later, kept| {
+                later.cell.family == kept.cell.family && later.cell.qualifier == kept.cell.qualifier
+            });
+        }
+        let (time, now_ms) = (self.time, self.now_ms);
+        let cells: Vec<Cell> = self
+            .candidates
+            .drain(..)
+            .filter(|c| {
+                !c.hidden
+                    && time.is_none_or(|t| t.contains(c.cell.ts_ms))
+                    && !codec::is_expired(c.cell.ts_ms, c.ttl, now_ms)
+            })
+            .map(|c| c.cell)
+            .collect();
+        if !cells.is_empty() {
+            self.rows.push(Row {
+                key: self.key.clone(),
+                cells,
+            });
+        }
+    }
+
+    /// Adds one stored key-value of the current row, its cells of `wanted` qualifiers; `None` if
+    /// it is malformed.
+    fn push(
+        &mut self,
+        family: &[u8],
+        column: Column<'_>,
+        stored: &[u8],
+        wanted: impl Fn(&str, &[u8]) -> bool,
+    ) -> Option<()> {
         // A family the spec no longer lists is invisible, as HBase has no store to read it from.
         let Some((family, ttl)) = self.table.family(family) else {
             return Some(());
         };
-        let (ts_ms, value) = codec::decode_value(stored)?;
-        let in_range = self.time.is_none_or(|t| t.contains(ts_ms));
-        if in_range && !codec::is_expired(ts_ms, ttl, self.now_ms) {
-            self.current.cells.push(Cell {
-                family: family.to_owned(),
-                qualifier: qualifier.to_vec(),
-                ts_ms,
-                value: value.to_vec(),
-            });
+        // Keys come in order: a qualifier's cells are all of this family's, from here on.
+        let same_family = self
+            .candidates
+            .last()
+            .is_some_and(|c| c.cell.family == family);
+        match column {
+            Column::Cell(qualifier) => {
+                let (ts_ms, value) = codec::decode_value(stored)?;
+                if same_family && self.candidates.last().is_some_and(|c| c.seq > 0) {
+                    self.merge = true;
+                }
+                if wanted(family, qualifier) {
+                    self.candidates.push(Candidate {
+                        cell: Cell {
+                            family: family.to_owned(),
+                            qualifier: qualifier.to_vec(),
+                            ts_ms,
+                            value: value.to_vec(),
+                        },
+                        ttl,
+                        seq: 0,
+                        hidden: false,
+                    });
+                }
+            }
+            Column::Packed(qualifiers) => {
+                let packed = codec::PackedValue::decode(stored)?;
+                if same_family {
+                    self.merge = true;
+                }
+                let hidden = packed.is_expired_marker();
+                let mut cells = packed.cells();
+                for qualifier in codec::packed_qualifiers(qualifiers) {
+                    let qualifier = qualifier?;
+                    let (ts_ms, value) = if hidden {
+                        (codec::EXPIRED, &[][..])
+                    } else {
+                        cells.next()??
+                    };
+                    if wanted(family, qualifier) {
+                        self.candidates.push(Candidate {
+                            cell: Cell {
+                                family: family.to_owned(),
+                                qualifier: qualifier.to_vec(),
+                                ts_ms,
+                                value: value.to_vec(),
+                            },
+                            ttl,
+                            seq: packed.seq,
+                            hidden,
+                        });
+                    }
+                }
+                if cells.next().is_some() {
+                    return None;
+                }
+            }
         }
         Some(())
     }
 
     fn finish(mut self) -> Vec<Row> {
         if !self.is_full() {
-            self.start_row(&[]);
+            self.close_row();
         }
         self.rows
     }
@@ -844,6 +1020,13 @@ impl EmbeddedStore {
         if rows.is_full() {
             return Ok(Vec::new());
         }
+        let wanted = |family: &str, qualifier: &[u8]| {
+            columns.is_empty()
+                || columns
+                    .iter()
+                    .any(|c| c.family == family && c.qualifier == qualifier)
+        };
+        let mut started = false;
         for item in iter {
             let (key, value) = item.map_err(|e| inner.fjall_error("read", e))?;
             let corrupt = || -> Error {
@@ -854,7 +1037,7 @@ impl EmbeddedStore {
                 }
                 .into()
             };
-            let (row, family, qualifier) = codec::decode_key(&key).ok_or_else(corrupt)?;
+            let (row, family, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
             // Only a start bound holding 0x00 lets keys of earlier rows reach this point.
             if row < start {
                 continue;
@@ -862,19 +1045,15 @@ impl EmbeddedStore {
             if !stop.is_empty() && row >= stop {
                 break;
             }
-            if row != rows.current.key.as_slice() {
+            if !started || row != rows.key.as_slice() {
+                started = true;
                 rows.start_row(row);
                 if rows.is_full() {
                     return Ok(rows.rows);
                 }
             }
-            let wanted = columns.is_empty()
-                || columns
-                    .iter()
-                    .any(|c| c.family.as_bytes() == family && c.qualifier == qualifier);
-            if wanted {
-                rows.push(family, qualifier, &value).ok_or_else(corrupt)?;
-            }
+            rows.push(family, column, &value, wanted)
+                .ok_or_else(corrupt)?;
         }
         Ok(rows.finish())
     }

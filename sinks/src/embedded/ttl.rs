@@ -67,7 +67,7 @@ struct TtlFilter {
 
 impl CompactionFilter for TtlFilter {
     fn filter_item(&mut self, item: ItemAccessor<'_>, _ctx: &Context) -> CompactionFilterResult {
-        let Some((_, family, _)) = codec::decode_key(item.key()) else {
+        let Some((_, family, column)) = codec::decode_key(item.key()) else {
             return Ok(Verdict::Keep);
         };
         let ttl = self
@@ -82,6 +82,18 @@ impl CompactionFilter for TtlFilter {
             Some(ts) if ts == codec::EXPIRED => Ok(Verdict::Keep),
             Some(ts) if codec::is_expired(ts, Some(ttl), self.now_ms) => {
                 self.dropped += 1;
+                if let codec::Column::Packed(_) = column {
+                    // A put's packed cells hide the cells of earlier puts of the row with the
+                    // same qualifiers, under other keys, which neither a tombstone nor the
+                    // oldest generation would: keep what orders the put (its `seq`) under its
+                    // key, which lists the qualifiers.
+                    let Some(packed) = codec::PackedValue::decode(&value) else {
+                        return Ok(Verdict::Keep);
+                    };
+                    let mut marker = Vec::new();
+                    codec::encode_packed_expired(&mut marker, packed.seq);
+                    return Ok(Verdict::ReplaceValue(marker.into()));
+                }
                 if !self.oldest {
                     // An older generation may hold an earlier write of this key, which a
                     // tombstone here would not hide: keep the key, with an empty value stamped

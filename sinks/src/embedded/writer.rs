@@ -1,15 +1,15 @@
 //! The write side: mutations buffered per worker, then committed in fjall write batches or, in
 //! bulk, ingested as sorted tables.
 
-use super::codec;
+use super::codec::{self, Column};
 use super::generations;
 use super::store::{EmbeddedStore, Lease, Table};
 use super::StoreError;
 use crate::table::{Cell, Mutation, TableWriter};
 use crate::{Error, Result};
-use fjall::{OwnedWriteBatch, PersistMode};
+use fjall::{OwnedWriteBatch, PersistMode, Slice};
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 /// Mutations buffered before the writer commits them as one fjall batch, in the mode that reads
@@ -77,6 +77,11 @@ impl Slot {
         key.len() + 8 + value.len()
     }
 
+    /// Bytes a stored key-value takes in the arena: its key and its value as stored.
+    fn stored_bytes(key: &[u8], stored: &[u8]) -> usize {
+        key.len() + stored.len()
+    }
+
     fn prefix_of(key: &[u8]) -> [u64; 2] {
         let mut bytes = [0u8; 16];
         let n = key.len().min(16);
@@ -118,9 +123,26 @@ impl Pending {
     ///
     /// The arena must have room for the cell below [`MAX_ARENA`].
     fn push(&mut self, key: &[u8], ts_ms: i64, value: &[u8], limit: usize) {
+        self.push_parts(key, &ts_ms.to_be_bytes(), value, (ts_ms, ts_ms), limit);
+    }
+
+    /// Appends a key-value whose value is already encoded as stored (a put's packed cells,
+    /// stamped `lo` to `hi`), as [`Pending::push`] does a cell.
+    fn push_stored(&mut self, key: &[u8], stored: &[u8], (lo, hi): (i64, i64), limit: usize) {
+        self.push_parts(key, &[], stored, (lo, hi), limit);
+    }
+
+    fn push_parts(
+        &mut self,
+        key: &[u8],
+        head: &[u8],
+        value: &[u8],
+        (lo, hi): (i64, i64),
+        limit: usize,
+    ) {
         let most = limit.saturating_add(limit / 8);
         let start = self.arena.len();
-        let need = Slot::arena_bytes(key, value);
+        let need = key.len() + head.len() + value.len();
         // The arena's and the slots' shares of a full buffer, as in the buffer so far with
         // this cell: one pair of bounds for buffers of large cells and of small ones.
         let with_cell = self.bytes() + need + SLOT_BYTES;
@@ -144,11 +166,11 @@ impl Pending {
             };
             self.cells.reserve_exact(more);
         }
-        self.lo = self.lo.min(ts_ms);
-        self.hi = self.hi.max(ts_ms);
+        self.lo = self.lo.min(lo);
+        self.hi = self.hi.max(hi);
         self.arena.extend_from_slice(key);
         let key_end = self.arena.len();
-        self.arena.extend_from_slice(&ts_ms.to_be_bytes());
+        self.arena.extend_from_slice(head);
         self.arena.extend_from_slice(value);
         // `EmbeddedWriter::put` writes a buffer out before its arena would pass `MAX_ARENA`.
         let offset = |at: usize| u32::try_from(at).expect("embedded writer arena past 4 GiB");
@@ -180,7 +202,7 @@ impl Pending {
         // First by the 16 bytes held in the slots, in arrival order (`start`) among equals, which
         // reads no key; then each run of cells sharing those bytes by key, in arrival order among
         // puts of one key, so the last of each run of equal keys is the newest. A run already in
-        // order (a narrow row's two cells, `v` then `x`) is only checked, reading each key once;
+        // order (a row's cells put in qualifier order) is only checked, reading each key once;
         // a wide row's run is sorted (its qualifiers are decimal second offsets: "10" sorts
         // before "9"), its keys read about log2(run) times each, as in a sort of the whole
         // buffer.
@@ -393,17 +415,121 @@ impl EmbeddedWriter {
         self.commit()
     }
 
+    /// Makes room in table `index`'s buffer for `need` more bytes of arena.
+    fn make_room(&mut self, index: usize, need: usize) -> Result<()> {
+        if self.pending[index].arena.len() + need > MAX_ARENA {
+            // Only a put of gigabytes gets here: its cells so far go out in bulk, as a full
+            // buffer's do, and the rest into an empty buffer.
+            self.pending[index].bulk = true;
+            self.write_pending(index, 0)?;
+        }
+        Ok(())
+    }
+
     fn put(&mut self, table_index: usize, table: &Table, row: &[u8], cells: &[Cell]) -> Result<()> {
+        if table.packed.is_empty() {
+            return self.put_cells(table_index, table, row, cells.iter());
+        }
+        if let [family] = table.packed[..] {
+            // A narrow row's put: all its cells in the one packed family.
+            if cells.iter().all(|c| c.family == family) {
+                return self.put_packed(table_index, table, row, family, cells.iter().collect());
+            }
+        }
+        let (packed, single): (Vec<&Cell>, Vec<&Cell>) =
+            cells.iter().partition(|c| table.is_packed(&c.family));
+        self.put_cells(table_index, table, row, single.into_iter())?;
+        for family in table.packed.iter().copied() {
+            let of_family: Vec<&Cell> = packed
+                .iter()
+                .copied()
+                .filter(|c| c.family == family)
+                .collect();
+            if !of_family.is_empty() {
+                self.put_packed(table_index, table, row, family, of_family)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a put's cells of one packed family, in the put's order, as one key-value (with
+    /// `newest_timestamp_wins`, those newer than the visible ones).
+    fn put_packed(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        family: &str,
+        mut cells: Vec<&Cell>,
+    ) -> Result<()> {
+        if let Some(queued_ts) = &mut self.queued_ts {
+            let visible = visible_ts(&self.store, table, row, family)?;
+            let queued = &mut queued_ts[table_index];
+            cells.retain(|cell| {
+                codec::encode_key(&mut self.key, row, family, &cell.qualifier);
+                let ts = queued
+                    .get(self.key.as_slice())
+                    .or_else(|| visible.get(&cell.qualifier))
+                    .copied();
+                // HBase keeps the newest timestamp; on a tie the later put wins.
+                let wins = ts.is_none_or(|ts| cell.ts_ms >= ts);
+                if wins {
+                    queued.insert(self.key.clone(), cell.ts_ms);
+                }
+                wins
+            });
+            if cells.is_empty() {
+                return Ok(());
+            }
+        }
+        // By qualifier, the last of a qualifier's cells in the put winning, as it would were
+        // they stored one by one.
+        cells.reverse();
+        cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+        // Stable: among a qualifier's cells the put's last comes first, and stays.
+        cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
+        let seq = self.store.inner.next_seq()?;
+        codec::encode_packed_key(
+            &mut self.key,
+            row,
+            family,
+            cells.iter().map(|c| &c.qualifier[..]),
+        );
+        codec::encode_packed_value(
+            &mut self.value,
+            seq,
+            cells.iter().map(|c| (c.ts_ms, &c.value[..])),
+        );
+        let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
+        let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
+        if self.queued_ts.is_some() {
+            self.leases
+                .push(self.store.inner.covering(table_index, lo, hi)?);
+            let newest = &self.leases[self.leases.len() - 1].keyspace;
+            self.batch
+                .insert(newest, self.key.as_slice(), self.value.as_slice());
+            return Ok(());
+        }
+        self.make_room(table_index, Slot::stored_bytes(&self.key, &self.value))?;
+        self.pending[table_index].push_stored(&self.key, &self.value, (lo, hi), self.ingest_bytes);
+        if self.pending[table_index].bytes() >= self.ingest_bytes {
+            self.pending[table_index].bulk = true;
+            self.write_pending(table_index, self.ingest_bytes)?;
+        }
+        Ok(())
+    }
+
+    fn put_cells<'c>(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        cells: impl Iterator<Item = &'c Cell>,
+    ) -> Result<()> {
         let Some(queued_ts) = &mut self.queued_ts else {
             for cell in cells {
                 codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-                let need = Slot::arena_bytes(&self.key, &cell.value);
-                if self.pending[table_index].arena.len() + need > MAX_ARENA {
-                    // Only a put of gigabytes gets here: its cells so far go out in bulk, as
-                    // a full buffer's do, and the rest into an empty buffer.
-                    self.pending[table_index].bulk = true;
-                    self.write_pending(table_index, 0)?;
-                }
+                self.make_room(table_index, Slot::arena_bytes(&self.key, &cell.value))?;
                 self.pending[table_index].push(
                     &self.key,
                     cell.ts_ms,
@@ -418,6 +544,10 @@ impl EmbeddedWriter {
             return Ok(());
         };
         let queued = &mut queued_ts[table_index];
+        let cells: Vec<&Cell> = cells.collect();
+        if cells.is_empty() {
+            return Ok(());
+        }
         let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
         let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
         self.leases
@@ -459,15 +589,30 @@ impl EmbeddedWriter {
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
         let generations = table.leases();
+        // Per packed family: its stored key-values in the row, and its qualifiers' visible cells.
+        let mut packed: Vec<(&str, Vec<Slice>, Visible)> = Vec::new();
         for item in table.prefix(&self.key, None) {
             let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
-            let Some(ts) = codec::decode_ts(&stored) else {
-                return Err(StoreError::Corrupt {
+            let corrupt = || -> Error {
+                StoreError::Corrupt {
                     dir: self.store.inner.dir.clone(),
                     table: table.name,
                     key: String::from_utf8_lossy(&key).escape_debug().to_string(),
                 }
-                .into());
+                .into()
+            };
+            let (_, family, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
+            if let Some(family) = table.packed.iter().find(|f| f.as_bytes() == family) {
+                if packed.last().is_none_or(|(f, _, _)| f != family) {
+                    packed.push((family, Vec::new(), Visible::default()));
+                }
+                let (_, keys, visible) = packed.last_mut().expect("pushed above");
+                visible.add(column, &stored).ok_or_else(corrupt)?;
+                keys.push(key);
+                continue;
+            }
+            let Some(ts) = codec::decode_ts(&stored) else {
+                return Err(corrupt());
             };
             if ts <= ts_ms {
                 if let Some(queued_ts) = &mut self.queued_ts {
@@ -476,6 +621,17 @@ impl EmbeddedWriter {
                 generations::remove_everywhere(&mut self.batch, &generations, &key);
             }
         }
+        for (family, keys, visible) in packed {
+            self.delete_packed(
+                table_index,
+                row,
+                family,
+                &keys,
+                visible,
+                ts_ms,
+                &generations,
+            )?;
+        }
         if self.queued_ts.is_none() {
             self.commit()?;
         } else {
@@ -483,6 +639,165 @@ impl EmbeddedWriter {
         }
         Ok(())
     }
+}
+
+impl EmbeddedWriter {
+    /// Deletes a packed family's cells stamped at most `ts_ms` from `row`, given its stored
+    /// `keys` there and their `visible` cells: when any goes, every key is removed and the
+    /// visible cells that stay are written back as one put, so no cell an earlier put hid
+    /// shows again.
+    #[allow(clippy::too_many_arguments)]
+    fn delete_packed(
+        &mut self,
+        table_index: usize,
+        row: &[u8],
+        family: &str,
+        keys: &[Slice],
+        visible: Visible,
+        ts_ms: i64,
+        generations: &[Lease],
+    ) -> Result<()> {
+        if visible
+            .0
+            .values()
+            .all(|cell| cell.ts > ts_ms && !cell.hidden)
+        {
+            return Ok(());
+        }
+        let mut kept: Vec<(Vec<u8>, VisibleCell)> = Vec::new();
+        for (qualifier, cell) in visible.0 {
+            if let Some(queued_ts) = &mut self.queued_ts {
+                codec::encode_key(&mut self.key, row, family, &qualifier);
+                let ts = if cell.ts > ts_ms && !cell.hidden {
+                    cell.ts
+                } else {
+                    i64::MIN
+                };
+                queued_ts[table_index].insert(self.key.clone(), ts);
+            }
+            if cell.ts > ts_ms && !cell.hidden {
+                kept.push((qualifier, cell));
+            }
+        }
+        let written = if kept.is_empty() {
+            None
+        } else {
+            let seq = self.store.inner.next_seq()?;
+            codec::encode_packed_key(&mut self.key, row, family, kept.iter().map(|(q, _)| &q[..]));
+            codec::encode_packed_value(
+                &mut self.value,
+                seq,
+                kept.iter().map(|(_, c)| (c.ts, &c.value[..])),
+            );
+            let lo = kept.iter().map(|(_, c)| c.ts).min().unwrap_or(i64::MAX);
+            let hi = kept.iter().map(|(_, c)| c.ts).max().unwrap_or(i64::MIN);
+            let lease = self.store.inner.covering(table_index, lo, hi)?;
+            self.batch
+                .insert(&lease.keyspace, self.key.as_slice(), self.value.as_slice());
+            let name = lease.keyspace.name().to_string();
+            self.leases.push(lease);
+            Some(name)
+        };
+        for key in keys {
+            for generation in generations {
+                // A batch that removes and inserts one key in one keyspace does not say which
+                // comes last: the insert replaces it there.
+                let rewritten = written.as_deref() == Some(generation.keyspace.name().as_ref())
+                    && key.as_ref() == self.key.as_slice();
+                if !rewritten {
+                    self.batch.remove(&generation.keyspace, key.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A packed family's visible cell of one qualifier in a row, and the put it comes from.
+struct VisibleCell {
+    seq: u64,
+    ts: i64,
+    value: Vec<u8>,
+    /// Its put expired in a compaction: it hides earlier cells and shows nothing.
+    hidden: bool,
+}
+
+/// A packed family's visible cells in a row, by qualifier: of each qualifier's stored cells,
+/// the newest put's.
+#[derive(Default)]
+struct Visible(BTreeMap<Vec<u8>, VisibleCell>);
+
+impl Visible {
+    /// Adds the cells of one stored key-value of the family; `None` if it is malformed.
+    fn add(&mut self, column: Column<'_>, stored: &[u8]) -> Option<()> {
+        let mut offer = |qualifier: &[u8], cell: VisibleCell| {
+            if self.0.get(qualifier).is_none_or(|v| v.seq < cell.seq) {
+                self.0.insert(qualifier.to_vec(), cell);
+            }
+        };
+        match column {
+            Column::Cell(qualifier) => {
+                let (ts, value) = codec::decode_value(stored)?;
+                let cell = VisibleCell {
+                    seq: 0,
+                    ts,
+                    value: value.to_vec(),
+                    hidden: false,
+                };
+                offer(qualifier, cell);
+            }
+            Column::Packed(qualifiers) => {
+                let packed = codec::PackedValue::decode(stored)?;
+                let hidden = packed.is_expired_marker();
+                let mut cells = packed.cells();
+                for qualifier in codec::packed_qualifiers(qualifiers) {
+                    let (ts, value) = if hidden {
+                        (codec::EXPIRED, &[][..])
+                    } else {
+                        cells.next()??
+                    };
+                    let cell = VisibleCell {
+                        seq: packed.seq,
+                        ts,
+                        value: value.to_vec(),
+                        hidden,
+                    };
+                    offer(qualifier?, cell);
+                }
+            }
+        }
+        Some(())
+    }
+}
+
+/// The timestamps of a packed family's visible cells in `row`, by qualifier, expired or not
+/// ([`codec::EXPIRED`] for those of a put a compaction expired), as `newest_timestamp_wins`
+/// compares a put's cells with.
+fn visible_ts(
+    store: &EmbeddedStore,
+    table: &Table,
+    row: &[u8],
+    family: &str,
+) -> Result<HashMap<Vec<u8>, i64>> {
+    let mut prefix = Vec::new();
+    codec::encode_row_prefix(&mut prefix, row);
+    let mut visible = Visible::default();
+    for item in table.prefix(&prefix, None) {
+        let (key, stored) = item.map_err(|e| store.inner.fjall_error("read before write", e))?;
+        let corrupt = || -> Error {
+            StoreError::Corrupt {
+                dir: store.inner.dir.clone(),
+                table: table.name,
+                key: String::from_utf8_lossy(&key).escape_debug().to_string(),
+            }
+            .into()
+        };
+        let (_, f, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
+        if f == family.as_bytes() {
+            visible.add(column, &stored).ok_or_else(corrupt)?;
+        }
+    }
+    Ok(visible.0.into_iter().map(|(q, c)| (q, c.ts)).collect())
 }
 
 fn new_batch(store: &EmbeddedStore, capacity: usize) -> OwnedWriteBatch {
@@ -516,6 +831,29 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
                 return Err(Error::Invalid(format!(
                     "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
                     cell.value.len(),
+                    table.name
+                )));
+            }
+        }
+        for family in table.packed.iter().copied() {
+            let mut qualifiers: Vec<&[u8]> = cells
+                .iter()
+                .filter(|c| c.family == family)
+                .map(|c| &c.qualifier[..])
+                .collect();
+            qualifiers.sort_unstable();
+            qualifiers.dedup();
+            codec::check_packed_key_len(table.name, row, family, qualifiers.iter().copied())?;
+            // Each cell's age and length take at most 20 bytes.
+            let bytes: usize = cells
+                .iter()
+                .filter(|c| c.family == family)
+                .map(|c| c.value.len() + 20)
+                .sum();
+            if u32::try_from(bytes + 16).is_err() {
+                return Err(Error::Invalid(format!(
+                    "a put of {bytes} bytes to family {family} of table {} exceeds the embedded \
+                     store's 4 GiB limit for a put's packed cells",
                     table.name
                 )));
             }

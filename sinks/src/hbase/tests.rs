@@ -550,6 +550,7 @@ fn schema_differences_name_each_attribute() {
         compression: Compression::None,
         bloom: Bloom::None,
         max_versions: 1,
+        packed: false,
     }];
     assert_eq!(
         schema_differences(&want, &[extra]),

@@ -24,6 +24,7 @@ fn family(name: &'static str, ttl_secs: Option<u64>) -> FamilySpec {
         compression: Compression::None,
         bloom: Bloom::None,
         max_versions: 1,
+        packed: false,
     }
 }
 
@@ -38,6 +39,13 @@ fn table() -> TableSpec {
         ],
         split_keys: Vec::new(),
     }
+}
+
+/// The test table, its family `t` packed or not.
+fn table_with(packed: bool) -> TableSpec {
+    let mut spec = table();
+    spec.families[0].packed = packed;
+    spec
 }
 
 /// A clock stuck at `NOW` until the test moves it.

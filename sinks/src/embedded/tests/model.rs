@@ -9,17 +9,18 @@ use super::*;
 /// One step of the model test.
 #[derive(Debug, Clone)]
 enum Op {
+    /// A put of cells `(qualifier, ts, value)`, in order.
     Put {
         row: Vec<u8>,
-        qualifier: Vec<u8>,
-        ts: i64,
-        value: u8,
+        cells: Vec<(Vec<u8>, i64, u8)>,
     },
     Delete {
         row: Vec<u8>,
         ts: i64,
     },
     Flush,
+    /// The writer's flush, then a major compaction of every generation, which expires cells.
+    Compact,
 }
 
 fn row_key() -> impl Strategy<Value = Vec<u8>> {
@@ -30,15 +31,33 @@ fn row_key() -> impl Strategy<Value = Vec<u8>> {
 fn op() -> impl Strategy<Value = Op> {
     // Timestamps straddle the TTL boundary of family `t` (NOW - 10 s).
     let ts = (0i64..=20).prop_map(|s| NOW - s * 1000);
+    let cell = (
+        prop::sample::select(vec![&b"v"[..], b"x", b"10"]),
+        ts.clone(),
+        any::<u8>(),
+    )
+        .prop_map(|(q, ts, value)| (q.to_vec(), ts, value));
     prop_oneof![
-        6 => (row_key(), prop::sample::select(vec![&b"v"[..], b"x", b"10"]), ts.clone(), any::<u8>())
-            .prop_map(|(row, q, ts, value)| Op::Put { row, qualifier: q.to_vec(), ts, value }),
+        6 => (row_key(), proptest::collection::vec(cell, 1..4))
+            .prop_map(|(row, cells)| Op::Put { row, cells }),
         1 => (row_key(), ts).prop_map(|(row, ts)| Op::Delete { row, ts }),
         1 => Just(Op::Flush),
+        1 => Just(Op::Compact),
     ]
 }
 
-/// Rows → qualifier → (timestamp, value), with last-write-wins puts.
+/// The store's layout of family `t` in a model test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Cells,
+    Packed,
+    /// Cells, then packed from a reopen halfway on, as for a store written before `t` was
+    /// packed.
+    CellsThenPacked,
+}
+
+/// Rows → qualifier → (timestamp, value), with last-write-wins puts (or, with
+/// `newest_timestamp_wins`, newest-timestamp-wins ones).
 type Model = BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, (i64, u8)>>;
 
 fn model_scan(model: &Model, start: &[u8], stop: &[u8], limit: Option<usize>) -> Vec<Row> {
@@ -74,22 +93,46 @@ proptest! {
         // The default generation size, or one that closes a generation after every table the
         // writer ingests, so that reads merge several.
         split in any::<bool>(),
+        layout in prop_oneof![Just(Layout::Cells), Just(Layout::Packed), Just(Layout::CellsThenPacked)],
+        newest_wins in any::<bool>(),
     ) {
         let dir = TempDir::new().unwrap();
-        let (store, _) = open(&dir);
-        if split {
-            store.set_generation_bytes(0);
-        }
+        let open_with = |packed: bool| {
+            let (_, clock) = clock();
+            let store =
+                EmbeddedStore::open_with_clock(dir.path(), &[table_with(packed)], clock).unwrap();
+            if split {
+                store.set_generation_bytes(0);
+            }
+            let mut w = store.writer().newest_timestamp_wins(newest_wins);
+            if let Some(bytes) = ingest {
+                w = w.ingest_thresholds(bytes, bytes / 2);
+            }
+            (store, w)
+        };
         let mut model = Model::new();
-        let mut w = store.writer();
-        if let Some(bytes) = ingest {
-            w = w.ingest_thresholds(bytes, bytes / 2);
-        }
-        for op in ops {
+        let (mut store, mut w) = open_with(layout == Layout::Packed);
+        let reopen_at = ops.len() / 2;
+        for (i, op) in ops.into_iter().enumerate() {
+            if i == reopen_at {
+                // Reopened, as a job that stops and starts again: the seqs of packed puts go on
+                // from where they were.
+                w.flush().unwrap();
+                drop(w);
+                drop(store);
+                (store, w) = open_with(layout != Layout::Cells);
+            }
             match op {
-                Op::Put { row, qualifier, ts, value } => {
-                    w.write(vec![put(&row, vec![cell("t", &qualifier, ts, &[value])])]).unwrap();
-                    model.entry(row).or_default().insert(qualifier, (ts, value));
+                Op::Put { row, cells } => {
+                    let put_cells = cells.iter().map(|(q, ts, v)| cell("t", q, *ts, &[*v])).collect();
+                    w.write(vec![put(&row, put_cells)]).unwrap();
+                    let model_row = model.entry(row).or_default();
+                    for (q, ts, v) in cells {
+                        let loses = newest_wins && model_row.get(&q).is_some_and(|(seen, _)| ts < *seen);
+                        if !loses {
+                            model_row.insert(q, (ts, v));
+                        }
+                    }
                 }
                 Op::Delete { row, ts } => {
                     w.write(vec![Mutation::DeleteRow { table: T, row: row.clone(), ts_ms: ts }]).unwrap();
@@ -98,6 +141,13 @@ proptest! {
                     }
                 }
                 Op::Flush => w.flush().unwrap(),
+                Op::Compact => {
+                    w.flush().unwrap();
+                    for keyspace in store.inner.tables[0].generations() {
+                        keyspace.rotate_memtable_and_wait().unwrap();
+                        keyspace.major_compact().unwrap();
+                    }
+                }
             }
         }
         w.flush().unwrap();

@@ -351,3 +351,69 @@ fn a_flush_ingests_the_remainder_of_a_bulk_write_and_sends_a_trickle_through_the
     assert_eq!(keyspace.table_count(), 3);
     assert_eq!(store.dump(T).unwrap().len(), 17);
 }
+
+fn open_packed(dir: &TempDir) -> EmbeddedStore {
+    let (_, clock) = clock();
+    EmbeddedStore::open_with_clock(dir.path(), &[table_with(true)], clock).unwrap()
+}
+
+#[test]
+fn a_packed_put_is_one_key_value_and_a_later_put_of_other_cells_keeps_the_rest() {
+    let dir = TempDir::new().unwrap();
+    let store = open_packed(&dir);
+    write(
+        &store,
+        vec![put(
+            b"r",
+            vec![
+                cell("t", b"x", NOW, b"x1"),
+                cell("t", b"v", NOW, b"v1"),
+                cell("tt", b"v", NOW, b"other family"),
+            ],
+        )],
+    );
+    let keyspace = store.inner.tables[0].generations().pop().unwrap();
+    // `t`'s two cells in one key-value, `tt`'s (not packed) in its own.
+    assert_eq!(keyspace.len().unwrap(), 2);
+    write(&store, vec![put(b"r", vec![cell("t", b"v", NOW, b"v2")])]);
+    assert_eq!(keyspace.len().unwrap(), 3);
+    assert_eq!(
+        store.get(T, b"r", None).unwrap().unwrap().cells,
+        vec![
+            cell("t", b"v", NOW, b"v2"),
+            cell("t", b"x", NOW, b"x1"),
+            cell("tt", b"v", NOW, b"other family"),
+        ]
+    );
+    // The same qualifiers again replace the key-value.
+    write(&store, vec![put(b"r", vec![cell("t", b"v", NOW, b"v3")])]);
+    assert_eq!(keyspace.len().unwrap(), 3);
+    assert_eq!(ts_of(&store, b"r"), (NOW, b"v3".to_vec()));
+}
+
+#[test]
+fn an_expired_packed_put_still_hides_the_cells_of_earlier_puts_after_a_compaction() {
+    let dir = TempDir::new().unwrap();
+    let store = open_packed(&dir);
+    // The later put carries an older, expired, timestamp: by default the last write wins, so
+    // the row shows nothing, as when each cell is stored on its own.
+    write(&store, vec![put(b"r", vec![cell("t", b"v", NOW, b"live")])]);
+    write(
+        &store,
+        vec![put(
+            b"r",
+            vec![
+                cell("t", b"v", NOW - 60_000, b"old"),
+                cell("t", b"x", NOW - 60_000, b"old"),
+            ],
+        )],
+    );
+    assert_eq!(store.get(T, b"r", None).unwrap(), None);
+    let keyspace = store.inner.tables[0].generations().pop().unwrap();
+    keyspace.rotate_memtable_and_wait().unwrap();
+    keyspace.major_compact().unwrap();
+    // The expired put is kept as its key and seq.
+    assert_eq!(keyspace.len().unwrap(), 2);
+    assert_eq!(store.get(T, b"r", None).unwrap(), None);
+    assert_eq!(store.dump(T).unwrap(), vec![]);
+}
