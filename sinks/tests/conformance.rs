@@ -553,35 +553,31 @@ fn scans(store: &Store, t: &Tables, now: i64) {
     assert_eq!(rows[0].cells.len(), 2, "both columns asked: {rows:?}");
 }
 
-#[test]
-fn the_embedded_store_conforms() {
+/// Runs the suite on a new embedded store with `tables`.
+fn embedded_conforms(tables: &Tables) {
     let dir = tempfile::tempdir().unwrap();
-    let tables = Tables::new("embedded");
     let cfg = StoreConfig {
         dir: dir.path().join("store"),
         ..StoreConfig::default()
     };
-    let store = sinks::open(&cfg, &options(&tables)).expect("opening the embedded store");
+    let store = sinks::open(&cfg, &options(tables)).expect("opening the embedded store");
     store.ensure_tables().expect("every table exists");
-    conforms(&store, &tables);
+    conforms(&store, tables);
+}
+
+#[test]
+fn the_embedded_store_conforms() {
+    embedded_conforms(&Tables::new("embedded"));
 }
 
 /// The same suite with the family's puts stored packed, as the narrow table's are: it answers
 /// as HBase does (`hbase_conforms`) all the same.
 #[test]
 fn the_embedded_store_conforms_with_packed_puts() {
-    let dir = tempfile::tempdir().unwrap();
-    let tables = Tables {
+    embedded_conforms(&Tables {
         packed: true,
         ..Tables::new("embedded_packed")
-    };
-    let cfg = StoreConfig {
-        dir: dir.path().join("store"),
-        ..StoreConfig::default()
-    };
-    let store = sinks::open(&cfg, &options(&tables)).expect("opening the embedded store");
-    store.ensure_tables().expect("every table exists");
-    conforms(&store, &tables);
+    });
 }
 
 /// Whether the HBase run goes ahead: it fails, with what to do, when the gateways are not

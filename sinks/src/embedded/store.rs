@@ -591,8 +591,8 @@ impl EmbeddedStore {
     ///
     /// # Errors
     /// `Error::Invalid` if a table name is empty, longer than 244 bytes, holds `#` or is listed
-    /// twice, if a family name is empty or contains `0x00`, or if a family asks for more than one
-    /// version.
+    /// twice, if a family name is empty or contains `0x00` or `0x01`, or if a family asks for
+    /// more than one version.
     /// `Error::Embedded` if fjall cannot open the directory: it is locked by another
     /// process (or already open in this one), unreadable, or written by an incompatible fjall.
     pub fn open_with_clock(
@@ -940,6 +940,17 @@ impl<'a> RowCollector<'a> {
             .candidates
             .last()
             .is_some_and(|c| c.cell.family == family);
+        let candidate = |qualifier: &[u8], ts_ms, value: &[u8], seq, hidden| Candidate {
+            cell: Cell {
+                family: family.to_owned(),
+                qualifier: qualifier.to_vec(),
+                ts_ms,
+                value: value.to_vec(),
+            },
+            ttl,
+            seq,
+            hidden,
+        };
         match column {
             Column::Cell(qualifier) => {
                 let (ts_ms, value) = codec::decode_value(stored)?;
@@ -947,17 +958,8 @@ impl<'a> RowCollector<'a> {
                     self.merge = true;
                 }
                 if wanted(family, qualifier) {
-                    self.candidates.push(Candidate {
-                        cell: Cell {
-                            family: family.to_owned(),
-                            qualifier: qualifier.to_vec(),
-                            ts_ms,
-                            value: value.to_vec(),
-                        },
-                        ttl,
-                        seq: 0,
-                        hidden: false,
-                    });
+                    self.candidates
+                        .push(candidate(qualifier, ts_ms, value, 0, false));
                 }
             }
             Column::Packed(qualifiers) => {
@@ -975,17 +977,8 @@ impl<'a> RowCollector<'a> {
                         cells.next()??
                     };
                     if wanted(family, qualifier) {
-                        self.candidates.push(Candidate {
-                            cell: Cell {
-                                family: family.to_owned(),
-                                qualifier: qualifier.to_vec(),
-                                ts_ms,
-                                value: value.to_vec(),
-                            },
-                            ttl,
-                            seq: packed.seq,
-                            hidden,
-                        });
+                        self.candidates
+                            .push(candidate(qualifier, ts_ms, value, packed.seq, hidden));
                     }
                 }
                 if cells.next().is_some() {
