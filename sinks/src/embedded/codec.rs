@@ -267,6 +267,44 @@ impl<'a> PackedValue<'a> {
     }
 }
 
+/// The cells of a stored put of packed cells, `column` its key's qualifiers and `packed` its
+/// value, as `(qualifier, timestamp, value)` in the key's order: for
+/// [`encode_packed_expired`]'s value, every qualifier with [`EXPIRED`] and an empty value. A
+/// `None` item, the last, if the key and the value do not hold the same number of well-formed
+/// cells.
+pub(crate) fn packed_cells<'a>(
+    column: &'a [u8],
+    packed: &PackedValue<'a>,
+) -> impl Iterator<Item = Option<(&'a [u8], i64, &'a [u8])>> {
+    let hidden = packed.is_expired_marker();
+    let mut qualifiers = packed_qualifiers(column);
+    let mut cells = packed.cells();
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let cell = match qualifiers.next() {
+            // A cell left over once the qualifiers ran out.
+            None => match cells.next() {
+                None => return None,
+                Some(_) => None,
+            },
+            Some(qualifier) => (|| {
+                let qualifier = qualifier?;
+                let (ts, value) = if hidden {
+                    (EXPIRED, &[][..])
+                } else {
+                    cells.next()??
+                };
+                Some((qualifier, ts, value))
+            })(),
+        };
+        done = cell.is_none();
+        Some(cell)
+    })
+}
+
 fn put_varint(buf: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         buf.push((n as u8) | 0x80);
@@ -409,10 +447,35 @@ mod tests {
         let cut = PackedValue::decode(&buf[..buf.len() - 1]).unwrap();
         assert_eq!(cut.cells().last(), Some(None));
 
+        let column = &packed_key(b"r", "t", &[b"a", b"b", b"c"])[4..];
+        let with_keys: Option<Vec<_>> = packed_cells(column, &packed).collect();
+        assert_eq!(
+            with_keys.unwrap(),
+            [
+                (&b"a"[..], 5, &b"abc"[..]),
+                (b"b", i64::MIN, b""),
+                (b"c", i64::MAX, &[0u8; 200])
+            ]
+        );
+        // One qualifier fewer or more than cells.
+        let short = &packed_key(b"r", "t", &[b"a", b"b"])[4..];
+        assert_eq!(packed_cells(short, &packed).last(), Some(None));
+        let long = &packed_key(b"r", "t", &[b"a", b"b", b"c", b"d"])[4..];
+        assert_eq!(packed_cells(long, &packed).last(), Some(None));
+
         encode_packed_expired(&mut buf, 7);
         let marker = PackedValue::decode(&buf).unwrap();
         assert!(marker.is_expired_marker());
         assert_eq!((marker.seq, marker.cells().count()), (7, 0));
+        let hidden: Option<Vec<_>> = packed_cells(column, &marker).collect();
+        assert_eq!(
+            hidden.unwrap(),
+            [
+                (&b"a"[..], EXPIRED, &b""[..]),
+                (b"b", EXPIRED, b""),
+                (b"c", EXPIRED, b"")
+            ]
+        );
         assert_eq!(decode_ts(&buf), Some(EXPIRED));
         assert!(PackedValue::decode(&buf[..15]).is_none());
     }

@@ -349,6 +349,17 @@ impl Inner {
         StoreError::from_fjall(&self.dir, doing, source).into()
     }
 
+    /// The error for a stored key or value of `table` under `key` that is not in the store's
+    /// layout.
+    pub(crate) fn corrupt(&self, table: &'static str, key: &[u8]) -> Error {
+        StoreError::Corrupt {
+            dir: self.dir.clone(),
+            table,
+            key: String::from_utf8_lossy(key).escape_debug().to_string(),
+        }
+        .into()
+    }
+
     /// The seq of a put of packed cells: larger than every one given before, in this process
     /// or an earlier one, so that of two puts of one row the later one's cells win.
     ///
@@ -968,21 +979,12 @@ impl<'a> RowCollector<'a> {
                     self.merge = true;
                 }
                 let hidden = packed.is_expired_marker();
-                let mut cells = packed.cells();
-                for qualifier in codec::packed_qualifiers(qualifiers) {
-                    let qualifier = qualifier?;
-                    let (ts_ms, value) = if hidden {
-                        (codec::EXPIRED, &[][..])
-                    } else {
-                        cells.next()??
-                    };
+                for cell in codec::packed_cells(qualifiers, &packed) {
+                    let (qualifier, ts_ms, value) = cell?;
                     if wanted(family, qualifier) {
                         self.candidates
                             .push(candidate(qualifier, ts_ms, value, packed.seq, hidden));
                     }
-                }
-                if cells.next().is_some() {
-                    return None;
                 }
             }
         }
@@ -1022,14 +1024,7 @@ impl EmbeddedStore {
         let mut started = false;
         for item in iter {
             let (key, value) = item.map_err(|e| inner.fjall_error("read", e))?;
-            let corrupt = || -> Error {
-                StoreError::Corrupt {
-                    dir: inner.dir.clone(),
-                    table: table.name,
-                    key: String::from_utf8_lossy(&key).escape_debug().to_string(),
-                }
-                .into()
-            };
+            let corrupt = || inner.corrupt(table.name, &key);
             let (row, family, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
             // Only a start bound holding 0x00 lets keys of earlier rows reach this point.
             if row < start {

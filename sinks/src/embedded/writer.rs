@@ -4,7 +4,6 @@
 use super::codec::{self, Column};
 use super::generations;
 use super::store::{EmbeddedStore, Lease, Table};
-use super::StoreError;
 use crate::table::{Cell, Mutation, TableWriter};
 use crate::{Error, Result};
 use fjall::{OwnedWriteBatch, PersistMode, Slice};
@@ -415,6 +414,28 @@ impl EmbeddedWriter {
         self.commit()
     }
 
+    /// Encodes into `self.key` and `self.value` one put of a packed family's `cells`
+    /// (`(qualifier, timestamp, value)`, sorted by qualifier without repeats) under a new seq,
+    /// and returns the smallest and largest of their timestamps.
+    fn encode_packed<'c>(
+        &mut self,
+        row: &[u8],
+        family: &str,
+        cells: impl Iterator<Item = (&'c [u8], i64, &'c [u8])> + Clone,
+    ) -> Result<(i64, i64)> {
+        let seq = self.store.inner.next_seq()?;
+        codec::encode_packed_key(&mut self.key, row, family, cells.clone().map(|(q, _, _)| q));
+        codec::encode_packed_value(
+            &mut self.value,
+            seq,
+            cells.clone().map(|(_, ts, v)| (ts, v)),
+        );
+        let (lo, hi) = cells.fold((i64::MAX, i64::MIN), |(lo, hi), (_, ts, _)| {
+            (lo.min(ts), hi.max(ts))
+        });
+        Ok((lo, hi))
+    }
+
     /// Makes room in table `index`'s buffer for `need` more bytes of arena.
     fn make_room(&mut self, index: usize, need: usize) -> Result<()> {
         if self.pending[index].arena.len() + need > MAX_ARENA {
@@ -488,20 +509,13 @@ impl EmbeddedWriter {
         cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
         // Stable: among a qualifier's cells the put's last comes first, and stays.
         cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
-        let seq = self.store.inner.next_seq()?;
-        codec::encode_packed_key(
-            &mut self.key,
+        let (lo, hi) = self.encode_packed(
             row,
             family,
-            cells.iter().map(|c| &c.qualifier[..]),
-        );
-        codec::encode_packed_value(
-            &mut self.value,
-            seq,
-            cells.iter().map(|c| (c.ts_ms, &c.value[..])),
-        );
-        let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
-        let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
+            cells
+                .iter()
+                .map(|c| (&c.qualifier[..], c.ts_ms, &c.value[..])),
+        )?;
         if self.queued_ts.is_some() {
             self.leases
                 .push(self.store.inner.covering(table_index, lo, hi)?);
@@ -593,14 +607,7 @@ impl EmbeddedWriter {
         let mut packed: Vec<(&str, Vec<Slice>, Visible)> = Vec::new();
         for item in table.prefix(&self.key, None) {
             let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
-            let corrupt = || -> Error {
-                StoreError::Corrupt {
-                    dir: self.store.inner.dir.clone(),
-                    table: table.name,
-                    key: String::from_utf8_lossy(&key).escape_debug().to_string(),
-                }
-                .into()
-            };
+            let corrupt = || self.store.inner.corrupt(table.name, &key);
             let (_, family, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
             if let Some(family) = table.packed.iter().find(|f| f.as_bytes() == family) {
                 if packed.last().is_none_or(|(f, _, _)| f != family) {
@@ -682,15 +689,11 @@ impl EmbeddedWriter {
         let written = if kept.is_empty() {
             None
         } else {
-            let seq = self.store.inner.next_seq()?;
-            codec::encode_packed_key(&mut self.key, row, family, kept.iter().map(|(q, _)| &q[..]));
-            codec::encode_packed_value(
-                &mut self.value,
-                seq,
-                kept.iter().map(|(_, c)| (c.ts, &c.value[..])),
-            );
-            let lo = kept.iter().map(|(_, c)| c.ts).min().unwrap_or(i64::MAX);
-            let hi = kept.iter().map(|(_, c)| c.ts).max().unwrap_or(i64::MIN);
+            let (lo, hi) = self.encode_packed(
+                row,
+                family,
+                kept.iter().map(|(q, c)| (&q[..], c.ts, &c.value[..])),
+            )?;
             let lease = self.store.inner.covering(table_index, lo, hi)?;
             self.batch
                 .insert(&lease.keyspace, self.key.as_slice(), self.value.as_slice());
@@ -749,20 +752,15 @@ impl Visible {
             Column::Packed(qualifiers) => {
                 let packed = codec::PackedValue::decode(stored)?;
                 let hidden = packed.is_expired_marker();
-                let mut cells = packed.cells();
-                for qualifier in codec::packed_qualifiers(qualifiers) {
-                    let (ts, value) = if hidden {
-                        (codec::EXPIRED, &[][..])
-                    } else {
-                        cells.next()??
-                    };
+                for cell in codec::packed_cells(qualifiers, &packed) {
+                    let (qualifier, ts, value) = cell?;
                     let cell = VisibleCell {
                         seq: packed.seq,
                         ts,
                         value: value.to_vec(),
                         hidden,
                     };
-                    offer(qualifier?, cell);
+                    offer(qualifier, cell);
                 }
             }
         }
@@ -784,14 +782,7 @@ fn visible_ts(
     let mut visible = Visible::default();
     for item in table.prefix(&prefix, None) {
         let (key, stored) = item.map_err(|e| store.inner.fjall_error("read before write", e))?;
-        let corrupt = || -> Error {
-            StoreError::Corrupt {
-                dir: store.inner.dir.clone(),
-                table: table.name,
-                key: String::from_utf8_lossy(&key).escape_debug().to_string(),
-            }
-            .into()
-        };
+        let corrupt = || store.inner.corrupt(table.name, &key);
         let (_, f, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
         if f == family.as_bytes() {
             visible.add(column, &stored).ok_or_else(corrupt)?;
@@ -836,20 +827,18 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
             }
         }
         for family in table.packed.iter().copied() {
-            let mut qualifiers: Vec<&[u8]> = cells
-                .iter()
-                .filter(|c| c.family == family)
-                .map(|c| &c.qualifier[..])
-                .collect();
-            qualifiers.sort_unstable();
-            qualifiers.dedup();
-            codec::check_packed_key_len(table.name, row, family, qualifiers.iter().copied())?;
+            let of_family = || cells.iter().filter(|c| c.family == family);
+            // Every put checked here, so the qualifiers are collected without repeats only
+            // when all of them, repeats included, would not fit.
+            let all = of_family().map(|c| &c.qualifier[..]);
+            if codec::check_packed_key_len(table.name, row, family, all).is_err() {
+                let mut qualifiers: Vec<&[u8]> = of_family().map(|c| &c.qualifier[..]).collect();
+                qualifiers.sort_unstable();
+                qualifiers.dedup();
+                codec::check_packed_key_len(table.name, row, family, qualifiers.into_iter())?;
+            }
             // Each cell's age and length take at most 20 bytes.
-            let bytes: usize = cells
-                .iter()
-                .filter(|c| c.family == family)
-                .map(|c| c.value.len() + 20)
-                .sum();
+            let bytes: usize = of_family().map(|c| c.value.len() + 20).sum();
             if u32::try_from(bytes + 16).is_err() {
                 return Err(Error::Invalid(format!(
                     "a put of {bytes} bytes to family {family} of table {} exceeds the embedded \
