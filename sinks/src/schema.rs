@@ -14,6 +14,9 @@ pub const FAMILY: &str = "t";
 pub const RETENTION_SECS: u64 = 90 * 24 * 3600;
 /// Number of salt buckets of the narrow table (and of its regions).
 pub const SALT_BUCKETS: u32 = 16;
+/// The qualifiers of a wide row's summary cells in `ts_metric_hourly`, in the order written;
+/// its other cells are points, one per second offset.
+pub const HOURLY_SUMMARY_QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
 
 /// Block compression of a column family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +70,16 @@ pub struct FamilySpec {
     /// Maximum number of versions kept per cell.
     pub max_versions: u32,
     /// Embedded store only: each put's cells of this family are stored as one key-value instead
-    /// of one per cell (HBase stores them as it always does). Reads answer the same either way;
-    /// a family whose rows get one put each (a narrow row's reading) writes and compacts a
-    /// third fewer key-values. A family whose rows get many puts of different cells (a wide
-    /// row's early firings) would keep a key-value per put: leave it off there.
+    /// of one per cell (HBase stores them as it always does), or as a few when they list more
+    /// than a key's worth of qualifiers (docs/ARCHITECTURE.md §7). Reads answer the same either
+    /// way. A narrow row's reading is one key-value instead of two; a replay's wide row, one
+    /// put of an hour's points and summary, about ten instead of 366.
     pub packed: bool,
+    /// Packed families only: qualifiers whose cells a put stores in a key-value of their own,
+    /// apart from its other cells. For cells that puts rewrite (a wide row's summary, rewritten
+    /// by every firing of its hour): a put of the same of them replaces their key-value, where
+    /// packed with each firing's new points they would stay, hidden, in every firing's.
+    pub packed_apart: &'static [&'static str],
 }
 
 /// One table: name, families and the split keys it is created with.
@@ -126,6 +134,7 @@ fn data_family() -> FamilySpec {
         bloom: Bloom::Row,
         max_versions: 1,
         packed: false,
+        packed_apart: &[],
     }
 }
 
@@ -157,7 +166,13 @@ pub fn narrow_table() -> TableSpec {
 pub fn hourly_table() -> TableSpec {
     TableSpec {
         name: HOURLY_TABLE,
-        families: vec![data_family()],
+        // A replay writes a wide row once, a live hour at every early firing: its new points and
+        // the summary, which is kept apart so that each firing's replaces the last one's.
+        families: vec![FamilySpec {
+            packed: true,
+            packed_apart: &HOURLY_SUMMARY_QUALIFIERS,
+            ..data_family()
+        }],
         split_keys: Vec::new(),
     }
 }

@@ -22,7 +22,7 @@ use crate::Result;
 pub const HOUR_SECS: i64 = 3600;
 
 /// The summary cells' qualifiers, in the order written.
-pub const SUMMARY_QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
+pub const SUMMARY_QUALIFIERS: [&str; 6] = crate::schema::HOURLY_SUMMARY_QUALIFIERS;
 
 /// Start of the hour containing `ts` (epoch seconds).
 pub fn hour_start(ts: i64) -> i64 {

@@ -110,21 +110,23 @@ pub(crate) fn decode_key(key: &[u8]) -> Option<(&[u8], &[u8], Column<'_>)> {
 /// Bytes a qualifier's length takes in a packed key.
 const QUALIFIER_LEN: usize = 2;
 
-/// Checks that the key of a put's packed cells fits fjall's key size limit, like
-/// [`check_key_len`] for one cell's.
-pub(crate) fn check_packed_key_len<'q>(
+/// Checks that a cell of a packed family fits a packed key on its own, like [`check_key_len`]
+/// for a cell's key: it takes two bytes more, its qualifier's length. A put's cells are split
+/// into key-values of at most [`PACKED_QUALIFIER_BYTES`] of qualifiers or one cell each
+/// ([`packed_chunks`]), so every key of a put fits when each of its cells does (a row is at most
+/// [`MAX_ROW_LEN`] bytes).
+pub(crate) fn check_packed_key_len(
     table: &str,
     row: &[u8],
     family: &str,
-    qualifiers: impl Iterator<Item = &'q [u8]>,
+    qualifier: &[u8],
 ) -> Result<()> {
-    let len =
-        row.len() + family.len() + 2 + qualifiers.map(|q| QUALIFIER_LEN + q.len()).sum::<usize>();
+    let len = row.len() + family.len() + 2 + QUALIFIER_LEN + qualifier.len();
     if len > MAX_KEY_LEN {
         return Err(Error::Invalid(format!(
-            "a put of family {family} to a row of table {table} needs a {len}-byte key for its \
-             qualifiers, more than the embedded store's limit of {MAX_KEY_LEN}; put fewer or \
-             shorter qualifiers at a time"
+            "cell {family}:{} of a row in table {table} needs a {len}-byte key, more than the \
+             embedded store's limit of {MAX_KEY_LEN}; shorten the row key or qualifier",
+            String::from_utf8_lossy(qualifier).escape_debug()
         )));
     }
     Ok(())
@@ -132,7 +134,8 @@ pub(crate) fn check_packed_key_len<'q>(
 
 /// Writes into `buf` (cleared first) the key of a put's cells of a packed family:
 /// `row 0x00 family 0x01` and each qualifier, in ascending order without repeats, as its length
-/// (2 bytes, big-endian) and its bytes. Check it with [`check_packed_key_len`] first.
+/// (2 bytes, big-endian) and its bytes. Check each qualifier with [`check_packed_key_len`] and
+/// take at most a chunk of [`packed_chunks`] first.
 ///
 /// A key stands for the set of qualifiers it lists: a later put of the same set replaces the
 /// key-value, as a put replaces a cell, and puts of other sets are other key-values, which
@@ -152,9 +155,48 @@ pub(crate) fn encode_packed_key<'q>(
     buf.push(PACKED);
     for q in qualifiers {
         let len = u16::try_from(q.len()).expect("checked by check_packed_key_len");
+        debug_assert!(buf.len() + QUALIFIER_LEN + q.len() <= MAX_KEY_LEN);
         buf.extend_from_slice(&len.to_be_bytes());
         buf.extend_from_slice(q);
     }
+}
+
+/// The most bytes of qualifiers, each with its length, that the key of one packed key-value
+/// lists, unless its one qualifier is longer: a put of more is stored as several. A wide row's
+/// hour of points, 360 and more qualifiers, would otherwise be a key of 2 KB, and a table's
+/// block index holds a key per block. 256 bytes are about 45 of a wide row's points.
+pub(crate) const PACKED_QUALIFIER_BYTES: usize = 256;
+
+/// The key-values a put's cells of a packed family are stored as, as consecutive runs of
+/// `cells`: those cells sorted by whether `apart` says a qualifier is stored apart
+/// ([`crate::schema::FamilySpec::packed_apart`]), then by qualifier, without repeats. A run
+/// holds cells of one kind and at most [`PACKED_QUALIFIER_BYTES`] of qualifiers, or one cell.
+///
+/// A key-value is a set of qualifiers whatever the put it came from: reads merge a row's
+/// key-values by seq, so how a put is split changes only how many there are.
+pub(crate) fn packed_chunks<'c, T>(
+    cells: &'c [T],
+    qualifier: impl Fn(&T) -> &[u8],
+    apart: impl Fn(&[u8]) -> bool,
+) -> impl Iterator<Item = &'c [T]> {
+    let mut rest = cells;
+    std::iter::from_fn(move || {
+        let first = rest.first()?;
+        let kind = apart(qualifier(first));
+        let mut bytes = QUALIFIER_LEN + qualifier(first).len();
+        let mut end = 1;
+        for cell in &rest[1..] {
+            let q = qualifier(cell);
+            bytes += QUALIFIER_LEN + q.len();
+            if bytes > PACKED_QUALIFIER_BYTES || apart(q) != kind {
+                break;
+            }
+            end += 1;
+        }
+        let (chunk, tail) = rest.split_at(end);
+        rest = tail;
+        Some(chunk)
+    })
 }
 
 /// The qualifiers a packed key lists; a `None` item if it is malformed.
@@ -394,7 +436,9 @@ mod tests {
 
     fn packed_key(row: &[u8], family: &str, qualifiers: &[&[u8]]) -> Vec<u8> {
         let mut buf = Vec::new();
-        check_packed_key_len("t", row, family, qualifiers.iter().copied()).unwrap();
+        for q in qualifiers {
+            check_packed_key_len("t", row, family, q).unwrap();
+        }
         encode_packed_key(&mut buf, row, family, qualifiers.iter().copied());
         buf
     }
@@ -413,7 +457,32 @@ mod tests {
             Some(None)
         );
         let long = vec![b'q'; u16::MAX as usize];
-        assert!(check_packed_key_len("t", b"r", "t", [&long[..]].into_iter()).is_err());
+        assert!(check_packed_key_len("t", b"r", "t", &long).is_err());
+    }
+
+    #[test]
+    fn a_put_is_split_by_kind_and_by_its_qualifiers_bytes() {
+        let chunks = |qualifiers: &[&[u8]]| -> Vec<usize> {
+            packed_chunks(qualifiers, |q| q, |q| q == b"n" || q == b"sum")
+                .map(<[_]>::len)
+                .collect()
+        };
+        assert_eq!(chunks(&[]), Vec::<usize>::new());
+        assert_eq!(chunks(&[b"v", b"x"]), [2]);
+        // The points, then the summary: sorted by kind first.
+        assert_eq!(chunks(&[b"1", b"20", b"n", b"sum"]), [2, 2]);
+        assert_eq!(chunks(&[b"n", b"sum"]), [2]);
+        // 360 points of 3 digits take 5 bytes each: 51 to a key-value.
+        let points: Vec<Vec<u8>> = (100..460)
+            .map(|s: u32| s.to_string().into_bytes())
+            .collect();
+        let points: Vec<&[u8]> = points.iter().map(Vec::as_slice).collect();
+        let lens = chunks(&points);
+        assert_eq!(lens.iter().sum::<usize>(), 360);
+        assert!(lens.iter().all(|&n| n == 51 || n == 360 % 51));
+        // A qualifier longer than the limit is a key-value of its own.
+        let long = vec![b'q'; PACKED_QUALIFIER_BYTES];
+        assert_eq!(chunks(&[b"a", &long, b"z"]), [1, 1, 1]);
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub(crate) struct Table {
     pub(crate) families: FamilyTtls,
     /// The families whose puts' cells are stored as one key-value ([`FamilySpec::packed`]).
     pub(crate) packed: Vec<&'static str>,
+    /// Each packed family's [`FamilySpec::packed_apart`], in the order of `packed`.
+    packed_apart: Vec<&'static [&'static str]>,
 }
 
 /// One generation of a table: its keyspace and the timestamps its cells carry.
@@ -270,6 +272,15 @@ impl Table {
     /// Whether a put's cells of `family` are stored as one key-value.
     pub(crate) fn is_packed(&self, family: &str) -> bool {
         self.packed.contains(&family)
+    }
+
+    /// The qualifiers a put of packed `family` stores apart from its other cells
+    /// ([`FamilySpec::packed_apart`]); none for a family not packed.
+    pub(crate) fn packed_apart(&self, family: &str) -> &'static [&'static str] {
+        self.packed
+            .iter()
+            .position(|f| *f == family)
+            .map_or(&[], |i| self.packed_apart[i])
     }
 
     fn has_ttl(&self) -> bool {
@@ -704,16 +715,13 @@ impl EmbeddedStore {
                     .map_err(|e| StoreError::from_fjall(dir, "open table", e))?;
                 opened.push(Generation::new(keyspace, span));
             }
+            let packed: Vec<&FamilySpec> = spec.families.iter().filter(|f| f.packed).collect();
             handles.push(Table {
                 name: spec.name,
                 generations: RwLock::new(opened),
                 families,
-                packed: spec
-                    .families
-                    .iter()
-                    .filter(|f: &&FamilySpec| f.packed)
-                    .map(|f| f.name)
-                    .collect(),
+                packed: packed.iter().map(|f| f.name).collect(),
+                packed_apart: packed.iter().map(|f| f.packed_apart).collect(),
             });
         }
         if created {

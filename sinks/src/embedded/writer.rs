@@ -503,32 +503,42 @@ impl EmbeddedWriter {
                 return Ok(());
             }
         }
-        // By qualifier, the last of a qualifier's cells in the put winning, as it would were
-        // they stored one by one.
+        // By kind and qualifier (`codec::packed_chunks`), the last of a qualifier's cells in the
+        // put winning, as it would were they stored one by one.
+        let apart = is_apart(table.packed_apart(family));
         cells.reverse();
-        cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+        cells.sort_by(|a, b| {
+            (apart(&a.qualifier), &a.qualifier).cmp(&(apart(&b.qualifier), &b.qualifier))
+        });
         // Stable: among a qualifier's cells the put's last comes first, and stays.
         cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
-        let (lo, hi) = self.encode_packed(
-            row,
-            family,
-            cells
-                .iter()
-                .map(|c| (&c.qualifier[..], c.ts_ms, &c.value[..])),
-        )?;
-        if self.queued_ts.is_some() {
-            self.leases
-                .push(self.store.inner.covering(table_index, lo, hi)?);
-            let newest = &self.leases[self.leases.len() - 1].keyspace;
-            self.batch
-                .insert(newest, self.key.as_slice(), self.value.as_slice());
-            return Ok(());
-        }
-        self.make_room(table_index, Slot::stored_bytes(&self.key, &self.value))?;
-        self.pending[table_index].push_stored(&self.key, &self.value, (lo, hi), self.ingest_bytes);
-        if self.pending[table_index].bytes() >= self.ingest_bytes {
-            self.pending[table_index].bulk = true;
-            self.write_pending(table_index, self.ingest_bytes)?;
+        for chunk in codec::packed_chunks(&cells, |c| &c.qualifier, apart) {
+            let (lo, hi) = self.encode_packed(
+                row,
+                family,
+                chunk
+                    .iter()
+                    .map(|c| (&c.qualifier[..], c.ts_ms, &c.value[..])),
+            )?;
+            if self.queued_ts.is_some() {
+                self.leases
+                    .push(self.store.inner.covering(table_index, lo, hi)?);
+                let newest = &self.leases[self.leases.len() - 1].keyspace;
+                self.batch
+                    .insert(newest, self.key.as_slice(), self.value.as_slice());
+                continue;
+            }
+            self.make_room(table_index, Slot::stored_bytes(&self.key, &self.value))?;
+            self.pending[table_index].push_stored(
+                &self.key,
+                &self.value,
+                (lo, hi),
+                self.ingest_bytes,
+            );
+            if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.pending[table_index].bulk = true;
+                self.write_pending(table_index, self.ingest_bytes)?;
+            }
         }
         Ok(())
     }
@@ -633,6 +643,7 @@ impl EmbeddedWriter {
                 table_index,
                 row,
                 family,
+                table.packed_apart(family),
                 &keys,
                 visible,
                 ts_ms,
@@ -659,6 +670,7 @@ impl EmbeddedWriter {
         table_index: usize,
         row: &[u8],
         family: &str,
+        apart: &'static [&'static str],
         keys: &[Slice],
         visible: Visible,
         ts_ms: i64,
@@ -686,27 +698,31 @@ impl EmbeddedWriter {
                 kept.push((qualifier, cell));
             }
         }
-        let written = if kept.is_empty() {
-            None
-        } else {
+        // Written back as a put is, in the same key-values.
+        let apart = is_apart(apart);
+        kept.sort_by_key(|(q, _)| apart(q));
+        // `(keyspace, key)` of each key-value written back.
+        let mut written: Vec<(String, Vec<u8>)> = Vec::new();
+        for chunk in codec::packed_chunks(&kept, |(q, _)| q, apart) {
             let (lo, hi) = self.encode_packed(
                 row,
                 family,
-                kept.iter().map(|(q, c)| (&q[..], c.ts, &c.value[..])),
+                chunk.iter().map(|(q, c)| (&q[..], c.ts, &c.value[..])),
             )?;
             let lease = self.store.inner.covering(table_index, lo, hi)?;
             self.batch
                 .insert(&lease.keyspace, self.key.as_slice(), self.value.as_slice());
-            let name = lease.keyspace.name().to_string();
+            written.push((lease.keyspace.name().to_string(), self.key.clone()));
             self.leases.push(lease);
-            Some(name)
-        };
+        }
         for key in keys {
             for generation in generations {
                 // A batch that removes and inserts one key in one keyspace does not say which
                 // comes last: the insert replaces it there.
-                let rewritten = written.as_deref() == Some(generation.keyspace.name().as_ref())
-                    && key.as_ref() == self.key.as_slice();
+                let rewritten = written.iter().any(|(keyspace, written)| {
+                    keyspace.as_str() == generation.keyspace.name().as_ref()
+                        && key.as_ref() == written.as_slice()
+                });
                 if !rewritten {
                     self.batch.remove(&generation.keyspace, key.clone());
                 }
@@ -714,6 +730,11 @@ impl EmbeddedWriter {
         }
         Ok(())
     }
+}
+
+/// Whether a qualifier is one of `apart` ([`crate::schema::FamilySpec::packed_apart`]).
+fn is_apart(apart: &'static [&'static str]) -> impl Fn(&[u8]) -> bool + Copy {
+    move |qualifier| apart.iter().any(|a| a.as_bytes() == qualifier)
 }
 
 /// A packed family's visible cell of one qualifier in a row, and the put it comes from.
@@ -828,14 +849,10 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
         }
         for family in table.packed.iter().copied() {
             let of_family = || cells.iter().filter(|c| c.family == family);
-            // Every put checked here, so the qualifiers are collected without repeats only
-            // when all of them, repeats included, would not fit.
-            let all = of_family().map(|c| &c.qualifier[..]);
-            if codec::check_packed_key_len(table.name, row, family, all).is_err() {
-                let mut qualifiers: Vec<&[u8]> = of_family().map(|c| &c.qualifier[..]).collect();
-                qualifiers.sort_unstable();
-                qualifiers.dedup();
-                codec::check_packed_key_len(table.name, row, family, qualifiers.into_iter())?;
+            // A put's cells are split into key-values that fit (`codec::packed_chunks`), as
+            // long as each qualifier fits on its own.
+            for c in of_family() {
+                codec::check_packed_key_len(table.name, row, family, &c.qualifier)?;
             }
             // Each cell's age and length take at most 20 bytes.
             let bytes: usize = of_family().map(|c| c.value.len() + 20).sum();

@@ -551,6 +551,7 @@ fn schema_differences_name_each_attribute() {
         bloom: Bloom::None,
         max_versions: 1,
         packed: false,
+        packed_apart: &[],
     }];
     assert_eq!(
         schema_differences(&want, &[extra]),

@@ -25,6 +25,7 @@ fn family(name: &'static str, ttl_secs: Option<u64>) -> FamilySpec {
         bloom: Bloom::None,
         max_versions: 1,
         packed: false,
+        packed_apart: &[],
     }
 }
 

@@ -31,14 +31,15 @@ fn row_key() -> impl Strategy<Value = Vec<u8>> {
 fn op() -> impl Strategy<Value = Op> {
     // Timestamps straddle the TTL boundary of family `t` (NOW - 10 s).
     let ts = (0i64..=20).prop_map(|s| NOW - s * 1000);
+    // Two long qualifiers do not fit one packed key (`codec::PACKED_QUALIFIER_BYTES`).
     let cell = (
-        prop::sample::select(vec![&b"v"[..], b"x", b"10"]),
+        prop::sample::select(vec![&b"v"[..], b"x", b"10", &LONG[..200], &LONG[..120]]),
         ts.clone(),
         any::<u8>(),
     )
         .prop_map(|(q, ts, value)| (q.to_vec(), ts, value));
     prop_oneof![
-        6 => (row_key(), proptest::collection::vec(cell, 1..4))
+        6 => (row_key(), proptest::collection::vec(cell, 1..5))
             .prop_map(|(row, cells)| Op::Put { row, cells }),
         1 => (row_key(), ts).prop_map(|(row, ts)| Op::Delete { row, ts }),
         1 => Just(Op::Flush),
@@ -46,11 +47,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Bytes of the long qualifiers.
+const LONG: [u8; 200] = [b'q'; 200];
+
 /// The store's layout of family `t` in a model test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layout {
     Cells,
     Packed,
+    /// Packed, `t:x` stored apart (`FamilySpec::packed_apart`).
+    PackedApart,
     /// Cells, then packed from a reopen halfway on, as for a store written before `t` was
     /// packed.
     CellsThenPacked,
@@ -93,14 +99,22 @@ proptest! {
         // The default generation size, or one that closes a generation after every table the
         // writer ingests, so that reads merge several.
         split in any::<bool>(),
-        layout in prop_oneof![Just(Layout::Cells), Just(Layout::Packed), Just(Layout::CellsThenPacked)],
+        layout in prop_oneof![
+            Just(Layout::Cells),
+            Just(Layout::Packed),
+            Just(Layout::PackedApart),
+            Just(Layout::CellsThenPacked),
+        ],
         newest_wins in any::<bool>(),
     ) {
         let dir = TempDir::new().unwrap();
         let open_with = |packed: bool| {
             let (_, clock) = clock();
-            let store =
-                EmbeddedStore::open_with_clock(dir.path(), &[table_with(packed)], clock).unwrap();
+            let mut spec = table_with(packed);
+            if layout == Layout::PackedApart {
+                spec.families[0].packed_apart = &["x"];
+            }
+            let store = EmbeddedStore::open_with_clock(dir.path(), &[spec], clock).unwrap();
             if split {
                 store.set_generation_bytes(0);
             }
@@ -111,7 +125,7 @@ proptest! {
             (store, w)
         };
         let mut model = Model::new();
-        let (mut store, mut w) = open_with(layout == Layout::Packed);
+        let (mut store, mut w) = open_with(layout != Layout::Cells && layout != Layout::CellsThenPacked);
         let reopen_at = ops.len() / 2;
         for (i, op) in ops.into_iter().enumerate() {
             if i == reopen_at {

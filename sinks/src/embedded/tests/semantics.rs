@@ -392,6 +392,39 @@ fn a_packed_put_is_one_key_value_and_a_later_put_of_other_cells_keeps_the_rest()
 }
 
 #[test]
+fn a_wide_put_is_a_few_key_values_and_each_firing_s_summary_replaces_the_last() {
+    let dir = TempDir::new().unwrap();
+    let (_, clock) = clock();
+    let mut spec = table_with(true);
+    spec.families[0].packed_apart = &["n", "sum"];
+    let store = EmbeddedStore::open_with_clock(dir.path(), &[spec], clock).unwrap();
+    let points = |range: std::ops::Range<u32>| -> Vec<Cell> {
+        range
+            .map(|s| cell("t", s.to_string().as_bytes(), NOW, b"1.5"))
+            .collect()
+    };
+    let summary = |n: &[u8]| vec![cell("t", b"n", NOW, n), cell("t", b"sum", NOW, n)];
+    // An hour's 360 points of 4 digits and its summary: 42 points to a key-value
+    // (`codec::PACKED_QUALIFIER_BYTES`), so 9 key-values of points, and 1 of the summary.
+    let mut cells = points(1000..1360);
+    cells.extend(summary(b"360"));
+    write(&store, vec![put(b"r", cells)]);
+    let keyspace = store.inner.tables[0].generations().pop().unwrap();
+    assert_eq!(keyspace.len().unwrap(), 10);
+    // A later firing: one new point, the summary again. The summary's key-value is replaced.
+    let mut cells = points(2000..2001);
+    cells.extend(summary(b"361"));
+    write(&store, vec![put(b"r", cells)]);
+    assert_eq!(keyspace.len().unwrap(), 11);
+    let row = store.get(T, b"r", None).unwrap().unwrap();
+    let mut expected = points(1000..1360);
+    expected.extend(points(2000..2001));
+    expected.extend(summary(b"361"));
+    expected.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+    assert_eq!(row.cells, expected);
+}
+
+#[test]
 fn an_expired_packed_put_still_hides_the_cells_of_earlier_puts_after_a_compaction() {
     let dir = TempDir::new().unwrap();
     let store = open_packed(&dir);
