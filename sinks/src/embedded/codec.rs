@@ -174,11 +174,11 @@ pub(crate) const PACKED_QUALIFIER_BYTES: usize = 256;
 ///
 /// A key-value is a set of qualifiers whatever the put it came from: reads merge a row's
 /// key-values by seq, so how a put is split changes only how many there are.
-pub(crate) fn packed_chunks<'c, T>(
-    cells: &'c [T],
+pub(crate) fn packed_chunks<T>(
+    cells: &[T],
     qualifier: impl Fn(&T) -> &[u8],
     apart: impl Fn(&[u8]) -> bool,
-) -> impl Iterator<Item = &'c [T]> {
+) -> impl Iterator<Item = &[T]> {
     let mut rest = cells;
     std::iter::from_fn(move || {
         let first = rest.first()?;
