@@ -77,7 +77,7 @@ fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64>
     let mut guard = FutureGuard::new(window.future_skew_secs(), window.watermark_bound_secs);
     while let Some(line) = lines.next_line(&mut buf)? {
         if let Ok(r) = pipeline::decode::decode_line(line.number, &line.bytes, metric) {
-            guard.check(&r.device, r.ts, now);
+            guard.check(&r.device, r.ts, || now);
         }
         buf = line.bytes;
     }

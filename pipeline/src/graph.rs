@@ -288,12 +288,25 @@ pub fn build<'scope, F>(
             // A replay holds a device's readings of hours the wall clock has left until it ends,
             // as the window holds their early firings, so a device's row is written about once;
             // a Kafka job passes readings on within the interval: its offsets wait for them.
+            // An hour the clock has left stays left, and so does every hour before it: the
+            // latest such hour seen is kept, so a replay of the past reads the clock about once
+            // an hour of its recording.
+            let left = std::cell::Cell::new(i64::MIN);
             move |ts: i64| {
-                !early_fire_past_hours
-                    && !spec.is_live(
-                        hourly::hour_start(ts) as u64,
-                        u64::try_from(clock.now_secs()).unwrap_or(0),
-                    )
+                let hour = hourly::hour_start(ts);
+                if early_fire_past_hours {
+                    return false;
+                }
+                // (A negative hour is live for `is_live`: its `as u64` is far ahead.)
+                if (0..=left.get()).contains(&hour) {
+                    return true;
+                }
+                let now = u64::try_from(clock.now_secs()).unwrap_or(0);
+                let held = !spec.is_live(hour as u64, now);
+                if held {
+                    left.set(hour);
+                }
+                held
             }
         },
     );

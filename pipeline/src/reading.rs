@@ -48,6 +48,30 @@ pub fn room_of_extra(extra: &str) -> Option<String> {
 /// Plain notation for `1e-5 <= |v| < 1e16`, scientific outside, so no text is longer than
 /// about 24 bytes. Both Java's `Double.parseDouble` and Rust's `str::parse` read it back.
 pub fn format_value(v: f64) -> String {
+    // ryu (a fraction of `std::fmt`'s time) gives the shortest digits too, and its notation is
+    // `{v}`'s in this range and `{v:e}`'s outside, but for a whole number's `.0` (`-3.0`). Of
+    // 15 digits or fewer, the shortest digits that parse back to a normal `v` are the only
+    // ones (two such decimals lie further apart than a double's rounding interval is wide), so
+    // both give them. Of 16 or 17 more than one may, and the two can choose differently
+    // (`-230629992262018.12` against `.13`): those, and subnormal values, take `std::fmt`.
+    if v == 0.0 || v.is_normal() {
+        let mut buf = ryu::Buffer::new();
+        let text = buf.format_finite(v);
+        let text = text.strip_suffix(".0").unwrap_or(text);
+        let digits = text
+            .bytes()
+            .take_while(|&b| b != b'e')
+            .filter(u8::is_ascii_digit)
+            .count();
+        if digits <= 15 {
+            return text.to_owned();
+        }
+    }
+    format_value_by_std(v)
+}
+
+/// [`format_value`] by `std::fmt`: its definition.
+fn format_value_by_std(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 || (1e-5..1e16).contains(&a) {
         format!("{v}")
@@ -68,6 +92,33 @@ mod tests {
         assert_eq!(format_value(0.1 + 0.2), "0.30000000000000004");
         assert_eq!(format_value(1e300), "1e300");
         assert_eq!(format_value(1.5e-7), "1.5e-7");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// Any bits (every sign, exponent and mantissa), whole numbers, powers of ten (the
+        /// notation's edges) and sensor-like values of up to 15 digits.
+        #[test]
+        fn value_text_is_std_s(
+            bits in any::<u64>(),
+            whole in -1_000_000i64..1_000_000,
+            exp in -30i32..30,
+            hundredths in -100_000_000i64..100_000_000,
+        ) {
+            let values = [
+                f64::from_bits(bits),
+                whole as f64,
+                10f64.powi(exp),
+                -(10f64.powi(exp)),
+                hundredths as f64 / 100.0,
+                0.0,
+                -0.0,
+            ];
+            for v in values {
+                prop_assert_eq!(format_value(v), format_value_by_std(v));
+            }
+        }
     }
 
     proptest! {

@@ -56,7 +56,10 @@ pub fn narrow_key(scheme: KeyScheme, device: &str, ts: i64) -> Vec<u8> {
 pub fn narrow_prefix(scheme: KeyScheme, device: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(device.len() + 24);
     if scheme == KeyScheme::Salted {
-        key.extend_from_slice(format!("{:02}", salt_bucket(device)).as_bytes());
+        // `{:02}` of a bucket below SALT_BUCKETS (at most 100), without formatting.
+        let bucket = salt_bucket(device);
+        debug_assert!(bucket < 100);
+        key.extend_from_slice(&[b'0' + (bucket / 10) as u8, b'0' + (bucket % 10) as u8]);
         key.push(SEPARATOR);
     }
     key.extend_from_slice(device.as_bytes());

@@ -169,7 +169,7 @@ impl ReplayFeed {
             };
             let verdict = self
                 .guard
-                .check(&reading.device, reading.ts, self.clock.now_secs());
+                .check(&reading.device, reading.ts, || self.clock.now_secs());
             let earlier = match verdict {
                 Verdict::Confirm => None,
                 _ => self.refuse_ahead(),
