@@ -503,15 +503,14 @@ impl EmbeddedWriter {
                 return Ok(());
             }
         }
-        // By kind and qualifier (`codec::packed_chunks`), the last of a qualifier's cells in the
-        // put winning, as it would were they stored one by one.
+        // By qualifier, the last of a qualifier's cells in the put winning, as it would were
+        // they stored one by one; then by kind (`codec::packed_chunks`).
         let apart = is_apart(table.packed_apart(family));
         cells.reverse();
-        cells.sort_by(|a, b| {
-            (apart(&a.qualifier), &a.qualifier).cmp(&(apart(&b.qualifier), &b.qualifier))
-        });
+        cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
         // Stable: among a qualifier's cells the put's last comes first, and stays.
         cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
+        codec::apart_last(&mut cells, |c| &c.qualifier, apart);
         for chunk in codec::packed_chunks(&cells, |c| &c.qualifier, apart) {
             let (lo, hi) = self.encode_packed(
                 row,
@@ -700,7 +699,7 @@ impl EmbeddedWriter {
         }
         // Written back as a put is, in the same key-values.
         let apart = is_apart(apart);
-        kept.sort_by_key(|(q, _)| apart(q));
+        codec::apart_last(&mut kept, |(q, _)| q, apart);
         // `(keyspace, key)` of each key-value written back.
         let mut written: Vec<(String, Vec<u8>)> = Vec::new();
         for chunk in codec::packed_chunks(&kept, |(q, _)| q, apart) {
