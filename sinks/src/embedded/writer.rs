@@ -837,7 +837,13 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
                         .join(", ")
                 )));
             }
-            codec::check_key_len(table.name, row, &cell.family, &cell.qualifier)?;
+            if table.is_packed(&cell.family) {
+                // A put's packed cells are split into key-values that fit
+                // (`codec::packed_chunks`), as long as each qualifier fits on its own.
+                codec::check_packed_key_len(table.name, row, &cell.family, &cell.qualifier)?;
+            } else {
+                codec::check_key_len(table.name, row, &cell.family, &cell.qualifier)?;
+            }
             if u32::try_from(cell.value.len() + 8).is_err() {
                 return Err(Error::Invalid(format!(
                     "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
@@ -847,14 +853,12 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
             }
         }
         for family in table.packed.iter().copied() {
-            let of_family = || cells.iter().filter(|c| c.family == family);
-            // A put's cells are split into key-values that fit (`codec::packed_chunks`), as
-            // long as each qualifier fits on its own.
-            for c in of_family() {
-                codec::check_packed_key_len(table.name, row, family, &c.qualifier)?;
-            }
             // Each cell's age and length take at most 20 bytes.
-            let bytes: usize = of_family().map(|c| c.value.len() + 20).sum();
+            let bytes: usize = cells
+                .iter()
+                .filter(|c| c.family == family)
+                .map(|c| c.value.len() + 20)
+                .sum();
             if u32::try_from(bytes + 16).is_err() {
                 return Err(Error::Invalid(format!(
                     "a put of {bytes} bytes to family {family} of table {} exceeds the embedded \
