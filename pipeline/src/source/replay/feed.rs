@@ -126,6 +126,15 @@ impl ReplayFeed {
         Some(self.refuse(rejected))
     }
 
+    /// Stops the job on a read error at the recording's own line number `line`: every worker
+    /// passes over every line.
+    fn read_failed(&self, line: u64, e: &std::io::Error) {
+        self.control.fail(format!(
+            "reading {} failed at line {line}: {e}",
+            self.opts.path.display(),
+        ));
+    }
+
     fn next_decoded(&mut self) -> Option<Decoded> {
         if let Some(item) = self.ready.take() {
             return Some(item);
@@ -134,23 +143,26 @@ impl ReplayFeed {
             let Some(lines) = self.lines.as_mut() else {
                 return self.refuse_ahead();
             };
+            // Worker `i` takes lines `n` with `n % peers == i` and passes over the others.
+            let next = lines.lines_read() + 1;
+            if (next % self.opts.peers as u64) as usize != self.opts.worker {
+                match lines.skip_line() {
+                    Ok(true) => continue,
+                    Ok(false) => return self.refuse_ahead(),
+                    Err(e) => {
+                        self.read_failed(next, &e);
+                        return self.refuse_ahead();
+                    }
+                }
+            }
             let line = match lines.next_line(&mut self.buf) {
                 Ok(Some(line)) => line,
                 Ok(None) => return self.refuse_ahead(),
                 Err(e) => {
-                    // The recording's own line number: every worker reads every line.
-                    self.control.fail(format!(
-                        "reading {} failed at line {}: {e}",
-                        self.opts.path.display(),
-                        lines.lines_read() + 1
-                    ));
+                    self.read_failed(next, &e);
                     return self.refuse_ahead();
                 }
             };
-            if (line.number % self.opts.peers as u64) as usize != self.opts.worker {
-                self.buf = line.bytes;
-                continue;
-            }
             self.counts.read += 1;
             if line.len > line.bytes.len() {
                 return Some(self.refuse(Box::new(Rejected {
