@@ -305,19 +305,20 @@ mod fast {
     use crate::rowkey::validate_device;
 
     /// More fields than this go to the reference decoder (sensor lines carry about ten).
-    const MAX_FIELDS: usize = 24;
+    const MAX_FIELDS: usize = 16;
     /// Longer numbers go to the reference decoder: the fast path parses only ordinary ones.
     const MAX_NUMBER_BYTES: usize = 32;
     /// Integers with more digits may not fit an `i64`, where serde_json's `Number` changes kind.
     const MAX_INT_DIGITS: usize = 18;
 
     /// A field's value. Strings hold their text between the quotes, which needs no unescaping;
-    /// integers keep their text, already what serde_json prints for them.
+    /// integers keep their text, already what serde_json prints for them; floats keep their
+    /// text (`-?(0|[1-9][0-9]*)\.[0-9]+`, at most 32 bytes, so always finite), read when needed.
     #[derive(Debug, Clone, Copy)]
     enum Scalar<'a> {
         Str(&'a str),
         Int(&'a str, i64),
-        Float(f64),
+        Float(&'a str),
         Bool(bool),
         Null,
     }
@@ -348,16 +349,15 @@ mod fast {
         fn string(&mut self) -> Option<&'a str> {
             self.eat(b'"')?;
             let start = self.at;
-            let bytes = self.text.as_bytes();
-            loop {
-                match *bytes.get(self.at)? {
-                    b'"' => break,
-                    b'\\' | 0..=0x1f => return None,
-                    _ => self.at += 1,
-                }
+            let rest = self.text.as_bytes().get(start..)?;
+            let len = memchr::memchr2(b'"', b'\\', rest)?;
+            let body = rest.get(..len)?;
+            // A fold, not `any`: no early exit, so it compiles to a few wide compares.
+            if rest.get(len) != Some(&b'"') || body.iter().fold(false, |c, &b| c | (b < 0x20)) {
+                return None;
             }
-            let s = self.text.get(start..self.at)?;
-            self.at += 1;
+            let s = self.text.get(start..start + len)?;
+            self.at = start + len + 1;
             Some(s)
         }
 
@@ -387,8 +387,7 @@ mod fast {
             }
             let text = self.text.get(start..self.at)?;
             if fraction {
-                let v: f64 = text.parse().ok()?;
-                v.is_finite().then_some(Scalar::Float(v))
+                Some(Scalar::Float(text))
             } else {
                 // serde_json reads `-0` as the float -0.0.
                 if int_digits > MAX_INT_DIGITS || (negative && first == b'0') {
@@ -416,6 +415,30 @@ mod fast {
                 // Arrays and objects: the reference decoder.
                 _ => None,
             }
+        }
+    }
+
+    /// Whether serde_json prints the double nearest to `text` (`-?(0|[1-9][0-9]*)\.[0-9]+`) as
+    /// `text` itself. It prints a double's shortest digits, and a decimal of at most 15
+    /// significant digits is the shortest text of its double (doubles tell apart all such
+    /// decimals, from 1e-307 up): so when `text` has at most 15, no trailing zero but in `X.0`,
+    /// and a magnitude serde_json prints without an exponent (here 1e-4 ≤ |v| < 1e15, or 0).
+    pub(super) fn prints_as_itself(text: &str) -> bool {
+        let unsigned = text.strip_prefix('-').unwrap_or(text);
+        let Some((int, fraction)) = unsigned.split_once('.') else {
+            return false;
+        };
+        if fraction == "0" {
+            return int.len() <= 15;
+        }
+        if fraction.ends_with('0') {
+            return false;
+        }
+        if int == "0" {
+            let zeros = fraction.bytes().take_while(|&b| b == b'0').count();
+            zeros <= 3 && fraction.len() - zeros <= 15
+        } else {
+            int.len() + fraction.len() <= 15
         }
     }
 
@@ -468,11 +491,30 @@ mod fast {
         if tokens.at != text.len() {
             return None;
         }
-        let fields = &mut fields[..len];
+        let fields = &fields[..len];
         // serde_json's map is a BTreeMap: keys in byte order, a repeated key keeps its last
-        // value. Repeats go to the reference, so the sort need not be stable.
-        fields.sort_unstable_by(|a, b| key_order(a.0, b.0));
-        if fields.windows(2).any(|w| key_order(w[0].0, w[1].0).is_eq()) {
+        // value. Repeats go to the reference, so the sort need not be stable. The fields' indexes
+        // are sorted, not the fields (a byte each, not a key and its value).
+        // Each compares first by its key's first 8 bytes, zero-padded, as a big-endian number:
+        // byte order, as keys hold no zero byte (`string` refuses control characters).
+        let key = |i: u8| fields.get(usize::from(i)).map_or("", |f| f.0);
+        let prefixes: [u64; MAX_FIELDS] = std::array::from_fn(|i| {
+            let mut head = [0u8; 8];
+            let bytes = key(i as u8).as_bytes();
+            let n = bytes.len().min(8);
+            head[..n].copy_from_slice(&bytes[..n]);
+            u64::from_be_bytes(head)
+        });
+        let compare = |a: u8, b: u8| {
+            let prefix = |i: u8| prefixes.get(usize::from(i)).copied();
+            prefix(a)
+                .cmp(&prefix(b))
+                .then_with(|| key_order(key(a), key(b)))
+        };
+        let mut order: [u8; MAX_FIELDS] = std::array::from_fn(|i| i as u8);
+        let order = &mut order[..len];
+        order.sort_unstable_by(|&a, &b| compare(a, b));
+        if order.windows(2).any(|w| compare(w[0], w[1]).is_eq()) {
             return None;
         }
         let get = |key: &str| {
@@ -497,7 +539,7 @@ mod fast {
         let value = match get(metric)? {
             // At most 18 digits: exact as a double, as serde_json's `as_f64` gives it.
             Scalar::Int(_, v) => v as f64,
-            Scalar::Float(v) => v,
+            Scalar::Float(text) => text.parse().ok()?,
             _ => return None,
         };
         let room = match get("room") {
@@ -511,7 +553,7 @@ mod fast {
 
         let mut extra = Vec::with_capacity(text.len());
         extra.push(b'{');
-        for (key, value) in fields.iter() {
+        for (key, value) in order.iter().filter_map(|&i| fields.get(usize::from(i))) {
             if [&"device", &"ts", &metric]
                 .iter()
                 .any(|k| key_order(key, k).is_eq())
@@ -532,9 +574,13 @@ mod fast {
                 }
                 Scalar::Int(text, _) => extra.extend_from_slice(text.as_bytes()),
                 // serde_json's own float formatting (`45.0`, `3.7`, `1e16`), not the input's
-                // text (`45.0`, `3.70`, `10000000000000000.0`).
-                Scalar::Float(v) => serde_json::Serializer::new(&mut extra)
-                    .serialize_f64(*v)
+                // text (`45.0`, `3.70`, `10000000000000000.0`), but the input's text where it
+                // is the same.
+                Scalar::Float(text) if prints_as_itself(text) => {
+                    extra.extend_from_slice(text.as_bytes());
+                }
+                Scalar::Float(text) => serde_json::Serializer::new(&mut extra)
+                    .serialize_f64(text.parse().ok()?)
                     .ok()?,
                 Scalar::Bool(true) => extra.extend_from_slice(b"true"),
                 Scalar::Bool(false) => extra.extend_from_slice(b"false"),
@@ -757,6 +803,57 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_sensor_s_float_text_is_kept_as_it_is() {
+        for text in [
+            "41.2",
+            "3.61",
+            "-67.5",
+            "0.001",
+            "45.0",
+            "-0.0",
+            "123456789012.345",
+        ] {
+            assert!(fast::prints_as_itself(text), "{text}");
+            let v: f64 = text.parse().unwrap();
+            assert_eq!(serde_json::to_string(&v).unwrap(), text);
+        }
+        for text in [
+            "3.70",
+            "0.00001",
+            "1000000000000000.0",
+            "0.1234567890123456",
+        ] {
+            assert!(!fast::prints_as_itself(text), "{text}");
+        }
+    }
+
+    mod float_text {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+            /// The decoder copies a float's text into `extra` where `prints_as_itself` says
+            /// so: it must be serde_json's text of that float, which the reference writes.
+            #[test]
+            fn a_float_text_kept_is_serde_json_s_text(
+                text in prop_oneof![
+                    "-?(0|[1-9][0-9]{0,16})\\.0{0,6}[0-9]{1,17}0{0,2}",
+                    (-1e16f64..1e16).prop_map(|v| format!("{v:?}")),
+                    (-1e-2f64..1e-2).prop_map(|v| format!("{v:?}")),
+                ]
+            ) {
+                // The tokenizer's floats have no exponent.
+                if !text.contains('e') && fast::prints_as_itself(&text) {
+                    let v: f64 = text.parse().unwrap();
+                    prop_assert_eq!(serde_json::to_string(&v).unwrap(), text);
+                }
+            }
+        }
+    }
+
     /// Equal readings (the value compared bit for bit) or equal rejections.
     fn assert_same(a: &Result<Reading, Box<Rejected>>, b: &Result<Reading, Box<Rejected>>) {
         assert!(same(a, b), "{a:?} != {b:?}");
@@ -781,6 +878,9 @@ mod tests {
                 ])
                 .prop_map(String::from),
                 1 => prop::sample::select(vec!["", "a", "Z", "é", "a\\nb", "a\\u0062", "\\\""])
+                    .prop_map(String::from),
+                // Keys alike in their first 8 bytes, which the fast path's sort compares first.
+                1 => prop::sample::select(vec!["humidity2", "humidityA", "humidity", "humidit"])
                     .prop_map(String::from),
                 1 => "[a-z\u{e9}\u{2028}]{1,3}",
             ]
