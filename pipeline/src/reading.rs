@@ -48,6 +48,9 @@ pub fn room_of_extra(extra: &str) -> Option<String> {
 /// Plain notation for `1e-5 <= |v| < 1e16`, scientific outside, so no text is longer than
 /// about 24 bytes. Both Java's `Double.parseDouble` and Rust's `str::parse` read it back.
 pub fn format_value(v: f64) -> String {
+    if let Some(text) = format_few_decimals(v) {
+        return text;
+    }
     // ryu (a fraction of `std::fmt`'s time) gives the shortest digits too, and its notation is
     // `{v}`'s in this range and `{v:e}`'s outside, but for a whole number's `.0` (`-3.0`). Of
     // 15 digits or fewer, the shortest digits that parse back to a normal `v` are the only
@@ -68,6 +71,54 @@ pub fn format_value(v: f64) -> String {
         }
     }
     format_value_by_std(v)
+}
+
+/// [`format_value`] of a value with at most three decimals (`21.8`, `-67`, `3.705`), as sensors
+/// send them, in a few multiplications instead of ryu's search for the shortest digits.
+///
+/// For the smallest `k <= 3` with `m = round(v * 10^k)` and `m / 10^k == v`, `m` with `k`
+/// decimals is the text: the division is correctly rounded, as parsing the text is, so the text
+/// parses back to `v`. It is the shortest such text: one with `j < k` decimals would have been
+/// found at `j`, since `v * 10^j` is then within far less than ½ of its digits (`|v| < 1e12`, so
+/// `|v * 10^j| < 2^50`). And of its length it is the only one, having at most 15 digits
+/// (`format_value`'s rule). `None` if no `k <= 3` fits, or outside `1e-3 <= |v| < 1e12`.
+fn format_few_decimals(v: f64) -> Option<String> {
+    const SCALES: [f64; 4] = [1.0, 10.0, 100.0, 1000.0];
+    if !(1e-3..1e12).contains(&v.abs()) {
+        return None;
+    }
+    let (decimals, m) = SCALES
+        .iter()
+        .enumerate()
+        .map(|(k, scale)| (k, (v * scale).round(), scale))
+        .find(|(_, m, scale)| m / *scale == v)
+        .map(|(k, m, _)| (k, m))?;
+    // `|m| < 1e15`: exact as an integer.
+    let mut n = m.abs() as u64;
+    let mut buf = [0u8; 24];
+    let mut at = buf.len();
+    let mut push = |byte: u8| {
+        at -= 1;
+        buf[at] = byte;
+    };
+    for _ in 0..decimals {
+        push(b'0' + (n % 10) as u8);
+        n /= 10;
+    }
+    if decimals > 0 {
+        push(b'.');
+    }
+    loop {
+        push(b'0' + (n % 10) as u8);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0.0 {
+        push(b'-');
+    }
+    std::str::from_utf8(&buf[at..]).ok().map(str::to_owned)
 }
 
 /// [`format_value`] by `std::fmt`: its definition.
@@ -105,6 +156,8 @@ mod tests {
             whole in -1_000_000i64..1_000_000,
             exp in -30i32..30,
             hundredths in -100_000_000i64..100_000_000,
+            decimals in -(1i64 << 53)..1 << 53,
+            scale in prop::sample::select(vec![1.0, 10.0, 100.0, 1000.0, 10_000.0]),
         ) {
             let values = [
                 f64::from_bits(bits),
@@ -112,6 +165,8 @@ mod tests {
                 10f64.powi(exp),
                 -(10f64.powi(exp)),
                 hundredths as f64 / 100.0,
+                decimals as f64 / scale,
+                (decimals % 1_000_000) as f64 / scale,
                 0.0,
                 -0.0,
             ];
