@@ -44,6 +44,7 @@ pub struct HourAccumulator {
     /// Second offsets in the hour of the first and last readings (valid once `summary.n > 0`).
     first_offset: u16,
     last_offset: u16,
+    /// All but `sum`, which [`Accumulate::summary`] takes from `partials`.
     summary: HourSummary,
 }
 
@@ -254,12 +255,15 @@ impl Accumulate<f64> for HourAccumulator {
         }
         s.n += 1;
         add_exact(&mut self.partials, v);
-        s.sum = self.partials.iter().sum();
         true
     }
 
     fn summary(&self) -> HourSummary {
-        self.summary
+        // The partials' sum, largest last: the correctly rounded sum, summed only when asked.
+        HourSummary {
+            sum: self.partials.iter().sum(),
+            ..self.summary
+        }
     }
 }
 
@@ -293,7 +297,7 @@ impl HourSummary {
         for &(ts, v) in points {
             acc.accept(ts.max(0) as u64, &v);
         }
-        (acc.summary.n > 0).then_some(acc.summary)
+        (acc.summary.n > 0).then(|| acc.summary())
     }
 }
 
@@ -316,6 +320,13 @@ mod tests {
         let mut p = Vec::new();
         [0.1, 0.2, 0.3].iter().for_each(|&v| add_exact(&mut p, v));
         assert_eq!(p.iter().sum::<f64>(), 0.6);
+        // The accumulator's summary sums its partials: 0.6, where adding in turn gives
+        // 0.6000000000000001.
+        let mut acc = HourAccumulator::default();
+        for (second, v) in [(3, 0.1), (1, 0.2), (2, 0.3)] {
+            acc.accept(second, &v);
+        }
+        assert_eq!(acc.summary().sum, 0.6);
     }
 
     #[test]
