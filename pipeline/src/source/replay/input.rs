@@ -103,28 +103,35 @@ impl<R: BufRead> LineReader<R> {
     /// # Errors
     /// An I/O or decompression error of the input.
     pub fn skip_line(&mut self) -> io::Result<bool> {
-        let mut any = false;
-        loop {
-            let chunk = self.inner.fill_buf()?;
-            if chunk.is_empty() {
-                break;
-            }
-            any = true;
-            match memchr::memchr(b'\n', chunk) {
-                Some(i) => {
-                    self.inner.consume(i + 1);
-                    break;
-                }
-                None => {
-                    let k = chunk.len();
-                    self.inner.consume(k);
-                }
-            }
-        }
+        let any = self.pass_rest_of_line()?.is_some();
         if any {
             self.line_no += 1;
         }
         Ok(any)
+    }
+
+    /// Consumes input through the next newline without buffering it: the bytes before the
+    /// newline, `None` if the input had ended.
+    fn pass_rest_of_line(&mut self) -> io::Result<Option<usize>> {
+        let mut passed = None;
+        loop {
+            let chunk = self.inner.fill_buf()?;
+            if chunk.is_empty() {
+                return Ok(passed);
+            }
+            let before = passed.unwrap_or(0);
+            match memchr::memchr(b'\n', chunk) {
+                Some(i) => {
+                    self.inner.consume(i + 1);
+                    return Ok(Some(before + i));
+                }
+                None => {
+                    let k = chunk.len();
+                    self.inner.consume(k);
+                    passed = Some(before + k);
+                }
+            }
+        }
     }
 
     /// The next line, reusing `buf`'s allocation; `None` at the end of input.
@@ -146,24 +153,7 @@ impl<R: BufRead> LineReader<R> {
             len -= 1;
         } else if buf.len() > MAX_LINE_BYTES {
             // Skip the rest of an over-long line without buffering it.
-            loop {
-                let chunk = self.inner.fill_buf()?;
-                if chunk.is_empty() {
-                    break;
-                }
-                match chunk.iter().position(|&b| b == b'\n') {
-                    Some(i) => {
-                        len += i;
-                        self.inner.consume(i + 1);
-                        break;
-                    }
-                    None => {
-                        let k = chunk.len();
-                        len += k;
-                        self.inner.consume(k);
-                    }
-                }
-            }
+            len += self.pass_rest_of_line()?.unwrap_or(0);
         }
         if buf.last() == Some(&b'\r') {
             buf.pop();
