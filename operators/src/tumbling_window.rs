@@ -78,8 +78,18 @@ pub trait Accumulate<V>: Default + 'static {
     /// What a pane carries about its key's whole window so far.
     type Summary: Clone + 'static;
 
-    /// Takes an item; `false` means it adds nothing (a duplicate) and is not emitted.
+    /// Takes an item; `false` means it adds nothing to the window (a repeat of one already
+    /// taken, by the accumulator's rule): the window emits it as [`WindowOutput::Repeated`],
+    /// not in a pane.
     fn accept(&mut self, ts: u64, value: &V) -> bool;
+
+    /// Whether an item that [`Accumulate::accept`] refused is, as far as the accumulator can
+    /// tell, exactly an item it took (same time, same value): a repeat that changes nothing,
+    /// emitted as [`WindowOutput::Repeated`] with `same` set. `false` (the default) when it
+    /// cannot tell.
+    fn knows(&self, _ts: u64, _value: &V) -> bool {
+        false
+    }
 
     /// The summary of every item accepted so far.
     fn summary(&self) -> Self::Summary;
@@ -125,6 +135,20 @@ pub enum WindowOutput<K, V, S = ()> {
         /// The watermark the item arrived at.
         watermark: u64,
     },
+    /// An item its key's window did not take ([`Accumulate::accept`] said `false`: a repeat of
+    /// an item it already has), emitted at once so that the caller can record it: a second
+    /// reading of one second may be a device's correction of the first.
+    Repeated {
+        /// The key.
+        key: K,
+        /// The item's event time.
+        ts: u64,
+        /// The item.
+        value: V,
+        /// Whether it is exactly an item the window already took ([`Accumulate::knows`]), so
+        /// it changes nothing; `false` when it may differ (a correction).
+        same: bool,
+    },
 }
 
 /// Groups `(key, event time, value)` items into tumbling event-time windows per key.
@@ -142,7 +166,9 @@ pub trait TumblingWindow<'scope, K, V> {
     ///   passes `s + width`;
     /// - after the on-time firing, is emitted at once in a [`Firing::Late`] pane while
     ///   `w < s + width + allowed_lateness`;
-    /// - is emitted as [`WindowOutput::Dropped`] when `w >= s + width + allowed_lateness`.
+    /// - is emitted as [`WindowOutput::Dropped`] when `w >= s + width + allowed_lateness`;
+    /// - is emitted at once as [`WindowOutput::Repeated`] when the window is open but its
+    ///   accumulator does not take it (`A::accept` is `false`).
     ///
     /// Window state is released once the frontier passes `s + width + allowed_lateness`. The
     /// output frontier is the input frontier, held back only to the arrival time of the oldest
@@ -449,6 +475,13 @@ where
                         let k = slot.key_index(&key);
                         let acc = &mut slot.accs[k as usize];
                         if !acc.accept(ts, &value) {
+                            let same = acc.knows(ts, &value);
+                            late.push(WindowOutput::Repeated {
+                                key,
+                                ts,
+                                value,
+                                same,
+                            });
                             continue;
                         }
                         if slot.fired {
@@ -605,7 +638,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 WindowOutput::Pane(p) => Some(p),
-                WindowOutput::Dropped { .. } => None,
+                WindowOutput::Dropped { .. } | WindowOutput::Repeated { .. } => None,
             })
             .collect()
     }
@@ -781,7 +814,7 @@ mod tests {
                     if let Event::Messages(_, batch) = event {
                         panes.extend(batch.into_iter().filter_map(|o| match o {
                             WindowOutput::Pane(p) => Some(p),
-                            WindowOutput::Dropped { .. } => None,
+                            WindowOutput::Dropped { .. } | WindowOutput::Repeated { .. } => None,
                         }));
                     }
                 }
@@ -840,5 +873,87 @@ mod tests {
             .iter()
             .filter(|p| p.key != "z")
             .all(|p| p.summary == 3 && p.items == vec![(10, 1.0), (11, 1.0), (12, 1.0)]));
+    }
+
+    /// Takes each event time once.
+    #[derive(Default)]
+    struct Distinct(std::collections::BTreeSet<u64>);
+
+    impl Accumulate<f64> for Distinct {
+        type Summary = usize;
+        fn accept(&mut self, ts: u64, _value: &f64) -> bool {
+            self.0.insert(ts)
+        }
+        fn knows(&self, _ts: u64, value: &f64) -> bool {
+            *value == 4.0
+        }
+        fn summary(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    #[test]
+    fn an_item_the_accumulator_refuses_is_emitted_as_repeated_never_dropped_silently() {
+        let out = timely::execute_directly(move |worker| {
+            let mut input = InputHandle::new();
+            let captured = worker.dataflow(|scope| {
+                scope
+                    .input_from(&mut input)
+                    .tumbling_window::<Distinct>(spec(None, None), || 0)
+                    .capture()
+            });
+            // A repeat before the on-time firing, and one after it (within the lateness).
+            for (key, ts, v) in [("a", 10, 1.0), ("a", 10, 2.0), ("b", 10, 3.0)] {
+                input.send((key.to_string(), ts, v));
+            }
+            input.advance_to(HOUR + 1);
+            input.send(("a".to_string(), 10, 4.0));
+            input.close();
+            while worker.step() {}
+            captured
+                .try_iter()
+                .flat_map(|event| match event {
+                    Event::Messages(_, batch) => batch,
+                    Event::Progress(_) => Vec::new(),
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut repeated: Vec<(String, u64, f64, bool)> = out
+            .iter()
+            .filter_map(|o| match o {
+                WindowOutput::Repeated {
+                    key,
+                    ts,
+                    value,
+                    same,
+                } => Some((key.clone(), *ts, *value, *same)),
+                _ => None,
+            })
+            .collect();
+        repeated.sort_by(|a, b| a.2.total_cmp(&b.2));
+        assert_eq!(
+            repeated,
+            vec![
+                ("a".to_string(), 10, 2.0, false),
+                ("a".to_string(), 10, 4.0, true)
+            ]
+        );
+        let panes: Vec<Pane<String, f64, usize>> = out
+            .into_iter()
+            .filter_map(|o| match o {
+                WindowOutput::Pane(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        let items = |key: &str| -> Vec<(Vec<(u64, f64)>, usize)> {
+            panes
+                .iter()
+                .filter(|p| p.key == key)
+                .map(|p| (p.items.clone(), p.summary))
+                .collect()
+        };
+        assert_eq!(items("a"), vec![(vec![(10, 1.0)], 1)], "{panes:?}");
+        assert_eq!(items("b"), vec![(vec![(10, 3.0)], 1)], "{panes:?}");
+        assert_eq!(panes.len(), 2, "{panes:?}");
     }
 }
