@@ -181,6 +181,14 @@ impl Collector for JobMetrics {
         )?;
         counter(
             &mut enc,
+            "repeated",
+            "Readings of a second their hour already had (a resend or a correction): the narrow \
+             table keeps the last; the hour's wide row is marked so that reads take the narrow \
+             table",
+            s.repeated.load(Relaxed),
+        )?;
+        counter(
+            &mut enc,
             "expired",
             "Readings already older than the tables' 90-day TTL when read (invisible to queries)",
             s.expired.load(Relaxed),

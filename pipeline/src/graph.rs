@@ -310,6 +310,7 @@ pub fn build<'scope, F>(
             }
         },
     );
+    let repeated_stats = stats.clone();
     let (wide, dropped) = readings
         // Keyed by the device id inline: a lookup among 100,000 devices' state compares the
         // key where the map holds it, where a `String` key's bytes were one more cache miss.
@@ -328,15 +329,22 @@ pub fn build<'scope, F>(
                 u64::try_from(clock.now_secs()).unwrap_or(0)
             }
         })
-        .ok_err::<Vec<_>, _, Vec<_>, _, _>(|out| match out {
+        .ok_err::<Vec<_>, _, Vec<_>, _, _>(move |out| match out {
             WindowOutput::Pane(p) => {
                 let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();
-                Ok(hourly::pane_put(
+                Ok(Some(hourly::pane_put(
                     &p.key,
                     p.window_start as i64,
                     &items,
                     &p.summary,
-                ))
+                )))
+            }
+            // A second the hour already had: the narrow table keeps the last write, so the
+            // hour's reads go to it (one truth, docs/ARCHITECTURE.md §6).
+            WindowOutput::Repeated { key, ts, same, .. } => {
+                add(&repeated_stats.repeated, 1);
+                // A resend of the very reading changes neither table.
+                Ok((!same).then(|| hourly::dirty_put(&key, hourly::hour_start(ts as i64))))
             }
             WindowOutput::Dropped {
                 key,
@@ -345,6 +353,14 @@ pub fn build<'scope, F>(
                 watermark,
             } => Err((key.into_string(), ts, value, watermark)),
         });
+    // A reading past the allowed lateness is in the narrow table only: its hour's row is marked
+    // dirty, so that reads of the hour take the narrow table. Late readings are few, so the
+    // stream is shared with the late-data output rather than split from it.
+    let wide = wide.flat_map(|put| put).concat(
+        dropped
+            .clone()
+            .map(|(device, ts, _, _)| hourly::dirty_put(&device, hourly::hour_start(ts as i64))),
+    );
 
     let late_control = control.clone();
     dropped

@@ -17,6 +17,9 @@ pub struct Stats {
     pub rejected: AtomicU64,
     /// Readings beyond the allowed lateness: narrow table and late output only.
     pub late_dropped: AtomicU64,
+    /// Readings of a second their hour already had (a resend or a correction): the narrow table
+    /// keeps the last, and the hour's wide row is marked so that reads take the narrow table.
+    pub repeated: AtomicU64,
     /// Narrow rows written.
     pub narrow_rows: AtomicU64,
     /// Wide cells written.
@@ -105,6 +108,7 @@ impl Stats {
             rejected: get(&self.rejected),
             future: get(&self.rejected_by_kind[FUTURE]),
             late_dropped: get(&self.late_dropped),
+            repeated: get(&self.repeated),
             narrow_rows: get(&self.narrow_rows),
             wide_cells: get(&self.wide_cells),
             room_rows: get(&self.room_rows),
@@ -132,6 +136,8 @@ pub struct Summary {
     pub future: u64,
     /// Readings beyond the allowed lateness.
     pub late_dropped: u64,
+    /// Readings of a second their hour already had (a resend or a correction; the last wins).
+    pub repeated: u64,
     /// Narrow rows written.
     pub narrow_rows: u64,
     /// Wide cells written.

@@ -4,8 +4,9 @@
 //! The window keeps one [`HourAccumulator`] per device and open hour (until the watermark passes
 //! the hour's end plus the allowed lateness): the set of the seconds already seen and the
 //! summary, 128 bytes inline plus the set's gaps and the sum's partials (two small allocations),
-//! so memory stays bounded by devices × open hours. A reading whose second was already seen is a
-//! duplicate: the first value stays, in the summary and in the wide row.
+//! so memory stays bounded by devices × open hours. A reading whose second was already seen is
+//! not taken (the window emits it as repeated, and its hour's wide row is marked dirty, so reads
+//! of the hour take the narrow table, where the last write of the second wins).
 
 use operators::Accumulate;
 use serde::{Deserialize, Serialize};
@@ -258,6 +259,17 @@ impl Accumulate<f64> for HourAccumulator {
         true
     }
 
+    /// The hour's first or last second again with the value it has: a resend of a reading
+    /// (at-least-once delivery resends the newest), which changes nothing. Any other repeat
+    /// may be a correction: the accumulator keeps no other values to compare with.
+    fn knows(&self, ts: u64, value: &f64) -> bool {
+        let offset = (ts % HOUR_SECS as u64) as u16;
+        let s = &self.summary;
+        s.n > 0
+            && ((offset == self.last_offset && *value == s.last)
+                || (offset == self.first_offset && *value == s.first))
+    }
+
     fn summary(&self) -> HourSummary {
         // The partials' sum, largest last: the correctly rounded sum, summed only when asked.
         HourSummary {
@@ -391,6 +403,23 @@ mod tests {
             proptest::prop_assert_eq!(acc.summary().n as usize, model.len());
             proptest::prop_assert!(seen_bytes(&acc) <= WORDS * 8 + WORDS * 8 / 4);
         }
+    }
+
+    #[test]
+    fn a_resend_of_the_first_or_last_reading_is_known_and_any_other_repeat_is_not() {
+        let mut acc = HourAccumulator::default();
+        assert!(!acc.knows(3610, &1.0), "an empty hour knows nothing");
+        for (ts, v) in [(3610, 1.0), (3620, 2.0), (3630, 3.0)] {
+            assert!(acc.accept(ts, &v));
+        }
+        assert!(!acc.accept(3630, &3.0));
+        assert!(acc.knows(3630, &3.0), "the last reading again");
+        assert!(acc.knows(3610, &1.0), "the first reading again");
+        assert!(!acc.knows(3630, &3.5), "a correction of the last");
+        assert!(
+            !acc.knows(3620, &2.0),
+            "a middle second: its value is not kept"
+        );
     }
 
     #[test]

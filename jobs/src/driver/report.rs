@@ -180,6 +180,7 @@ mod tests {
             rejected: 3,
             future: 1,
             late_dropped: 2,
+            repeated: 1,
             narrow_rows: 7,
             wide_cells: 5,
             room_rows: 4,

@@ -6,6 +6,11 @@
 //! `t:min`, `t:max`, `t:sum`, `t:first`, `t:last` ([`SUMMARY_QUALIFIERS`]). Every cell of a row
 //! is stamped with the hour's last millisecond ([`wide_cell_ts_ms`]), so each write of the row is
 //! one atomic HBase `Put`.
+//!
+//! A row may also carry `t:dirty` ([`DIRTY_QUALIFIER`]): its hour got a reading the window could
+//! not put in the row (past the allowed lateness, or a second it already had: a resend or a
+//! correction), so the narrow table, which has every reading, answers for that hour
+//! ([`is_dirty`]; docs/ARCHITECTURE.md, "One truth").
 
 use std::time::Duration;
 
@@ -82,6 +87,33 @@ pub fn point_offset(qualifier: &[u8]) -> Option<i64> {
     };
     let offset: i64 = std::str::from_utf8(qualifier).ok()?.parse().ok()?;
     (canonical && offset < HOUR_SECS).then_some(offset)
+}
+
+/// The qualifier of the mark that a wide row's hour has readings the row lacks or holds
+/// differently: a reading past the allowed lateness, or a second that arrived again (a resend,
+/// or a device's correction; the narrow table keeps the last). Its value is `1`.
+pub const DIRTY_QUALIFIER: &str = "dirty";
+
+/// The put that marks `device`'s hour at `hour_start` dirty ([`DIRTY_QUALIFIER`]): one cell,
+/// stamped like the row's others, so it never expires before them. Blind (no read), so a late
+/// or repeated reading costs one small put whatever the row holds, and every later write of the
+/// row keeps it.
+pub fn dirty_put(device: &str, hour_start: i64) -> Mutation {
+    Mutation::Put {
+        table: HOURLY_TABLE,
+        row: wide_key(device, hour_start),
+        cells: vec![cell(
+            DIRTY_QUALIFIER.as_bytes().to_vec(),
+            wide_cell_ts_ms(hour_start),
+            b"1".to_vec(),
+        )],
+    }
+}
+
+/// Whether a wide row is marked dirty ([`DIRTY_QUALIFIER`]): its points and summary are not the
+/// hour's truth, the narrow table's rows are.
+pub fn is_dirty(row: &Row) -> bool {
+    row.cell(FAMILY, DIRTY_QUALIFIER.as_bytes()).is_some()
 }
 
 /// The wide-table put of some readings `(ts, value)` of `device` in the hour at `hour_start`,
@@ -261,7 +293,22 @@ mod tests {
     }
 
     #[test]
+    fn a_dirty_mark_is_one_cell_of_the_row_stamped_as_its_others_and_no_point() {
+        let row = put_row(dirty_put("d", 3600));
+        assert_eq!(row.key, wide_key("d", 3600));
+        assert!(is_dirty(&row));
+        assert_eq!(row.cells.len(), 1);
+        assert_eq!(row.cells[0].ts_ms, wide_cell_ts_ms(3600));
+        assert_eq!(point_offset(&row.cells[0].qualifier), None);
+        assert_eq!(points_from_wide(3600, &row).unwrap(), vec![]);
+        assert_eq!(HourSummary::from_row(&row), None);
+        let clean = put_row(wide_put("d", 3600, &[(3601, 1.0)], None));
+        assert!(!is_dirty(&clean));
+    }
+
+    #[test]
     fn summary_qualifiers_are_not_points_and_only_written_offsets_are() {
+        assert_eq!(point_offset(DIRTY_QUALIFIER.as_bytes()), None);
         for q in SUMMARY_QUALIFIERS {
             assert_eq!(point_offset(q.as_bytes()), None, "{q}");
         }
