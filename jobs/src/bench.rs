@@ -108,7 +108,7 @@ fn bench_queries(
         (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..iterations {
         let device = name(rng.random_range(0..devices));
-        hour.push(time_ms(|| query::hour(&db, &device, at - 3600))?.0);
+        hour.push(time_ms(|| query::hour(&db, scheme, &device, at - 3600))?.0);
         auto.push(
             time_ms(|| {
                 query::curve_points(&db, scheme, &device, at - 86_400, at, CurveSource::Auto)

@@ -207,7 +207,7 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
         } => {
             let at = parse_time(&hour)?;
             let (cfg, db) = open(&store)?;
-            let answer = query::hour(&db, &device, at)?;
+            let answer = query::hour(&db, cfg.key_scheme, &device, at)?;
             if answer.points.is_empty() {
                 ensure_known(&db, &cfg, &device)?;
                 eprintln!(

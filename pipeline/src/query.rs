@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::codec::hourly::{wide_cell_ts_ms, HOUR_SECS};
-use crate::codec::narrow;
+use crate::codec::{hourly, narrow};
 use crate::reading::Reading;
 use crate::rowkey::{self, KeyScheme};
 use crate::rows;
@@ -62,7 +62,7 @@ fn scan_narrow<T>(
     Ok(out)
 }
 
-/// One hour of one device, read from its wide row.
+/// One hour of one device: its wide row, or its narrow rows when the row is marked dirty.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HourAnswer {
     /// Device id.
@@ -75,11 +75,19 @@ pub struct HourAnswer {
     pub summary: Option<HourSummary>,
 }
 
-/// The hour of `device` containing `at`: one Get of the wide row.
+/// The hour of `device` containing `at`: one Get of the wide row, and when the row is marked
+/// dirty ([`hourly::is_dirty`]), one scan of the hour's narrow rows, whose points and summary
+/// are then the answer (one truth: the narrow table holds every reading, the last write of a
+/// second winning).
 ///
 /// # Errors
 /// A store error, or a malformed cell.
-pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer> {
+pub fn hour(
+    store: &dyn TableReader,
+    scheme: KeyScheme,
+    device: &str,
+    at: i64,
+) -> Result<HourAnswer> {
     rowkey::validate_device(device)?;
     let hour_start = rowkey::hour_start(at);
     let key = rowkey::wide_key(device, hour_start);
@@ -88,7 +96,18 @@ pub fn hour(store: &dyn TableReader, device: &str, at: i64) -> Result<HourAnswer
         &key,
         Some(wide_rows_time(hour_start, hour_start)),
     )?;
-    hour_answer(device, hour_start, row.as_ref())
+    match row {
+        Some(row) if hourly::is_dirty(&row) => {
+            let points = narrow_points(store, scheme, device, hour_start, hour_start + HOUR_SECS)?;
+            Ok(HourAnswer {
+                device: device.to_string(),
+                hour_start,
+                summary: HourSummary::of_points(&points),
+                points,
+            })
+        }
+        row => hour_answer(device, hour_start, row.as_ref()),
+    }
 }
 
 /// The timestamps of the cells of the wide rows of the hours from `first` to `last` (hour
@@ -103,7 +122,7 @@ fn wide_rows_time(first: i64, last: i64) -> TimeRange {
     )
 }
 
-/// Decodes the wide row of `device`'s hour at `hour_start` (`None`: no row).
+/// Decodes the wide row of `device`'s hour at `hour_start` (`None`: no row), as stored.
 fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourAnswer> {
     let (points, summary) = match row {
         Some(row) => (
@@ -117,6 +136,24 @@ fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourA
         hour_start,
         points,
         summary,
+    })
+}
+
+/// The `(ts, value)` points of `device`'s narrow rows with `from <= ts < to`, ascending: one
+/// scan of `t:v` only (the points need neither the extras nor the room).
+///
+/// # Errors
+/// A store error, or a malformed row.
+pub fn narrow_points(
+    store: &dyn TableReader,
+    scheme: KeyScheme,
+    device: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<(i64, f64)>> {
+    let value = vec![Column::new(FAMILY, narrow::VALUE_QUALIFIER)];
+    scan_narrow(store, scheme, device, (from, to), value, |row| {
+        narrow::point_from_narrow(scheme, row)
     })
 }
 
@@ -175,10 +212,12 @@ pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Resul
 pub enum CurveSource {
     /// One scan of the narrow table.
     Narrow,
-    /// One Get per hour of the wide table.
+    /// The wide rows of the range's hours (a multi-get a day; a dirty row's hour from the
+    /// narrow table).
     Wide,
     /// Hours before the one `to` falls in from wide rows (a multi-get; the first filtered to
-    /// `from`), the rest of the range from the narrow table (default).
+    /// `from`; a dirty row's hour from the narrow table), the rest of the range from the narrow
+    /// table (default).
     #[default]
     Auto,
 }
@@ -192,8 +231,11 @@ const HOURS_PER_GET: usize = 24;
 
 /// The `(ts, value)` points of `device` with `from <= ts < to`, ascending, read from `source`.
 ///
-/// `Auto` answers exactly as `Narrow` whenever every reading reached its wide row, i.e. except
-/// readings dropped beyond the allowed lateness (they are only in the narrow table).
+/// Every source answers what the narrow table holds: a wide row marked dirty
+/// ([`hourly::is_dirty`]: its hour got a reading past the allowed lateness, or a second twice)
+/// is not read for its points, its hour's narrow rows are (one scan each). So `Auto` and `Wide`
+/// equal `Narrow` once the job has written the hours' panes (for a live hour, within
+/// `early_fire_secs` of a reading; for every reading whose Kafka offset is committed).
 ///
 /// # Errors
 /// A store error, a malformed row, or [`Error::Invalid`](crate::Error::Invalid) when `Wide` or
@@ -206,13 +248,7 @@ pub fn curve_points(
     to: i64,
     source: CurveSource,
 ) -> Result<Vec<(i64, f64)>> {
-    // Only `t:v`: the points need neither the extras nor the room.
-    let narrow = |from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
-        let value = vec![Column::new(FAMILY, narrow::VALUE_QUALIFIER)];
-        scan_narrow(store, scheme, device, (from, to), value, |row| {
-            narrow::point_from_narrow(scheme, row)
-        })
-    };
+    let narrow = |from: i64, to: i64| narrow_points(store, scheme, device, from, to);
     // The hours' wide rows, a day per multi-get; `first` is an hour start before `to`.
     let wide = |first: i64, from: i64, to: i64| -> Result<Vec<(i64, f64)>> {
         let hours =
@@ -233,13 +269,16 @@ pub fn curve_points(
                 .iter()
                 .zip(store.get_many(HOURLY_TABLE, &keys, Some(time))?)
             {
-                let answer = hour_answer(device, h, row.as_ref())?;
-                points.extend(
-                    answer
-                        .points
-                        .into_iter()
-                        .filter(|(ts, _)| (from..to).contains(ts)),
-                );
+                let (lo, hi) = (h.max(from), (h + HOUR_SECS).min(to));
+                match row {
+                    Some(row) if hourly::is_dirty(&row) => points.extend(narrow(lo, hi)?),
+                    row => points.extend(
+                        hour_answer(device, h, row.as_ref())?
+                            .points
+                            .into_iter()
+                            .filter(|(ts, _)| (lo..hi).contains(ts)),
+                    ),
+                }
             }
         }
         Ok(points)

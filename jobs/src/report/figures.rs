@@ -58,9 +58,8 @@ impl HourFigures {
         })
     }
 
-    #[cfg(test)]
     /// The same figures from `(ts, value)` readings of one hour with distinct seconds, as the
-    /// narrow table has them: for tests comparing the two tables.
+    /// narrow table has them: a dirty hour's, and tests comparing the two tables.
     pub fn of_points(hour: i64, points: &[(i64, f64)]) -> Option<Self> {
         let summary = HourSummary::of_points(points)?;
         let mut offsets: Vec<i64> = points.iter().map(|p| p.0 - hour).collect();

@@ -12,6 +12,7 @@ use timely::dataflow::operators::generic::operator::source;
 
 use super::figures::{device_month, MonthFigures, Window};
 use super::read::{read_device, split_keys, DeviceWalk};
+use pipeline::codec::narrow::KeyScheme;
 use sinks::Reader;
 
 /// Key ranges per worker: more ranges than workers evens out ranges of unequal size.
@@ -53,6 +54,7 @@ pub fn run(
     window: Window,
     room_of: HashMap<String, String>,
     workers: usize,
+    scheme: KeyScheme,
 ) -> Result<JobOutput> {
     let ranges = match &scope {
         Scope::All => {
@@ -123,7 +125,13 @@ pub fn run(
                         };
                         let read = next.and_then(|d| {
                             d.map(|d| {
-                                read_device(&reader, &d, window.month_start, window.month_end)
+                                read_device(
+                                    &reader,
+                                    scheme,
+                                    &d,
+                                    window.month_start,
+                                    window.month_end,
+                                )
                             })
                             .transpose()
                         });

@@ -222,7 +222,14 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         job::Scope::Devices(d) => d.clone(),
         job::Scope::All => Vec::new(),
     };
-    let out = job::run(reader, scope, window, room_of.clone(), workers)?;
+    let out = job::run(
+        reader,
+        scope,
+        window,
+        room_of.clone(),
+        workers,
+        cfg.key_scheme,
+    )?;
     let elapsed = began.elapsed().as_secs_f64();
     eprintln!(
         "report {}: {} hourly rows of {} devices in {:.2} s ({:.0} rows/s, {workers} workers)",

@@ -2,8 +2,10 @@
 //! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
 
 use anyhow::Result;
-use pipeline::codec::hourly::wide_key;
+use pipeline::codec::hourly::{is_dirty, wide_key, HOUR_SECS};
 use pipeline::codec::key::SEPARATOR;
+use pipeline::codec::narrow::KeyScheme;
+use pipeline::query::narrow_points;
 use pipeline::schema::HOURLY_TABLE;
 use pipeline::table::{prefix_successor, Row, ScanSpec, TableReader, TimeRange};
 
@@ -30,12 +32,15 @@ fn device_of(key: &[u8]) -> Option<&str> {
         .then_some(device)
 }
 
-/// Reads `device`'s hours of `[month_start, month_end)`.
+/// Reads `device`'s hours of `[month_start, month_end)`: one scan of its wide rows, and for a row
+/// marked dirty (`hourly::is_dirty`: the hour got a reading past the allowed lateness, or a
+/// second twice) one scan of that hour's narrow rows, whose figures are the hour's.
 ///
 /// # Errors
-/// A store error.
+/// A store error, or a malformed narrow row.
 pub fn read_device(
     reader: &dyn TableReader,
+    scheme: KeyScheme,
     device: &str,
     month_start: i64,
     month_end: i64,
@@ -57,18 +62,30 @@ pub fn read_device(
         bad: Vec::new(),
     };
     for row in &rows {
-        match hour_of(device, row) {
-            Some(h) => out.hours.push(h),
-            None => out.bad.push(row.key.escape_ascii().to_string()),
+        let Some(hour) = hour_of(device, row) else {
+            out.bad.push(row.key.escape_ascii().to_string());
+            continue;
+        };
+        let figures = if is_dirty(row) {
+            let points = narrow_points(reader, scheme, device, hour, hour + HOUR_SECS)?;
+            // A dirty hour whose narrow rows have all expired has nothing to report.
+            HourFigures::of_points(hour, &points).ok_or(())
+        } else {
+            HourFigures::from_row(hour, row).ok_or(())
+        };
+        match figures {
+            Ok(f) => out.hours.push(f),
+            Err(()) if is_dirty(row) => {}
+            Err(()) => out.bad.push(row.key.escape_ascii().to_string()),
         }
     }
     Ok(out)
 }
 
-fn hour_of(device: &str, row: &Row) -> Option<HourFigures> {
+/// The hour start of `device`'s wide row `row`, if its key is `<device>_<hourStart>`.
+fn hour_of(device: &str, row: &Row) -> Option<i64> {
     let text = std::str::from_utf8(&row.key).ok()?;
-    let hour: i64 = text.strip_prefix(device)?.strip_prefix('_')?.parse().ok()?;
-    HourFigures::from_row(hour, row)
+    text.strip_prefix(device)?.strip_prefix('_')?.parse().ok()
 }
 
 /// Walks the devices whose rows begin in `[start, stop)` (`stop` empty: the table's end), in key

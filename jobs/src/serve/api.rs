@@ -192,7 +192,8 @@ pub(crate) struct HourParams {
     hour: Option<String>,
 }
 
-/// `GET /api/v1/hour?device=&hour=`: the hour containing `hour`, from one Get of its wide row:
+/// `GET /api/v1/hour?device=&hour=`: the hour containing `hour`, from one Get of its wide row
+/// (its narrow rows when the row is marked dirty, `query::hour`):
 /// `{"device","hour_start","points","summary":{n,min,max,sum,first,last}|null}`.
 pub(crate) async fn hour(
     State(st): State<Shared>,
@@ -200,7 +201,10 @@ pub(crate) async fn hour(
 ) -> Result<Json<query::HourAnswer>, ApiError> {
     let device = device_param(&p.device)?;
     let at = time_param(&p.hour, "hour")?;
-    let answer = blocking(&st, move |st| query::hour(st.reader(), &device, at).store()).await?;
+    let answer = blocking(&st, move |st| {
+        query::hour(st.reader(), st.scheme, &device, at).store()
+    })
+    .await?;
     Ok(Json(answer))
 }
 
