@@ -238,7 +238,10 @@ impl Env {
                 args.extend_from_slice(backend);
                 self.ok(&args)
             };
-            let (run, replay) = (dump(backend), dump(&["--store", "rstore"]));
+            let (run, replay) = (
+                e2e::without_dirty_marks(&dump(backend)),
+                e2e::without_dirty_marks(&dump(&["--store", "rstore"])),
+            );
             assert!(!replay.is_empty(), "{table}: the replay stored nothing");
             if run != replay {
                 let first = run

@@ -183,7 +183,9 @@ pub fn open_hour_follows_the_narrow_table(
 
     // Wide points of the hour that the watermark has passed vs the narrow table's.
     let hour_points = |upto: i64| -> (Points, Points) {
-        let wide = query::hour(store, DEVICE, h).expect("hour").points;
+        let wide = query::hour(store, KeyScheme::Salted, DEVICE, h)
+            .expect("hour")
+            .points;
         let narrow = query::curve_points(
             store,
             KeyScheme::Salted,
@@ -212,7 +214,7 @@ pub fn open_hour_follows_the_narrow_table(
     };
     // The row's summary is the recomputation from its cells.
     let summary_matches_cells = |when: &str| -> HourSummary {
-        let hour = query::hour(store, DEVICE, h).expect("hour");
+        let hour = query::hour(store, KeyScheme::Salted, DEVICE, h).expect("hour");
         let summary = hour.summary.unwrap_or_else(|| panic!("{when}: no summary"));
         assert_eq!(
             Some(summary),
