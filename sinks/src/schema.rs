@@ -158,8 +158,10 @@ pub fn shell_string(key: &[u8]) -> String {
 /// The split keys of the tables whose row keys start with an id: `ts_metric_hourly`
 /// (`<device>_<hour>`) and `ts_room_latest` (`<room>_<device>`).
 ///
-/// A split key is an id itself, so that a device's wide rows, and a room's rows, never straddle
-/// two regions (ids contain no `_`, which follows the id in every key). HBase leaves a table it
+/// A split key is an id followed by the key separator `_` (the row-key prefix of the id's rows),
+/// so that a device's wide rows, and a room's rows, never straddle two regions: ids contain no
+/// `_`. The bare id would not do: the rows of `r15` (`r15_…`) sort after `r1` and before
+/// `r1_`. HBase leaves a table it
 /// was not told how to split in one region until that region grows to its split size: every
 /// dashboard read and every write of the table meanwhile go to one region server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,7 +184,7 @@ impl IdSplits {
     /// The split when nothing is known of the fleet: `regions` equal ranges of the ids
     /// `hourglass generate` writes at the widths it starts from, `dev00000`..`dev99999` and
     /// `room000`..`room999` ([`DEFAULT_DEVICE_PATTERN`], [`DEFAULT_ROOM_PATTERN`]): for 16,
-    /// `dev06250`, `dev12500`, … and `room062`, `room125`, ….
+    /// `dev06250_`, `dev12500_`, … and `room062_`, `room125_`, ….
     ///
     /// Why the widest fleet of that pattern and not the generator's default 1,000 devices: one
     /// hot region hurts at scale, and a fleet of 100,000 devices split for 1,000 would write
@@ -198,8 +200,8 @@ impl IdSplits {
 
     /// The split at the quantiles of the fleet's ids: `devices` and `rooms` are ids with their
     /// weight (rows each adds to its table, in any order, repeats added up), and each table is
-    /// cut into at most `regions` ranges of about equal weight. Fewer distinct ids than
-    /// regions give fewer regions; no ids, one region.
+    /// cut into at most `regions` ranges of about equal weight, in the order of their rows'
+    /// keys. Fewer distinct ids than regions give fewer regions; no ids, one region.
     pub fn from_weights<'a>(
         devices: impl IntoIterator<Item = (&'a str, u64)>,
         rooms: impl IntoIterator<Item = (&'a str, u64)>,
@@ -225,21 +227,31 @@ fn pattern_split_keys((prefix, digits): (&str, u32), regions: u32) -> Vec<Vec<u8
     let regions = u64::from(regions.max(1)).min(span);
     let width = digits as usize;
     (1..regions)
-        .map(|k| format!("{prefix}{:0width$}", k * span / regions).into_bytes())
+        .map(|k| {
+            let mut key = format!("{prefix}{:0width$}", k * span / regions).into_bytes();
+            key.push(KEY_SEPARATOR);
+            key
+        })
         .collect()
 }
 
+/// The byte between an id and the rest of a row key (`pipeline::codec::key::SEPARATOR`).
+pub const KEY_SEPARATOR: u8 = b'_';
+
 /// Split keys at the weighted quantiles of `ids`, as HBase's sampling splitters choose them:
-/// line up the rows (each id repeated as often as its weight) in key order, and split at the id
-/// of the row at each `k/regions`-th position. An id holding several of those positions is one
-/// split key; the smallest id is none (its region would be empty of the ids given).
+/// line up the rows (each id repeated as often as its weight) in key order, and split at the
+/// key prefix `<id>_` of the row at each `k/regions`-th position. An id holding several of
+/// those positions is one split key; the first id is none (its region would be empty of the
+/// ids given).
 pub fn quantile_split_keys<'a>(
     ids: impl IntoIterator<Item = (&'a str, u64)>,
     regions: u32,
 ) -> Vec<Vec<u8>> {
-    let mut weights: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    let mut weights: std::collections::BTreeMap<Vec<u8>, u64> = std::collections::BTreeMap::new();
     for (id, w) in ids {
-        *weights.entry(id).or_default() += w;
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(KEY_SEPARATOR);
+        *weights.entry(prefix).or_default() += w;
     }
     let total: u128 = weights.values().map(|&w| u128::from(w)).sum();
     let n = u128::from(regions.max(1));
@@ -253,7 +265,7 @@ pub fn quantile_split_keys<'a>(
             k += 1;
         }
         if holds && i > 0 {
-            keys.push(id.as_bytes().to_vec());
+            keys.push(id.clone());
         }
         before = after;
     }
@@ -372,10 +384,10 @@ mod tests {
     fn the_default_split_cuts_the_generators_ids_evenly() {
         let s = IdSplits::default();
         assert_eq!(s.devices.len(), 15);
-        assert_eq!(s.devices[0], b"dev06250");
-        assert_eq!(s.devices[14], b"dev93750");
-        assert_eq!(s.rooms[0], b"room062");
-        assert_eq!(s.rooms[14], b"room937");
+        assert_eq!(s.devices[0], b"dev06250_");
+        assert_eq!(s.devices[14], b"dev93750_");
+        assert_eq!(s.rooms[0], b"room062_");
+        assert_eq!(s.rooms[14], b"room937_");
         for keys in [&s.devices, &s.rooms] {
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         }
@@ -411,10 +423,17 @@ mod tests {
         assert!(max / mean < 1.1, "{per_region:?}");
         // Weights, not counts: two heavy ids get a region each.
         let keys = quantile_split_keys([("a", 1), ("b", 100), ("c", 100), ("d", 1)], 4);
-        assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(keys, vec![b"b_".to_vec(), b"c_".to_vec()]);
+        // Key order, not id order: `r1_…` sorts after `r15_…`.
+        let rooms = [("r1", 1), ("r10", 1), ("r15", 1), ("r2", 1)];
+        let keys = quantile_split_keys(rooms, 4);
+        assert_eq!(
+            keys,
+            vec![b"r15_".to_vec(), b"r1_".to_vec(), b"r2_".to_vec()]
+        );
         // Fewer ids than regions: a region each, never an empty first one.
         let keys = quantile_split_keys([("r1", 5), ("r2", 5)], 16);
-        assert_eq!(keys, vec![b"r2".to_vec()]);
+        assert_eq!(keys, vec![b"r2_".to_vec()]);
         assert!(quantile_split_keys(std::iter::empty(), 16).is_empty());
     }
 
@@ -434,7 +453,7 @@ mod tests {
         let ddl = hourly_table().hbase_shell_ddl();
         assert!(
             ddl.starts_with("create 'ts_metric_hourly', {NAME => 't'")
-                && ddl.ends_with("SPLITS => ['dev06250', 'dev12500', 'dev18750', 'dev25000', 'dev31250', 'dev37500', 'dev43750', 'dev50000', 'dev56250', 'dev62500', 'dev68750', 'dev75000', 'dev81250', 'dev87500', 'dev93750']"),
+                && ddl.ends_with("SPLITS => ['dev06250_', 'dev12500_', 'dev18750_', 'dev25000_', 'dev31250_', 'dev37500_', 'dev43750_', 'dev50000_', 'dev56250_', 'dev62500_', 'dev68750_', 'dev75000_', 'dev81250_', 'dev87500_', 'dev93750_']"),
             "{ddl}"
         );
         let ddl = room_table_split(&IdSplits::none()).hbase_shell_ddl();

@@ -667,7 +667,11 @@ fn a_process_whose_peer_never_starts_stops_at_the_connect_timeout_naming_it() {
         .collect();
     for (process, addresses, child) in started {
         // Generous: the bound is the harness's, not a speed the test asserts.
-        let out = wait_at_most(child, Duration::from_secs(120), &format!("process {process}"));
+        let out = wait_at_most(
+            child,
+            Duration::from_secs(120),
+            &format!("process {process}"),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "process {process} ran:\n{stderr}");
         let expected = if process == 0 {

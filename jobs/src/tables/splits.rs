@@ -255,8 +255,8 @@ mod tests {
         };
         let (a, b) = (split(&registry), split(&recording));
         assert_eq!(a.ids, b.ids);
-        assert_eq!(a.ids.devices, [b"s0080", b"s0160", b"s0240"]);
-        assert_eq!(a.ids.rooms, [b"room008", b"room016", b"room024"]);
+        assert_eq!(a.ids.devices, [b"s0080_", b"s0160_", b"s0240_"]);
+        assert_eq!(a.ids.rooms, [b"room008_", b"room016_", b"room024_"]);
         assert!(a.origin.starts_with("registry "), "{}", a.origin);
         assert!(b.origin.contains("320 devices, 32 rooms"), "{}", b.origin);
 
