@@ -967,7 +967,7 @@ fn create_names_the_split_points_an_existing_table_lacks() {
     };
     let wanted = spec(&schema::IdSplits::generator_default(4));
     admin::create_tables(&cfg, &[spec(&schema::IdSplits::none())]).expect("create unsplit");
-    let created = admin::create_tables(&cfg, &[wanted.clone()]).expect("create again");
+    let created = admin::create_tables(&cfg, std::slice::from_ref(&wanted)).expect("create again");
     let missing = wanted.split_keys.clone();
     assert_eq!(
         created,
@@ -981,7 +981,7 @@ fn create_names_the_split_points_an_existing_table_lacks() {
     );
     assert_eq!(admin::split_state(&cfg, &wanted).expect("state").1, missing);
     assert!(admin::recreate_if_empty(&cfg, &wanted).expect("recreate"));
-    let created = admin::create_tables(&cfg, &[wanted.clone()]).expect("create again");
+    let created = admin::create_tables(&cfg, std::slice::from_ref(&wanted)).expect("create again");
     assert_eq!(created, vec![(name.to_string(), Created::AlreadyExists)]);
     assert_eq!(admin::table_regions(&cfg, name).expect("regions").len(), 4);
     admin::drop_tables(&cfg, &[name]).expect("drop");
