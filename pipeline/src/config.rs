@@ -121,6 +121,10 @@ const fn default_processes() -> usize {
     1
 }
 
+const fn default_connect_timeout() -> u64 {
+    60
+}
+
 /// `[cluster]`: the job as a timely cluster of several processes, each with `workers` threads.
 /// `--processes`, `--process` and `--hosts` override it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +144,11 @@ pub struct ClusterConfig {
     /// Every process's `host:port`, in index order. Exclusive with `hosts`.
     #[serde(default)]
     pub addresses: Vec<String>,
+    /// Seconds the processes may take to connect to each other at start; past them, every
+    /// process still waiting stops with an error naming the processes it misses (default 60;
+    /// `--connect-timeout` overrides it).
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
 }
 
 impl Default for ClusterConfig {
@@ -149,6 +158,7 @@ impl Default for ClusterConfig {
             process: None,
             hosts: None,
             addresses: Vec::new(),
+            connect_timeout_secs: default_connect_timeout(),
         }
     }
 }
@@ -173,6 +183,12 @@ impl ClusterConfig {
                     self.processes - 1
                 )));
             }
+        }
+        if self.connect_timeout_secs == 0 {
+            return Err(Error::Config(
+                "cluster.connect_timeout_secs = 0: give the processes at least a second to connect"
+                    .into(),
+            ));
         }
         if self.hosts.is_some() && !self.addresses.is_empty() {
             return Err(Error::Config(
@@ -736,6 +752,10 @@ mod tests {
             ("metrics_listen = \":9464\"\n", "metrics_listen"),
             ("metrics_listen = \"localhost:http\"\n", "metrics_listen"),
             ("[cluster]\nprocesses = 0\n", "cluster.processes"),
+            (
+                "[cluster]\nconnect_timeout_secs = 0\n",
+                "cluster.connect_timeout_secs",
+            ),
             (
                 "[cluster]\nprocesses = 2\nprocess = 2\n",
                 "cluster.process = 2",

@@ -2,7 +2,8 @@
 //! loopback, against the real Kafka and HBase (`scripts/services.sh up`; `make test` starts
 //! them): the same rows in all three tables as a one-process replay, a SIGKILL of one process
 //! that stops the other and loses nothing after a restart of both, processes that disagree on
-//! their settings refused at start, and the embedded store refused in a cluster.
+//! their settings refused at start, a process whose peer never starts stopped at the connect
+//! timeout with the peer named, and the embedded store refused in a cluster.
 //!
 //! Without Kafka on 127.0.0.1:9092 the Kafka tests skip, except in CI (`CI` set), where they
 //! fail; a missing HBase fails them (outside CI, `HOURGLASS_SKIP_HBASE=1` skips them).
@@ -582,4 +583,111 @@ fn the_embedded_store_is_refused_in_a_cluster() {
         !dir.join("store").exists(),
         "the store was created before the refusal"
     );
+}
+
+/// HBase for a test that needs no Kafka: `false` to skip (outside CI, `HOURGLASS_SKIP_HBASE=1`),
+/// a panic when it is unreachable.
+fn hbase_up() -> bool {
+    if !ci() && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
+        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
+        return false;
+    }
+    for addr in [THRIFT1, THRIFT2] {
+        let sock: SocketAddr = addr.parse().expect("socket address");
+        assert!(
+            TcpStream::connect_timeout(&sock, Duration::from_secs(3)).is_ok(),
+            "the HBase Thrift gateway is not reachable on {addr}: start it with \
+             `scripts/services.sh up hbase`, or set HOURGLASS_SKIP_HBASE=1 to skip"
+        );
+    }
+    tables_exist();
+    true
+}
+
+/// Waits for `child` to exit, at most `bound`; kills it and fails past it.
+fn wait_at_most(mut child: Child, bound: Duration, what: &str) -> Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("polling hourglass").is_none() {
+        if start.elapsed() > bound {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("waiting for hourglass");
+            panic!(
+                "{what} still waited after {bound:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().expect("waiting for hourglass")
+}
+
+#[test]
+fn a_process_whose_peer_never_starts_stops_at_the_connect_timeout_naming_it() {
+    if !hbase_up() {
+        return;
+    }
+    let dir = scratch();
+    let now = real_now();
+    let file = dir.join("one.jsonl");
+    std::fs::write(
+        &file,
+        format!("{{\"device\":\"d1\",\"ts\":{},\"temp\":20.5}}\n", now - 60),
+    )
+    .expect("write the recording");
+    let file_s = file.to_str().expect("utf-8 path");
+    // Two clusters of two processes, of which only one process is started each: process 0
+    // waits for process 1 to connect to it, process 1 for process 0 to listen.
+    let started: Vec<(usize, Vec<String>, Child)> = [0usize, 1]
+        .into_iter()
+        .map(|process| {
+            let sub = dir.join(format!("cluster-{process}"));
+            std::fs::create_dir_all(&sub).expect("mkdir");
+            let hosts = hosts_file(&sub);
+            let addresses: Vec<String> = std::fs::read_to_string(&hosts)
+                .expect("read hosts")
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            let child = cluster_process(
+                &sub,
+                now,
+                &hosts,
+                process,
+                &[
+                    "replay",
+                    file_s,
+                    "--hbase",
+                    THRIFT1,
+                    "--thrift2",
+                    THRIFT2,
+                    "--workers",
+                    "1",
+                    "--quiet",
+                    "--connect-timeout",
+                    "2s",
+                ],
+            );
+            (process, addresses, child)
+        })
+        .collect();
+    for (process, addresses, child) in started {
+        // Generous: the bound is the harness's, not a speed the test asserts.
+        let out = wait_at_most(
+            child,
+            Duration::from_secs(120),
+            &format!("process {process}"),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "process {process} ran:\n{stderr}");
+        let expected = if process == 0 {
+            format!("process 1 at {} never connected", addresses[1])
+        } else {
+            format!("process 0 at {} could not be reached", addresses[0])
+        };
+        assert!(
+            stderr.contains("the cluster did not connect within 2s") && stderr.contains(&expected),
+            "process {process} did not name its missing peer ({expected}):\n{stderr}"
+        );
+    }
 }

@@ -305,6 +305,21 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
         "{described}"
     );
     assert!(described.contains("16 regions:"), "{described}");
+    assert_eq!(
+        described
+            .matches("split points: all 15 present as region boundaries")
+            .count(),
+        3,
+        "{described}"
+    );
+    let ddl = run(dir, &now, &["tables", "ddl"]);
+    assert!(
+        ddl.starts_with("# split points: default")
+            && ddl.contains("create 'ts_room_latest', {NAME => 't'")
+            && ddl.contains("SPLITS => ['dev06250_', 'dev12500_'")
+            && ddl.contains("SPLITS => ['room062_', 'room125_'"),
+        "{ddl}"
+    );
     let again = run(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
     assert!(
         again.contains("ts_metric: exists with the same schema"),
@@ -374,6 +389,61 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
             String::from_utf8_lossy(&r.end)
         );
     }
+
+    // A table made before the pre-split: `create` says it is hot and how to split it, `split`
+    // prints the shell commands, and recreates it pre-split while it is empty.
+    assert!(
+        !admin::recreate_if_empty(&cfg, &schema::hourly_table()).expect("recreate"),
+        "a table with rows was recreated"
+    );
+    admin::drop_tables(&cfg, &[HOURLY_TABLE]).expect("drop");
+    let unsplit = schema::hourly_table_split(&schema::IdSplits::none());
+    admin::create_tables(&cfg, &[unsplit]).expect("create an unsplit table");
+    let again = run(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
+    assert!(
+        again.contains(
+            "ts_metric_hourly: exists with the same schema, but in 1 region without 15 of the 15 \
+             split points asked for (dev06250_, dev12500_, dev18750_, dev25000_, … 11 more): every \
+             read and write of it goes to one region server"
+        ) && again.contains("`hourglass tables split --table ts_metric_hourly`"),
+        "{again}"
+    );
+    let described = run(dir, &now, &["tables", "describe", "--hbase", THRIFT1]);
+    assert!(
+        described.contains("split points: 15 of 15 missing"),
+        "{described}"
+    );
+    let split_args = [
+        "tables",
+        "split",
+        "--table",
+        HOURLY_TABLE,
+        "--hbase",
+        THRIFT1,
+    ];
+    let script = run(dir, &now, &split_args);
+    let commands: Vec<&str> = script.lines().filter(|l| !l.starts_with('#')).collect();
+    let expected: Vec<String> = (1..16)
+        .map(|k| format!("split 'ts_metric_hourly', 'dev{:05}_'", k * 6250))
+        .collect();
+    assert_eq!(commands, expected, "{script}");
+    assert!(script.contains("hbase shell -n split.rb"), "{script}");
+    let mut recreate = split_args.to_vec();
+    recreate.push("--recreate-if-empty");
+    let recreated = run(dir, &now, &recreate);
+    assert!(
+        recreated.contains("ts_metric_hourly: was empty; created again with 16 regions"),
+        "{recreated}"
+    );
+    let starts: Vec<Vec<u8>> = admin::table_regions(&cfg, HOURLY_TABLE)
+        .expect("regions")
+        .into_iter()
+        .skip(1)
+        .map(|r| r.start)
+        .collect();
+    assert_eq!(starts, schema::hourly_table().split_keys);
+    let done = run(dir, &now, &split_args);
+    assert!(done.contains("already split at all 15"), "{done}");
 
     // A table with another schema is refused with what differs.
     admin::drop_tables(&cfg, &[HOURLY_TABLE]).expect("drop");
@@ -905,4 +975,43 @@ fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp(
         })
         .collect();
     assert_eq!(got, rows, "each cell with its own timestamp and value");
+}
+
+#[test]
+fn create_names_the_split_points_an_existing_table_lacks() {
+    let Some(_hbase) = hbase() else { return };
+    let cfg = config();
+    // A table of its own: the hourglass tables' names are shared with every other test.
+    let name: &'static str = Box::leak(
+        format!(
+            "split_test_{}_{}",
+            std::process::id(),
+            real_now_ms().rem_euclid(1_000_000)
+        )
+        .into_boxed_str(),
+    );
+    let spec = |splits: &schema::IdSplits| schema::TableSpec {
+        name,
+        ..schema::room_table_split(splits)
+    };
+    let wanted = spec(&schema::IdSplits::generator_default(4));
+    admin::create_tables(&cfg, &[spec(&schema::IdSplits::none())]).expect("create unsplit");
+    let created = admin::create_tables(&cfg, std::slice::from_ref(&wanted)).expect("create again");
+    let missing = wanted.split_keys.clone();
+    assert_eq!(
+        created,
+        vec![(
+            name.to_string(),
+            Created::ExistsWithOtherSplits {
+                regions: 1,
+                missing: missing.clone()
+            }
+        )]
+    );
+    assert_eq!(admin::split_state(&cfg, &wanted).expect("state").1, missing);
+    assert!(admin::recreate_if_empty(&cfg, &wanted).expect("recreate"));
+    let created = admin::create_tables(&cfg, std::slice::from_ref(&wanted)).expect("create again");
+    assert_eq!(created, vec![(name.to_string(), Created::AlreadyExists)]);
+    assert_eq!(admin::table_regions(&cfg, name).expect("regions").len(), 4);
+    admin::drop_tables(&cfg, &[name]).expect("drop");
 }

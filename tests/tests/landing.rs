@@ -1,6 +1,8 @@
 //! `hourglass tables landing-check`: a fleet where one gateway's 1,000 devices share a prefix
-//! fails the check under the plain key scheme and passes under the salted one; against a live
-//! HBase after a replay, the rows per region equal the file's prediction.
+//! fails the check under the plain key scheme and passes under the salted one; the wide and
+//! room tables, hot under the default split for these ids, spread when split from the
+//! recording; against a live HBase whose tables `tables create --split-from` made, after a
+//! replay, the rows per region of all three tables equal the file's prediction.
 //!
 //! The live test fails when HBase is not reachable on 127.0.0.1:9090/9091 (outside CI,
 //! `HOURGLASS_SKIP_HBASE=1` skips it); it drops and recreates the hourglass tables, as
@@ -13,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use e2e::hourglass_command;
 use pipeline::schema;
-use sinks::hbase::admin::{self, Created};
+use sinks::hbase::admin;
 use sinks::hbase::HbaseConfig;
 
 const THRIFT1: &str = "127.0.0.1:9090";
@@ -122,6 +124,52 @@ fn a_gateway_prefix_fails_under_plain_and_passes_under_salted() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+#[test]
+fn id_keyed_tables_split_from_the_recording_spread_where_the_default_split_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    skewed_fleet(&dir.path().join("fleet.jsonl"), 1_764_000_000);
+    let now = "1764003600";
+    for table in ["ts_metric_hourly", "ts_room_latest"] {
+        // The default split is for ids `dev…`/`room…`: every `gw…` id lands in one region.
+        let (out, hot) = check(dir.path(), now, &["fleet.jsonl", "--table", table]);
+        assert_eq!(out.status.code(), Some(1), "{hot:#}");
+        assert_eq!(hot["table"], table);
+        assert_eq!(rows_per_bucket(&hot).len(), 16, "{hot:#}");
+        assert_eq!(rows_per_bucket(&hot).iter().filter(|&&n| n > 0).count(), 1);
+
+        let args = [
+            "fleet.jsonl",
+            "--table",
+            table,
+            "--split-from",
+            "fleet.jsonl",
+        ];
+        let (out, split) = check(dir.path(), now, &args);
+        let rows = rows_per_bucket(&split);
+        // One row per device in both tables (3 readings within one hour).
+        assert_eq!(rows.iter().sum::<u64>(), 1300, "{split:#}");
+        if table == "ts_metric_hourly" {
+            // 1,300 devices over 16 regions of about 81.
+            assert_eq!(out.status.code(), Some(0), "{split:#}");
+            assert_eq!(rows.len(), 16, "{split:#}");
+            assert!(rows.iter().all(|&n| (80..=82).contains(&n)), "{split:#}");
+        } else {
+            // A room never straddles two regions: gw03's room `r3` of 1,000 devices stays
+            // hot (with `r4`, which sorts before the next split point, `r5_`), the other 15
+            // rooms share 4 regions, in key order (`r1_…` after `r15_…`).
+            assert_eq!(out.status.code(), Some(1), "{split:#}");
+            assert_eq!(rows, [80, 80, 20, 1020, 100], "{split:#}");
+            let starts: Vec<&str> = split["buckets"]
+                .as_array()
+                .expect("buckets")
+                .iter()
+                .map(|b| b["start"].as_str().expect("start"))
+                .collect();
+            assert_eq!(starts, ["", "r13_", "r2_", "r3_", "r5_"], "{split:#}");
+        }
+    }
+}
+
 /// Takes HBase, or `None` when the HBase tests are skipped; panics when it is unreachable.
 fn hbase_or_skip() -> Option<()> {
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
@@ -153,16 +201,26 @@ fn live_hbase_after_a_replay_has_the_files_rows_per_region() {
     cfg.retry.max_elapsed = Some(Duration::from_secs(120));
     let names: Vec<&str> = schema::all_tables().iter().map(|t| t.name).collect();
     admin::drop_tables(&cfg, &names).expect("dropping the tables");
-    let created = admin::create_tables(&cfg, &schema::all_tables()).expect("creating tables");
-    assert!(
-        created.iter().all(|(_, c)| *c == Created::Created),
-        "{created:?}"
-    );
 
     let dir = tempfile::tempdir().expect("tempdir");
     let now = real_now();
     skewed_fleet(&dir.path().join("fleet.jsonl"), now - 600);
     let now = now.to_string();
+    let split_args = ["--split-from", "fleet.jsonl"];
+    let mut create = vec!["tables", "create", "--hbase", THRIFT1, "--thrift2", THRIFT2];
+    create.extend(split_args);
+    let out = hourglass_command(dir.path(), &now, &create)
+        .output()
+        .expect("running hourglass");
+    let created = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{created}");
+    for table in names {
+        assert!(created.contains(&format!("{table}: created")), "{created}");
+    }
+    assert!(
+        created.contains("split points: recording fleet.jsonl (1300 devices, 16 rooms)"),
+        "{created}"
+    );
     let args = ["replay", "fleet.jsonl", "--hbase", THRIFT1, "--quiet"];
     let out = hourglass_command(dir.path(), &now, &args)
         .output()
@@ -202,4 +260,28 @@ fn live_hbase_after_a_replay_has_the_files_rows_per_region() {
     };
     assert_eq!(prefixes(&live), prefixes(&file));
     assert_eq!(live["rejected"], serde_json::json!({}));
+
+    // The wide and room tables, split at the recording's ids, hold what the file predicts
+    // region by region.
+    for table in ["ts_metric_hourly", "ts_room_latest"] {
+        let mut args = vec!["fleet.jsonl", "--table", table];
+        args.extend(split_args);
+        let (file_out, file) = check(dir.path(), &now, &args);
+        let (out, live) = check(dir.path(), &now, &["--hbase", THRIFT1, "--table", table]);
+        assert_eq!(out.status.code(), file_out.status.code(), "{live:#}");
+        assert!(rows_per_bucket(&live).len() > 1, "{live:#}");
+        assert_eq!(
+            rows_per_bucket(&live),
+            rows_per_bucket(&file),
+            "{table}: {live:#}\n{file:#}"
+        );
+        let starts = |j: &serde_json::Value| -> Vec<String> {
+            let all = j["buckets"].as_array().expect("buckets");
+            all.iter()
+                .map(|b| b["start"].as_str().expect("start").to_string())
+                .collect()
+        };
+        assert_eq!(starts(&live), starts(&file), "{table}");
+        assert_eq!(live["rejected"], serde_json::json!({}), "{table}");
+    }
 }

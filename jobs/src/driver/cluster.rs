@@ -1,16 +1,21 @@
-//! The job as a timely cluster: which process this is, its peers' addresses, and the check at
-//! start that every process runs the same settings.
+//! The job as a timely cluster: which process this is, its peers' addresses, the connection
+//! phase with its deadline, and the check at start that every process runs the same settings.
 
 use std::cell::RefCell;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use pipeline::config::{JobConfig, StoreKind};
 use pipeline::control::JobControl;
+use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
+use timely::communication::{Hooks, WorkerGuards};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Input, Inspect, Probe};
@@ -33,6 +38,11 @@ pub struct ClusterArgs {
     /// order [default: the config's cluster.hosts or cluster.addresses].
     #[arg(long, value_name = "FILE")]
     pub hosts: Option<PathBuf>,
+    /// How long the processes may take to connect to each other at start (`30s`, `2m`; whole
+    /// seconds, rounded up); past it every process still waiting stops with an error naming
+    /// the processes it misses [default: the config's cluster.connect_timeout_secs, 60 s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::run::parse_duration)]
+    pub connect_timeout: Option<Duration>,
 }
 
 impl ClusterArgs {
@@ -48,6 +58,10 @@ impl ClusterArgs {
             cfg.cluster.hosts = Some(path.clone());
             cfg.cluster.addresses.clear();
         }
+        if let Some(timeout) = self.connect_timeout {
+            cfg.cluster.connect_timeout_secs =
+                timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        }
     }
 }
 
@@ -58,6 +72,8 @@ pub struct Cluster {
     pub process: usize,
     /// Every process's address, in index order; empty when the job runs as one process.
     pub addresses: Vec<String>,
+    /// How long [`Cluster::execute`] waits for the other processes to connect.
+    pub connect_timeout: Duration,
 }
 
 impl Cluster {
@@ -66,6 +82,7 @@ impl Cluster {
         Cluster {
             process: 0,
             addresses: Vec::new(),
+            connect_timeout: Duration::ZERO,
         }
     }
 
@@ -105,6 +122,7 @@ impl Cluster {
         Ok(Cluster {
             process,
             addresses: c.resolve_addresses()?,
+            connect_timeout: Duration::from_secs(c.connect_timeout_secs),
         })
     }
 
@@ -124,21 +142,37 @@ impl Cluster {
         threads * self.processes()
     }
 
-    /// Timely's configuration for `threads` workers in this process.
-    pub fn timely_config(&self, threads: usize) -> timely::Config {
+    /// Starts `threads` timely workers running `func`: in one process, or, in a cluster, once
+    /// this process is connected to every other ([`connect_peers`], within
+    /// `connect_timeout`), over those connections.
+    ///
+    /// # Errors
+    /// A process that did not connect in time, named with its address; timely's refusal.
+    pub fn execute<T, F>(&self, threads: usize, func: F) -> Result<WorkerGuards<T>>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Worker) -> T + Send + Sync + 'static,
+    {
+        let started = |e: String| anyhow!("starting timely workers failed: {e}");
         if !self.is_cluster() {
-            return timely::Config::process(threads);
+            return timely::execute(timely::Config::process(threads), func).map_err(started);
         }
-        timely::Config {
-            communication: timely::CommunicationConfig::Cluster {
-                threads,
-                process: self.process,
-                addresses: self.addresses.clone(),
-                report: false,
-                zerocopy: false,
-            },
-            worker: timely::WorkerConfig::default(),
-        }
+        let sockets = connect_peers(&self.addresses, self.process, self.connect_timeout)?;
+        // What timely's `CommunicationConfig::Cluster` builds, from our sockets: its own
+        // connection loops retry forever.
+        let hooks = Hooks::default();
+        let local =
+            ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
+        let (builders, guard) =
+            initialize_networking_from_sockets(local, sockets, self.process, threads, hooks)
+                .context("starting timely's network threads")?;
+        timely::execute::execute_from(
+            builders.into_iter().map(AllocatorBuilder::Tcp).collect(),
+            Box::new(guard),
+            timely::WorkerConfig::default(),
+            func,
+        )
+        .map_err(started)
     }
 
     /// What status lines and `/metrics` name this process by: `process I` in a cluster.
@@ -146,6 +180,163 @@ impl Cluster {
         self.is_cluster()
             .then(|| format!("process {}", self.process))
     }
+}
+
+/// How long one connection attempt to a peer, or one peer's greeting, may take.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(1);
+/// Pause between two rounds of connection attempts.
+const CONNECT_RETRY: Duration = Duration::from_millis(200);
+
+/// Connects this process (`me`) to every other process of `addresses` as timely's own
+/// connection phase does: it listens on its own address, connects to each process of a lower
+/// index and greets it with its index (a big-endian `u64`), and accepts the processes of a
+/// higher index, which greet it likewise. Returns a socket per process in index order, `None`
+/// at `me`, for `initialize_networking_from_sockets`.
+///
+/// Timely's loops retry forever, so a process whose peer never starts would wait forever;
+/// this gives up at `timeout`. A connection that does not greet with a valid index (a port
+/// scan, a health check) is closed and ignored.
+///
+/// # Errors
+/// The own address cannot be listened on; `timeout` passed with processes missing: the message
+/// names each by index and address, and what was seen of it.
+pub fn connect_peers(
+    addresses: &[String],
+    me: usize,
+    timeout: Duration,
+) -> Result<Vec<Option<TcpStream>>> {
+    let deadline = Instant::now() + timeout;
+    let listeners = addresses[me]
+        .split_whitespace()
+        .map(|addr| {
+            let listener = TcpListener::bind(addr).with_context(|| {
+                format!("process {me} cannot listen on its address {addr} for the cluster")
+            })?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let n = addresses.len();
+    let mut sockets: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut last_error: Vec<Option<String>> = vec![None; n];
+    loop {
+        for peer in 0..me {
+            if sockets[peer].is_none() {
+                match connect_once(&addresses[peer], me, deadline) {
+                    Ok(stream) => sockets[peer] = Some(stream),
+                    Err(e) => last_error[peer] = Some(e.to_string()),
+                }
+            }
+        }
+        for listener in &listeners {
+            loop {
+                match listener.accept() {
+                    Ok((stream, from)) => {
+                        match greeting(stream, me, n) {
+                            Ok((peer, stream)) if sockets[peer].is_none() => {
+                                sockets[peer] = Some(stream);
+                            }
+                            Ok((peer, _)) => {
+                                eprintln!("cluster: a second connection from process {peer} ({from}) ignored");
+                            }
+                            Err(e) => eprintln!("cluster: a connection from {from} ignored: {e}"),
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e).context("accepting the other processes' connections"),
+                }
+            }
+        }
+        let missing: Vec<usize> = (0..n)
+            .filter(|&p| p != me && sockets[p].is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(sockets);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            bail!(
+                "{}",
+                timeout_message(addresses, me, timeout, &missing, &last_error)
+            );
+        }
+        std::thread::sleep(CONNECT_RETRY.min(deadline - now));
+    }
+}
+
+/// One attempt to connect to the process at `addr` and greet it as process `me`.
+fn connect_once(addr: &str, me: usize, deadline: Instant) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for sock in addr.to_socket_addrs()? {
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(1), CONNECT_ATTEMPT);
+        match TcpStream::connect_timeout(&sock, wait) {
+            Ok(mut stream) => {
+                stream.set_nodelay(true)?;
+                stream.write_all(&(me as u64).to_be_bytes())?;
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{addr} resolves to no address"))))
+}
+
+/// The index a connecting process greets with, checked to be one of the processes above `me`.
+fn greeting(mut stream: TcpStream, me: usize, n: usize) -> std::io::Result<(usize, TcpStream)> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(CONNECT_ATTEMPT))?;
+    let mut index = [0u8; 8];
+    stream.read_exact(&mut index)?;
+    let peer = u64::from_be_bytes(index);
+    match usize::try_from(peer) {
+        Ok(peer) if peer > me && peer < n => {
+            stream.set_read_timeout(None)?;
+            stream.set_nodelay(true)?;
+            Ok((peer, stream))
+        }
+        _ => Err(std::io::Error::other(format!(
+            "it greeted as process {peer}, not one of {}..{n}",
+            me + 1
+        ))),
+    }
+}
+
+/// The error of a connection phase that timed out with `missing` processes.
+fn timeout_message(
+    addresses: &[String],
+    me: usize,
+    timeout: Duration,
+    missing: &[usize],
+    last_error: &[Option<String>],
+) -> String {
+    let each: Vec<String> = missing
+        .iter()
+        .map(|&p| {
+            if p < me {
+                format!(
+                    "process {p} at {} could not be reached ({})",
+                    addresses[p],
+                    last_error[p].as_deref().unwrap_or("no attempt finished")
+                )
+            } else {
+                format!(
+                    "process {p} at {} never connected to this one",
+                    addresses[p]
+                )
+            }
+        })
+        .collect();
+    format!(
+        "the cluster did not connect within {}s: {}. This is process {me} of {}, listening on \
+         {}. Start every process, with the same --processes and --hosts, within the timeout \
+         (--connect-timeout or cluster.connect_timeout_secs)",
+        timeout.as_secs_f64(),
+        each.join("; "),
+        addresses.len(),
+        addresses[me]
+    )
 }
 
 /// Settings every process of a cluster must share, as `(name, value)` pairs: two processes
@@ -372,8 +563,10 @@ mod tests {
             processes: Some(2),
             process: Some(1),
             hosts: None,
+            connect_timeout: Some(Duration::from_millis(1500)),
         }
         .apply(&mut cfg);
+        assert_eq!(cfg.cluster.connect_timeout_secs, 2);
         cfg.cluster.addresses = vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()];
         let e = Cluster::from_config(&cfg).unwrap_err().to_string();
         assert!(
@@ -384,9 +577,62 @@ mod tests {
         cfg.store.hbase = Some("h:9090".into());
         let c = Cluster::from_config(&cfg).unwrap();
         assert_eq!((c.process, c.processes(), c.peers(3)), (1, 2, 6));
+        assert_eq!(c.connect_timeout, Duration::from_secs(2));
         assert_eq!(c.label().as_deref(), Some("process 1"));
         cfg.cluster.process = None;
         let e = Cluster::from_config(&cfg).unwrap_err().to_string();
         assert!(e.contains("--process"), "{e}");
+    }
+
+    /// Two free loopback ports' addresses.
+    fn two_addresses() -> Vec<String> {
+        let a = TcpListener::bind("127.0.0.1:0").unwrap();
+        let b = TcpListener::bind("127.0.0.1:0").unwrap();
+        vec![
+            a.local_addr().unwrap().to_string(),
+            b.local_addr().unwrap().to_string(),
+        ]
+    }
+
+    #[test]
+    fn peers_connect_and_a_stray_connection_is_ignored() {
+        let addresses = two_addresses();
+        let first = addresses.clone();
+        let zero = std::thread::spawn(move || connect_peers(&first, 0, Duration::from_secs(30)));
+        // A stray client that greets with nonsense, before process 1 arrives.
+        let stray = loop {
+            if let Ok(mut s) = TcpStream::connect(&addresses[0]) {
+                s.write_all(&7u64.to_be_bytes()).unwrap();
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let one = connect_peers(&addresses, 1, Duration::from_secs(30)).unwrap();
+        let zero = zero.join().unwrap().unwrap();
+        drop(stray);
+        assert!(zero[0].is_none() && zero[1].is_some());
+        assert!(one[0].is_some() && one[1].is_none());
+    }
+
+    #[test]
+    fn a_peer_that_never_starts_is_named_when_the_time_is_up() {
+        let addresses = two_addresses();
+        let e = connect_peers(&addresses, 0, Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("process 1 at {} never connected", addresses[1])),
+            "{e}"
+        );
+        let e = connect_peers(&addresses, 1, Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "process 0 at {} could not be reached",
+                addresses[0]
+            )),
+            "{e}"
+        );
     }
 }

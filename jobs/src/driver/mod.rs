@@ -269,7 +269,6 @@ impl Job {
         let mut settings = cluster::job_settings(cfg, workers, self.cluster.processes());
         settings.extend(source.settings());
         let in_cluster = self.cluster.is_cluster();
-        let timely_config = self.cluster.timely_config(workers);
         if in_cluster {
             eprintln!(
                 "cluster: process {} of {}, {workers} workers each; connecting to {}",
@@ -290,7 +289,7 @@ impl Job {
             side.clone(),
             backend.clone(),
         );
-        let guards = timely::execute(timely_config, move |worker| {
+        let guards = self.cluster.execute(workers, move |worker| {
             let probe = ProbeHandle::new();
             let side: Arc<dyn SideOutput> = w_side.clone();
             let (stats, control) = (w_stats.clone(), w_control.clone());
@@ -338,8 +337,7 @@ impl Job {
                     });
                 }
             }
-        })
-        .map_err(|e| anyhow::anyhow!("starting timely workers failed: {e}"))?;
+        })?;
         for result in guards.join() {
             result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
         }

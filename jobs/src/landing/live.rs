@@ -1,37 +1,56 @@
-//! The spread of a live HBase narrow table: its regions from `getTableRegions`, the rows of
-//! each counted by a scan of the region's key range.
+//! The spread of a live HBase table: its regions from `getTableRegions`, the rows of each
+//! counted by a scan of the region's key range.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use pipeline::config::JobConfig;
+use pipeline::room::parse_room_key;
 use pipeline::rowkey::{parse_narrow_key, KeyScheme};
-use pipeline::schema::NARROW_TABLE;
 use pipeline::table::ScanSpec;
 use sinks::hbase::{admin, HbaseConfig, HbaseStore};
 
-use super::{report, Bucket, LandingReport, Tally};
+use super::{report, Bucket, LandingReport, TableArg, Tally};
+
+/// The device of a row key of `table`, for the hottest prefixes.
+fn device_of(table: TableArg, scheme: KeyScheme, key: &[u8]) -> Option<String> {
+    match table {
+        TableArg::Narrow => parse_narrow_key(scheme, key).ok().map(|k| k.device),
+        TableArg::Hourly => {
+            let text = std::str::from_utf8(key).ok()?;
+            let (device, hour) = text.rsplit_once('_')?;
+            hour.parse::<i64>().ok().map(|_| device.to_string())
+        }
+        TableArg::Room => {
+            let text = std::str::from_utf8(key).ok()?;
+            parse_room_key(text).map(|(_, device)| device.to_string())
+        }
+    }
+}
 
 /// How long the check retries an unreachable HBase, as the other interactive commands.
 const RETRY: Duration = Duration::from_secs(60);
 
-/// Counts the narrow table's rows per region at `addr`; `scheme` tells how to read the device
-/// from a key, for the hottest prefixes.
+/// Counts `table`'s rows per region at `addr`; `scheme` tells how to read the device from a
+/// narrow key, for the hottest prefixes.
 ///
 /// Every row of a region is scanned: the Thrift reader of `sinks` has no key-only filter, so
-/// cells come too (a narrow row is two small cells); one row at a time is held.
+/// cells come too (a narrow row is two small cells, a wide row an hour's); one row at a time
+/// is held.
 pub(super) fn from_hbase(
     cfg: &JobConfig,
     addr: &str,
+    table: TableArg,
     scheme: KeyScheme,
     max_skew: f64,
 ) -> Result<LandingReport> {
+    let name = table.name();
     let mut store = cfg.store.clone();
     store.hbase = Some(addr.to_string());
     let mut hb = HbaseConfig::from_store(&store)?;
     hb.retry.max_elapsed = Some(RETRY);
-    let regions = admin::table_regions(&hb, NARROW_TABLE)
-        .with_context(|| format!("listing the regions of {NARROW_TABLE} at {addr}"))?;
+    let regions = admin::table_regions(&hb, name)
+        .with_context(|| format!("listing the regions of {name} at {addr}"))?;
     let reader = HbaseStore::new(&hb);
     let mut tally = Tally::default();
     let mut buckets = Vec::with_capacity(regions.len());
@@ -44,10 +63,10 @@ pub(super) fn from_hbase(
             time_range: None,
         };
         let rows = reader
-            .scan_each(NARROW_TABLE, &spec, |row| {
-                match parse_narrow_key(scheme, &row.key) {
-                    Ok(key) => tally.add(&key.device, i, 1),
-                    Err(_) => tally.reject("key"),
+            .scan_each(name, &spec, |row| {
+                match device_of(table, scheme, &row.key) {
+                    Some(device) => tally.add(&device, i, 1),
+                    None => tally.reject("key"),
                 }
             })
             .with_context(|| format!("counting the rows of region {}", region.name))?;
@@ -65,15 +84,16 @@ pub(super) fn from_hbase(
         }
     }
     let unparsed = tally.rejected.get("key").copied().unwrap_or(0);
+    let shape = super::layout(table, scheme);
     let note = format!(
-        "hbase: {} regions of {NARROW_TABLE} from getTableRegions, every row counted by a scan of each \
-         region's range; {unparsed} keys not of the {scheme:?} shape are counted in their region but \
+        "hbase: {} regions of {name} from getTableRegions, every row counted by a scan of each \
+         region's range; {unparsed} keys not of the {shape} shape are counted in their region but \
          in no prefix",
         regions.len()
     );
     report(
-        format!("hbase {addr} table {NARROW_TABLE}"),
-        scheme,
+        format!("hbase {addr} table {name}"),
+        (table, scheme),
         buckets,
         tally,
         max_skew,

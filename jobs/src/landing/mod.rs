@@ -1,4 +1,4 @@
-//! `hourglass tables landing-check`: how evenly narrow row keys spread over salt buckets or
+//! `hourglass tables landing-check`: how evenly a table's row keys spread over salt buckets or
 //! regions, predicted from a recording before go-live or counted in a live HBase table.
 
 mod live;
@@ -23,10 +23,18 @@ pub struct LandingArgs {
     /// `--hbase`.
     #[arg(required_unless_present = "hbase", conflicts_with = "hbase")]
     pub file: Option<PathBuf>,
-    /// Count the rows of the live narrow table per region instead, through the HBase Thrift1
+    /// Count the rows of the live table per region instead, through the HBase Thrift1
     /// gateway at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub hbase: Option<String>,
+    /// The table: `ts_metric` (narrow rows, over salt buckets), `ts_metric_hourly` (one row per
+    /// device and hour) or `ts_room_latest` (one row per device, under its newest room).
+    #[arg(long, value_enum, default_value = "ts_metric")]
+    pub table: TableArg,
+    /// Split points of ts_metric_hourly and ts_room_latest to predict over, for a file, as
+    /// `tables create` would make them with the same flags.
+    #[command(flatten)]
+    pub split: crate::tables::SplitArgs,
     /// Row-key scheme: `salted` (`<bucket>_<device>_<reversed ts>`) or `plain`
     /// (`<device>_<ts>`).
     #[arg(long, value_enum, default_value = "salted")]
@@ -47,6 +55,31 @@ pub struct LandingArgs {
     /// Job configuration (TOML): the metric name for a file, `[store.hbase_client]` for HBase.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+/// The table checked, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableArg {
+    /// `ts_metric`: narrow rows.
+    #[value(name = "ts_metric")]
+    Narrow,
+    /// `ts_metric_hourly`: wide rows, `<device>_<hour start>`.
+    #[value(name = "ts_metric_hourly")]
+    Hourly,
+    /// `ts_room_latest`: the room view, `<room>_<device>`.
+    #[value(name = "ts_room_latest")]
+    Room,
+}
+
+impl TableArg {
+    /// The table's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableArg::Narrow => pipeline::schema::NARROW_TABLE,
+            TableArg::Hourly => pipeline::schema::HOURLY_TABLE,
+            TableArg::Room => pipeline::schema::ROOM_TABLE,
+        }
+    }
 }
 
 /// The key scheme, as a flag value.
@@ -112,7 +145,10 @@ pub struct Prefix {
 pub struct LandingReport {
     /// `file PATH` or `hbase HOST:PORT table ts_metric`.
     pub source: String,
-    /// `salted` or `plain`.
+    /// The table checked.
+    pub table: &'static str,
+    /// `salted` or `plain` (narrow rows), `wide` (`ts_metric_hourly`), `room`
+    /// (`ts_room_latest`).
     pub scheme: &'static str,
     /// Rows per bucket or region, in key order.
     pub buckets: Vec<Bucket>,
@@ -171,10 +207,40 @@ impl Tally {
     }
 }
 
+/// The layout of a table's keys, for [`LandingReport::scheme`].
+fn layout(table: TableArg, scheme: KeyScheme) -> &'static str {
+    match (table, scheme) {
+        (TableArg::Narrow, KeyScheme::Salted) => "salted",
+        (TableArg::Narrow, KeyScheme::Plain) => "plain",
+        (TableArg::Hourly, _) => "wide",
+        (TableArg::Room, _) => "room",
+    }
+}
+
+/// Buckets for the regions that `splits` cut a table into, labelled by their start keys.
+fn region_buckets(splits: &[Vec<u8>]) -> Vec<Bucket> {
+    let text = |k: &[u8]| k.escape_ascii().to_string();
+    (0..=splits.len())
+        .map(|r| {
+            let start = r.checked_sub(1).map_or(String::new(), |p| text(&splits[p]));
+            Bucket {
+                label: if start.is_empty() {
+                    "(start)".into()
+                } else {
+                    start.clone()
+                },
+                start,
+                end: splits.get(r).map_or(String::new(), |s| text(s)),
+                rows: 0,
+            }
+        })
+        .collect()
+}
+
 /// Spread statistics of `buckets` and the hottest prefixes of `tally`.
 fn report(
     source: String,
-    scheme: KeyScheme,
+    (table, scheme): (TableArg, KeyScheme),
     buckets: Vec<Bucket>,
     tally: Tally,
     max_skew: f64,
@@ -224,10 +290,8 @@ fn report(
     hottest.truncate(HOTTEST);
     Ok(LandingReport {
         source,
-        scheme: match scheme {
-            KeyScheme::Salted => "salted",
-            KeyScheme::Plain => "plain",
-        },
+        table: table.name(),
+        scheme: layout(table, scheme),
         buckets,
         rows,
         max_over_mean,
@@ -255,8 +319,8 @@ pub fn run(args: &LandingArgs) -> Result<ExitCode> {
         None => pipeline::config::JobConfig::default(),
     };
     let scheme = KeyScheme::from(args.scheme);
-    let report = match (&args.file, &args.hbase) {
-        (Some(file), _) => {
+    let report = match (&args.file, &args.hbase, args.table) {
+        (Some(file), _, TableArg::Narrow) => {
             anyhow::ensure!(
                 (1..=1000).contains(&args.buckets),
                 "--buckets must be 1..=1000, got {}",
@@ -264,8 +328,12 @@ pub fn run(args: &LandingArgs) -> Result<ExitCode> {
             );
             predict::from_file(file, &cfg.metric, scheme, args.buckets, args.max_skew)?
         }
-        (None, Some(addr)) => live::from_hbase(&cfg, addr, scheme, args.max_skew)?,
-        (None, None) => anyhow::bail!("give a recording FILE or --hbase HOST:PORT"),
+        (Some(file), _, table) => {
+            let splits = args.split.resolve(&cfg)?;
+            predict::id_table_from_file(file, &cfg.metric, table, &splits, args.max_skew)?
+        }
+        (None, Some(addr), table) => live::from_hbase(&cfg, addr, table, scheme, args.max_skew)?,
+        (None, None, _) => anyhow::bail!("give a recording FILE or --hbase HOST:PORT"),
     };
     if let Some(path) = &args.svg {
         std::fs::write(path, render::svg(&report))
@@ -318,7 +386,7 @@ mod tests {
         tally.add("b-1", 1, 10);
         let r = report(
             "t".into(),
-            KeyScheme::Salted,
+            (TableArg::Narrow, KeyScheme::Salted),
             buckets,
             tally,
             1.5,

@@ -8,7 +8,11 @@ use pipeline::decode::decode_line;
 use pipeline::rowkey::KeyScheme;
 use pipeline::source::replay::input::{self, LineReader};
 
-use super::{report, Bucket, LandingReport, Tally};
+use pipeline::codec::hourly::wide_key;
+use pipeline::room::room_key;
+
+use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
+use crate::tables::{Fleet, Splits};
 
 /// Reads `file` and predicts where its rows land under `scheme` over `n` buckets or regions.
 ///
@@ -103,7 +107,84 @@ pub(super) fn from_file(
             buckets[b].rows += rows;
         }
     }
-    report(source, scheme, buckets, tally, max_skew, note)
+    report(
+        source,
+        (TableArg::Narrow, scheme),
+        buckets,
+        tally,
+        max_skew,
+        note,
+    )
+}
+
+/// Reads `file` and predicts the rows of `table` (`ts_metric_hourly`: one a device and hour;
+/// `ts_room_latest`: one a device, under the room of its newest reading) per region of the
+/// split `tables create` makes with the same split flags.
+pub(super) fn id_table_from_file(
+    file: &Path,
+    metric: &str,
+    table: TableArg,
+    splits: &Splits,
+    max_skew: f64,
+) -> Result<LandingReport> {
+    let fleet = Fleet::read(file, metric)?;
+    anyhow::ensure!(
+        fleet.kind == "recording",
+        "{} is a registry: a prediction needs a recording's readings (a registry may give \
+         --split-from)",
+        file.display()
+    );
+    let keys = match table {
+        TableArg::Hourly => &splits.ids.devices,
+        _ => &splits.ids.rooms,
+    };
+    let mut buckets = region_buckets(keys);
+    let mut tally = Tally {
+        rejected: fleet.rejected.clone(),
+        ..Tally::default()
+    };
+    let region = |key: &[u8]| keys.partition_point(|s| s.as_slice() <= key);
+    for (device, rows) in &fleet.devices {
+        match table {
+            TableArg::Hourly => {
+                for &hour in &rows.hours {
+                    let r = region(&wide_key(device, hour));
+                    buckets[r].rows += 1;
+                    tally.add(device, r, 1);
+                }
+            }
+            _ => match &rows.room {
+                Some((_, room)) => {
+                    let r = region(&room_key(room, device));
+                    buckets[r].rows += 1;
+                    tally.add(device, r, 1);
+                }
+                None => tally.reject("no_room"),
+            },
+        }
+    }
+    let note = match table {
+        TableArg::Hourly => format!(
+            "wide: one row per device and hour, `<device>_<hour start>`, over {} regions; \
+             split points: {}",
+            buckets.len(),
+            splits.origin
+        ),
+        _ => format!(
+            "room: one row per device, `<room>_<device>` under the room of its newest reading \
+             (a registry given to the job overrides it), over {} regions; split points: {}",
+            buckets.len(),
+            splits.origin
+        ),
+    };
+    report(
+        format!("file {}", file.display()),
+        (table, KeyScheme::Salted),
+        buckets,
+        tally,
+        max_skew,
+        note,
+    )
 }
 
 /// The salt bucket of `device` over `n` buckets, as Java computes `Math.abs(hash % n)`.

@@ -1,6 +1,7 @@
 //! Table admin: create the hourglass tables pre-split (Thrift2), describe them, drop them.
 
-use crate::schema::{FamilySpec, TableSpec};
+use crate::schema::{shell_string, FamilySpec, TableSpec};
+use crate::table::ScanSpec;
 use hbase_thrift::hbase::THbaseSyncClient;
 
 use super::client::{Connection, Thrift1, Thrift2};
@@ -16,12 +17,22 @@ use super::{Error, Result};
 const TTL_FOREVER: i32 = i32::MAX;
 
 /// What [`create_tables`] did with one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
     /// The table did not exist and was created with its split keys.
     Created,
-    /// The table existed with the same schema; nothing was changed.
+    /// The table existed with the same schema and a region boundary at every split key of its
+    /// spec (HBase may have split it further); nothing was changed.
     AlreadyExists,
+    /// The table existed with the same schema but lacks some of its spec's split keys as
+    /// region boundaries (created before it was pre-split, or split at other keys); nothing
+    /// was changed. [`split_commands`] says how to add them.
+    ExistsWithOtherSplits {
+        /// Regions it has.
+        regions: usize,
+        /// The spec's split keys that are no region boundary, in key order.
+        missing: Vec<Vec<u8>>,
+    },
 }
 
 /// A column family as HBase describes it.
@@ -279,10 +290,24 @@ impl Admin {
         }
     }
 
+    /// What an existing table with the right schema lacks of `spec`'s split keys.
+    fn existing(&mut self, spec: &TableSpec) -> Result<Created> {
+        self.check_schema(spec)?;
+        let regions = self.regions(spec.name)?;
+        let missing = missing_split_keys(&spec.split_keys, &regions);
+        Ok(if missing.is_empty() {
+            Created::AlreadyExists
+        } else {
+            Created::ExistsWithOtherSplits {
+                regions: regions.len(),
+                missing,
+            }
+        })
+    }
+
     fn create(&mut self, spec: &TableSpec) -> Result<Created> {
         if self.exists(spec.name)? {
-            self.check_schema(spec)?;
-            return Ok(Created::AlreadyExists);
+            return self.existing(spec);
         }
         let desc = descriptor(spec)?;
         let t2 = &mut self.t2;
@@ -299,8 +324,7 @@ impl Admin {
             Ok(()) => Ok(Created::Created),
             // Someone else created it meanwhile: fine if the schema is ours.
             Err(Error::Server { message, .. }) if message.contains("TableExistsException") => {
-                self.check_schema(spec)?;
-                Ok(Created::AlreadyExists)
+                self.existing(spec)
             }
             Err(e) => Err(e),
         }
@@ -330,9 +354,97 @@ impl Admin {
     }
 }
 
+/// The keys of `wanted` that are not the start of one of `regions`, in the order given.
+pub fn missing_split_keys(wanted: &[Vec<u8>], regions: &[RegionDescription]) -> Vec<Vec<u8>> {
+    wanted
+        .iter()
+        .filter(|k| !regions.iter().any(|r| &r.start == *k))
+        .cloned()
+        .collect()
+}
+
+/// The HBase shell commands that add `missing` to `table`'s region boundaries, one `split` a
+/// key, in key order.
+///
+/// Neither Thrift gateway of HBase 2 has a split call, so hourglass cannot split a table
+/// itself. Each `split 'table', 'key'` splits the region holding the key at the key (HBase 2's
+/// shell waits for each split). A daughter region that still holds references to its parent's
+/// files cannot be split again until a compaction rewrites them: on an empty table the commands
+/// run one after the other; on a table holding data, run `major_compact` between them, as the
+/// comments printed with them say.
+pub fn split_commands(table: &str, missing: &[Vec<u8>]) -> Vec<String> {
+    let mut keys: Vec<&Vec<u8>> = missing.iter().collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| {
+            format!(
+                "split {}, {}",
+                shell_string(table.as_bytes()),
+                shell_string(k)
+            )
+        })
+        .collect()
+}
+
+/// The state of `spec`'s table in HBase against its spec's split keys: its regions and the
+/// split keys that are no region boundary.
+///
+/// # Errors
+/// [`Error::TableNotFound`]; an unreachable gateway.
+pub fn split_state(
+    cfg: &HbaseConfig,
+    spec: &TableSpec,
+) -> Result<(Vec<RegionDescription>, Vec<Vec<u8>>)> {
+    let mut admin = Admin::new(cfg);
+    if !admin.exists(spec.name)? {
+        return Err(Error::TableNotFound {
+            table: spec.name.to_string(),
+            addr: cfg.thrift1.clone(),
+        });
+    }
+    let regions = admin.regions(spec.name)?;
+    let missing = missing_split_keys(&spec.split_keys, &regions);
+    Ok((regions, missing))
+}
+
+/// Drops `spec`'s table and creates it again with its split keys, if it holds no row (a scan
+/// for one row finds none) and its schema is `spec`'s. Returns whether it did. For a table
+/// made before it was pre-split and not written yet: the one split HBase's Thrift gateways
+/// allow. A writer that puts a row between the check and the drop loses it: stop the jobs
+/// that write the table first.
+///
+/// # Errors
+/// [`Error::TableNotFound`]; [`Error::SchemaMismatch`]; an unreachable gateway or HBase's
+/// refusal.
+pub fn recreate_if_empty(cfg: &HbaseConfig, spec: &TableSpec) -> Result<bool> {
+    let mut admin = Admin::new(cfg);
+    if !admin.exists(spec.name)? {
+        return Err(Error::TableNotFound {
+            table: spec.name.to_string(),
+            addr: cfg.thrift1.clone(),
+        });
+    }
+    admin.check_schema(spec)?;
+    let one = ScanSpec {
+        limit: Some(1),
+        ..ScanSpec::default()
+    };
+    if !super::HbaseStore::new(cfg)
+        .scan_rows(spec.name, &one)?
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    admin.drop_table(spec.name)?;
+    admin.create(spec)?;
+    Ok(true)
+}
+
 /// Creates each table of `specs` with its families and split keys through the Thrift2 gateway
 /// (Thrift1's `createTable` takes no split keys). A table that already exists with the same
-/// families, TTLs, compression, bloom filters and versions is left alone.
+/// families, TTLs, compression, bloom filters and versions is left alone, and its regions are
+/// compared with the split keys: [`Created::ExistsWithOtherSplits`] names the ones it lacks.
 ///
 /// # Errors
 /// [`Error::SchemaMismatch`] naming what differs if a table exists with another schema; an
