@@ -30,11 +30,12 @@ pub enum Format {
 /// Where `query curve` reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Source {
-    /// Whole hours from wide rows, partial hours from the narrow table.
+    /// Whole hours from wide rows (a dirty hour's from the narrow table), the hour `--to` falls
+    /// in from the narrow table.
     Auto,
-    /// The narrow table only.
+    /// The narrow table only (every field of each reading).
     Narrow,
-    /// The wide table only.
+    /// Every hour from its wide row (a dirty hour's from the narrow table).
     Wide,
 }
 
