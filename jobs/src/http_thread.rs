@@ -35,7 +35,7 @@ pub const DEFAULT_IDLE_TIMEOUT: u64 = 60;
 /// Default of `--http-request-timeout`, seconds.
 pub const DEFAULT_REQUEST_TIMEOUT: u64 = 30;
 /// Default of `--http-max-connections`: room for a thousand slow clients beside the normal ones
-/// (the server raises its open-file limit to hold them, see [`connection_budget`]).
+/// (the server raises its open-file limit to hold them: `connection_budget`).
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 2048;
 /// Default of `--http-store-reads`: the HBase reader's default pool of gateway connections, so
 /// that reads beyond it wait here, not in the pool.
