@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink bench-hbase-java fuzz soak
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink bench-hbase-java fuzz soak soak-serve
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -79,8 +79,14 @@ fuzz:
 SERVICES_SH ?= $(CURDIR)/scripts/services.sh
 
 ## Soak runs against the live HBase and Kafka (tens of minutes; the last restarts the Kafka
-## broker once): SIGKILL x20 into HBase, HBase down 60 s, broker restart. Prints the figures
-## docs/RELIABILITY.md records.
+## broker once): SIGKILL x20 into HBase, HBase down 60 s, broker restart; then soak-serve.
+## Prints the figures docs/RELIABILITY.md records.
 soak:
 	$(SERVICES_SH) up all
 	HOURGLASS_SERVICES_SH=$(SERVICES_SH) $(CARGO) test --locked -p hourglass-tests --test soak -- --ignored --nocapture --test-threads 1
+	$(MAKE) soak-serve
+
+## `hourglass serve` on loopback (no service needed, ~3 min): 1,000 clients trickling their
+## headers beside normal requests, and 200 concurrent curve clients; p99, failures, RSS growth.
+soak-serve:
+	$(CARGO) test --locked -p hourglass-tests --test serve_soak -- --ignored --nocapture --test-threads 1

@@ -1,15 +1,17 @@
-//! Serving an axum application so that no client can take the server down: a header-read
-//! timeout, an idle timeout, a request timeout, a connection limit, and handler panics
+//! Serving an axum application so that no client can take the server down: a deadline for a
+//! request's whole head, an idle timeout, a request timeout, a connection limit at which the
+//! connection that has waited longest for a request makes room for a new one, and handler panics
 //! answered 500. Used by `hourglass serve`, `run --serve`'s dashboards and the job's `/metrics`,
 //! the last two from a thread of their own ([`HttpThread`]).
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,15 +34,34 @@ pub const DEFAULT_HEADER_TIMEOUT: u64 = 10;
 pub const DEFAULT_IDLE_TIMEOUT: u64 = 60;
 /// Default of `--http-request-timeout`, seconds.
 pub const DEFAULT_REQUEST_TIMEOUT: u64 = 30;
-/// Default of `--http-max-connections`: well below the usual 1024 file descriptors.
-pub const DEFAULT_MAX_CONNECTIONS: u64 = 128;
+/// Default of `--http-max-connections`: room for a thousand slow clients beside the normal ones
+/// (the server raises its open-file limit to hold them: `connection_budget`).
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 2048;
+/// Default of `--http-store-reads`: the HBase reader's default pool of gateway connections, so
+/// that reads beyond it wait here, not in the pool.
+pub const DEFAULT_STORE_READS: u64 = 16;
+
+/// Most bytes of a request's head (request line and headers; hyper's default is ~400 KiB): a
+/// client holding its connection open with a head it never finishes holds at most this much of
+/// the server's memory, so [`DEFAULT_MAX_CONNECTIONS`] such clients hold at most 64 MiB. Node's
+/// default limit is 16 KiB; longer heads are answered 431.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+/// Open files kept out of the connection budget for the rest of the process: the embedded
+/// store's table files (fjall caches up to 900 descriptors), its journal, the Kafka client's.
+/// At most half the limit.
+const FD_RESERVE: u64 = 1024;
+
+/// How long the accept loop waits for an evicted connection to close before evicting another.
+const EVICTION_RETRY: Duration = Duration::from_millis(50);
 
 /// Limits of an HTTP server, as flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HttpLimits {
-    /// Seconds a client has to send a request's headers, counted from when the server starts
-    /// waiting for them: a connection's start, or the end of the previous answer on a
-    /// keep-alive connection, which is therefore closed after this long without a request.
+    /// Seconds a client has to send a request's whole head (request line and headers), counted
+    /// from when the server starts waiting for it: a connection's start, or the end of the
+    /// previous answer on a keep-alive connection, which is therefore closed after this long
+    /// without a request. Sending the head a line or a byte at a time does not extend it.
     #[arg(long = "http-header-timeout", value_name = "SECS", default_value_t = DEFAULT_HEADER_TIMEOUT,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub header_timeout: u64,
@@ -53,11 +74,20 @@ pub struct HttpLimits {
     #[arg(long = "http-request-timeout", value_name = "SECS", default_value_t = DEFAULT_REQUEST_TIMEOUT,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub request_timeout: u64,
-    /// Most connections served at once; further ones wait in the listen backlog until one
-    /// closes. Keep it below the file descriptor limit (`ulimit -n`).
+    /// Most connections open at once. At the limit, a new connection closes the one that has
+    /// waited longest for a request's head (a slow or idle client); if every connection is
+    /// being answered, it waits in the listen backlog. The server raises its soft open-file
+    /// limit (`ulimit -n`) up to the hard one to hold them, and serves fewer (with a warning)
+    /// if even that is too low.
     #[arg(long = "http-max-connections", value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub max_connections: u64,
+    /// Most store reads the dashboards run at once, each on a thread of the blocking pool;
+    /// further requests wait their turn (within the request timeout). Bounds those threads, and
+    /// the memory each one's allocator keeps, under many concurrent requests.
+    #[arg(long = "http-store-reads", value_name = "N", default_value_t = DEFAULT_STORE_READS,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub store_reads: u64,
 }
 
 impl Default for HttpLimits {
@@ -67,6 +97,7 @@ impl Default for HttpLimits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            store_reads: DEFAULT_STORE_READS,
         }
     }
 }
@@ -86,22 +117,23 @@ pub fn on_http_thread() -> bool {
 }
 
 /// A runtime whose threads are all marked as HTTP threads: `workers` threads, or a
-/// current-thread runtime for `workers <= 1` (whose caller marks the thread it blocks on).
-pub fn runtime(name: &str, workers: usize) -> Result<tokio::runtime::Runtime> {
-    if workers <= 1 {
+/// current-thread runtime for `workers <= 1` (whose caller marks the thread it blocks on), with
+/// at most `blocking` threads in its blocking pool (tokio's default is 512: each keeps its
+/// stack and the pages its allocator heap holds).
+pub fn runtime(name: &str, workers: usize, blocking: usize) -> Result<tokio::runtime::Runtime> {
+    let mut builder = if workers <= 1 {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_start(mark_http_thread)
-            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .thread_name(name)
-            .enable_all()
-            .on_thread_start(mark_http_thread)
-            .build()
-    }
-    .with_context(|| format!("starting the {name} server's runtime"))
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers).thread_name(name);
+        b
+    };
+    builder
+        .max_blocking_threads(blocking.max(1))
+        .enable_all()
+        .on_thread_start(mark_http_thread)
+        .build()
+        .with_context(|| format!("starting the {name} server's runtime"))
 }
 
 /// The JSON error answer of the server itself, readable by both the JSON API's clients
@@ -142,18 +174,39 @@ async fn guard(State(timeout): State<Duration>, req: Request, next: Next) -> Res
     }
 }
 
-/// When a connection last moved a byte, and how many of its requests are being answered.
+/// A connection's state as the accept loop and its own task see it: when it last moved a byte,
+/// how many of its requests are being answered, and since when it has been waiting for a
+/// request's head.
 #[derive(Debug)]
 struct Activity {
     start: Instant,
     last_ms: AtomicU64,
     busy: AtomicUsize,
+    /// Since when (ms after `start`) it has waited for a head: 0, or the end of its last answer.
+    waiting_ms: AtomicU64,
+    /// Set by the accept loop to make room; the connection closes unless it is answering.
+    evict: tokio::sync::Notify,
+    evicting: AtomicBool,
 }
 
 impl Activity {
+    fn new() -> Self {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
+            waiting_ms: AtomicU64::new(0),
+            evict: tokio::sync::Notify::new(),
+            evicting: AtomicBool::new(false),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
     fn quiet_for(&self) -> Duration {
@@ -161,9 +214,14 @@ impl Activity {
             .elapsed()
             .saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
     }
+
+    fn waiting_since(&self) -> Instant {
+        self.start + Duration::from_millis(self.waiting_ms.load(Ordering::Relaxed))
+    }
 }
 
-/// A request being answered: the idle clock stops meanwhile and restarts at its end.
+/// A request being answered: the idle clock stops meanwhile, and at its end both it and the
+/// wait for the next head start.
 struct Busy(Arc<Activity>);
 
 impl Busy {
@@ -176,7 +234,62 @@ impl Busy {
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.touch();
+        self.0.waiting_ms.store(self.0.now_ms(), Ordering::Relaxed);
         self.0.busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The open connections, by the order they were accepted in.
+#[derive(Debug, Default)]
+struct Connections {
+    next: AtomicU64,
+    open: Mutex<BTreeMap<u64, Arc<Activity>>>,
+}
+
+impl Connections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Activity>>> {
+        // The map stays consistent whatever panicked while holding it.
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a connection; it stays listed until the returned guard drops.
+    fn register(self: &Arc<Self>, activity: Arc<Activity>) -> Listed {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, activity);
+        Listed {
+            connections: self.clone(),
+            id,
+        }
+    }
+
+    /// Asks the connection that has waited longest for a request's head (and is neither being
+    /// answered nor already asked) to close; false if there is none.
+    fn evict_longest_waiting(&self) -> bool {
+        let open = self.lock();
+        let victim = open
+            .values()
+            .filter(|a| a.busy.load(Ordering::Relaxed) == 0 && !a.evicting.load(Ordering::Relaxed))
+            .min_by_key(|a| a.waiting_since());
+        match victim {
+            Some(a) => {
+                a.evicting.store(true, Ordering::Relaxed);
+                a.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A connection's place in [`Connections`], given up when it closes.
+struct Listed {
+    connections: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.connections.lock().remove(&self.id);
     }
 }
 
@@ -236,8 +349,83 @@ async fn idle(activity: &Activity, limit: Duration) {
     }
 }
 
+/// The connections a server may hold: `requested`, or fewer if the open-file limit cannot
+/// hold them beside [`FD_RESERVE`] after raising its soft value up to the hard one.
+fn connection_budget(requested: u64) -> u64 {
+    let Some((soft, hard)) = fd_limit::raise(requested.saturating_add(FD_RESERVE)) else {
+        return requested;
+    };
+    let allowed = soft.saturating_sub(FD_RESERVE.min(soft / 2)).max(1);
+    if requested <= allowed {
+        return requested;
+    }
+    tracing::warn!(
+        "the open-file limit (ulimit -n) is {soft} (hard limit {hard}): serving at most {allowed} \
+         connections at once instead of --http-max-connections {requested}; raise the hard limit \
+         (`ulimit -Hn`, systemd's LimitNOFILE=) to serve more"
+    );
+    allowed
+}
+
+/// The process's limit on open files.
+#[cfg(unix)]
+mod fd_limit {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+    /// Raises the soft limit to the hard one if it is below `wanted` (to `wanted` when the hard
+    /// limit is infinite); returns `(soft, hard)` after, `u64::MAX` for infinite.
+    pub(super) fn raise(wanted: u64) -> Option<(u64, u64)> {
+        let limit = getrlimit(Resource::Nofile);
+        let soft = limit.current.unwrap_or(u64::MAX);
+        let hard = limit.maximum.unwrap_or(u64::MAX);
+        if soft >= wanted || soft >= hard {
+            return Some((soft, hard));
+        }
+        // Linux refuses an infinite soft limit (it is capped at fs.nr_open), macOS one above
+        // OPEN_MAX: then `wanted` alone.
+        let targets = [limit.maximum, Some(wanted.min(hard))];
+        let raised = targets.into_iter().flatten().find_map(|target| {
+            setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(target),
+                    maximum: limit.maximum,
+                },
+            )
+            .ok()
+            .map(|()| target)
+        });
+        match raised {
+            Some(target) => {
+                tracing::info!(from = soft, to = target, "raised the open-file limit");
+                Some((target, hard))
+            }
+            None => {
+                tracing::warn!(
+                    "could not raise the open-file limit (ulimit -n) from {soft} towards its \
+                     hard limit {hard}: raise it before starting (`ulimit -n {wanted}`)"
+                );
+                Some((soft, hard))
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod fd_limit {
+    /// Open files are not limited this way here.
+    pub(super) fn raise(_wanted: u64) -> Option<(u64, u64)> {
+        None
+    }
+}
+
 /// Serves `app` on `listener` with `limits` until `shutdown` resolves, then lets the requests
 /// in progress finish (for at most the request timeout).
+///
+/// Each connection is a task of its own, so a slow client costs a socket and a few KiB, never
+/// a thread. Its head must arrive whole within the header timeout and hold at most
+/// [`MAX_HEAD_BYTES`]. At the connection limit, a new connection makes room by closing the one
+/// that has waited longest for a head: slow and idle clients cannot keep a normal request out.
 ///
 /// # Errors
 /// None so far: accept errors (such as running out of file descriptors) are logged and
@@ -250,38 +438,50 @@ pub async fn serve(
 ) -> Result<()> {
     let request_timeout = Duration::from_secs(limits.request_timeout);
     let idle_limit = Duration::from_secs(limits.idle_timeout);
+    let max_connections = connection_budget(limits.max_connections);
     let app = app.layer(middleware::from_fn_with_state(request_timeout, guard));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(limits.header_timeout));
+        .header_read_timeout(Duration::from_secs(limits.header_timeout))
+        .max_buf_size(MAX_HEAD_BYTES);
     let permits = Arc::new(tokio::sync::Semaphore::new(
-        usize::try_from(limits.max_connections).unwrap_or(usize::MAX),
+        usize::try_from(max_connections).unwrap_or(usize::MAX),
     ));
+    let connections = Arc::new(Connections::default());
+    let mut evictions = Evictions::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
-    loop {
-        // Taking the permit before accepting leaves connections beyond the limit in the
-        // kernel's backlog, where they cost no file descriptor of ours.
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit?,
-            () = &mut shutdown => break,
-        };
+    'serve: loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a connection failed; retrying");
+                    // Out of file descriptors: a waiting connection gives one back.
+                    connections.evict_longest_waiting();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             () = &mut shutdown => break,
         };
-        let activity = Arc::new(Activity {
-            start: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            busy: AtomicUsize::new(0),
-        });
+        // Accepted first, so that eviction happens only for a connection that is there. If
+        // every connection is being answered, this one waits, and the next in the backlog.
+        let permit = loop {
+            if let Ok(permit) = permits.clone().try_acquire_owned() {
+                break permit;
+            }
+            if connections.evict_longest_waiting() {
+                evictions.count(max_connections);
+            }
+            tokio::select! {
+                permit = permits.clone().acquire_owned() => break permit?,
+                () = tokio::time::sleep(EVICTION_RETRY) => {},
+                () = &mut shutdown => break 'serve,
+            }
+        };
+        let activity = Arc::new(Activity::new());
+        let listed = connections.register(activity.clone());
         let io = TokioIo::new(Watched {
             stream,
             activity: activity.clone(),
@@ -298,11 +498,22 @@ pub async fn serve(
         });
         let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
-            tokio::select! {
-                // A client that hangs up or breaks the protocol is no server error.
-                _ = connection => {},
-                () = idle(&activity, idle_limit) => {},
+            tokio::pin!(connection);
+            loop {
+                tokio::select! {
+                    // A client that hangs up or breaks the protocol is no server error.
+                    _ = &mut connection => break,
+                    () = idle(&activity, idle_limit) => break,
+                    () = activity.evict.notified() => {
+                        // Its request may have begun since it was picked: then it stays.
+                        if activity.busy.load(Ordering::Relaxed) == 0 {
+                            break;
+                        }
+                        activity.evicting.store(false, Ordering::Relaxed);
+                    }
+                }
             }
+            drop(listed);
             drop(permit);
         });
     }
@@ -313,6 +524,33 @@ pub async fn serve(
         tracing::warn!("connections still open at shutdown were closed");
     }
     Ok(())
+}
+
+/// Connections closed to make room, reported at most once a minute.
+#[derive(Debug, Default)]
+struct Evictions {
+    since_report: u64,
+    reported: Option<Instant>,
+}
+
+impl Evictions {
+    fn count(&mut self, limit: u64) {
+        self.since_report += 1;
+        if self
+            .reported
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        tracing::warn!(
+            closed = self.since_report,
+            "at the connection limit ({limit}): closed the connections that waited longest for \
+             a request (slow or idle clients) to let new ones in; raise --http-max-connections \
+             if these are real clients"
+        );
+        self.since_report = 0;
+        self.reported = Some(Instant::now());
+    }
 }
 
 /// A running server; dropping it stops it and waits for its thread.
@@ -339,7 +577,8 @@ impl HttpThread {
     ) -> Result<Self> {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let runtime = runtime(name, workers)?;
+        let blocking = usize::try_from(limits.store_reads).unwrap_or(usize::MAX);
+        let runtime = runtime(name, workers, blocking)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let what = name.to_string();
         let limits = limits.clone();
@@ -384,5 +623,48 @@ impl Drop for HttpThread {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn picked(a: &Activity) -> bool {
+        a.evicting.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn eviction_picks_the_connection_waiting_longest_and_never_one_being_answered() {
+        let connections = Arc::new(Connections::default());
+        let [first, second, third] = [(); 3].map(|()| Arc::new(Activity::new()));
+        let _listed = [&first, &second, &third].map(|a| connections.register(a.clone()));
+        // The first was accepted first but is answering a request; the third has waited since
+        // its start, the second since the end of an answer after that.
+        let busy = Busy::new(first.clone());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(Busy::new(second.clone()));
+
+        assert!(connections.evict_longest_waiting());
+        assert!(picked(&third) && !picked(&first) && !picked(&second));
+        assert!(connections.evict_longest_waiting());
+        assert!(picked(&second) && !picked(&first));
+        assert!(
+            !connections.evict_longest_waiting(),
+            "only the connection being answered is left"
+        );
+        drop(busy);
+        assert!(connections.evict_longest_waiting());
+        assert!(picked(&first));
+    }
+
+    #[test]
+    fn a_closed_connection_leaves_the_list() {
+        let connections = Arc::new(Connections::default());
+        let listed = connections.register(Arc::new(Activity::new()));
+        assert_eq!(connections.lock().len(), 1);
+        drop(listed);
+        assert!(connections.lock().is_empty());
+        assert!(!connections.evict_longest_waiting());
     }
 }

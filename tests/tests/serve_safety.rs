@@ -1,6 +1,7 @@
 //! `hourglass serve`'s guard rails: bearer-token auth, 503 when the store is down, two
 //! servers of one store, `/metrics`, `/healthz` and the built-in page;
-//! hostile parameters, handler panics, idle and slow connections.
+//! hostile parameters, handler panics, idle and slow connections, the connection limit and the
+//! open-file limit.
 
 mod serve_common;
 
@@ -8,7 +9,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use serve_common::{agent, error_of, get, get_json, start, start_limited, start_with, Server, H};
+use serve_common::{
+    agent, error_of, get, get_json, start, start_limited, start_under, start_with, Server, H,
+};
 
 fn status_with(server: &Server, path: &str, auth: Option<&str>) -> u16 {
     let mut req = agent().get(format!("{}{path}", server.url));
@@ -471,5 +474,144 @@ fn an_idle_keep_alive_connection_is_closed() {
     assert!(
         closed_by_server(stream, false),
         "an idle keep-alive connection stayed open 30 s"
+    );
+}
+
+/// A connection that has sent a request line and one header of a request, and nothing more.
+fn slow_client(server: &Server) -> TcpStream {
+    let mut stream = TcpStream::connect(addr(server)).expect("connect");
+    stream
+        .write_all(b"GET /api/v1/devices HTTP/1.1\r\nHost: x\r\n")
+        .expect("partial head");
+    stream
+}
+
+/// Whether the server has closed `stream`: its end (or an answer, or a reset) is there within
+/// `wait`.
+fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).expect("read timeout");
+    let mut buf = [0u8; 1024];
+    match stream.read(&mut buf) {
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        // Its end (0 bytes), or an answer (such as 408) before it.
+        Ok(_end_or_answer) => true,
+    }
+}
+
+/// An agent that waits up to 30 s for an answer.
+fn patient_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+#[test]
+fn a_normal_request_is_answered_while_slow_clients_fill_the_connection_limit() {
+    // Four slow clients hold the four connections the server allows, and their header deadline
+    // is a minute away: the normal request gets in by closing the one that has waited longest.
+    let server = start_with(
+        &[
+            "--store",
+            "store",
+            "--http-max-connections",
+            "4",
+            "--http-header-timeout",
+            "60",
+            "--http-idle-timeout",
+            "60",
+        ],
+        true,
+    );
+    let mut slow: Vec<TcpStream> = (0..4).map(|_| slow_client(&server)).collect();
+    let mut res = patient_agent()
+        .get(format!("{}/api/v1/devices", server.url))
+        .call()
+        .expect("a normal request is answered beside slow clients at the connection limit");
+    assert_eq!(res.status().as_u16(), 200);
+    let body = res.body_mut().read_to_string().expect("body");
+    assert!(body.contains("dev"), "{body}");
+    assert!(
+        closed_within(&mut slow[0], Duration::from_secs(5)),
+        "the oldest slow client is still open"
+    );
+    for (k, stream) in slow.iter_mut().enumerate().skip(1) {
+        assert!(
+            !closed_within(stream, Duration::from_millis(200)),
+            "slow client {k} was closed: only the oldest had to make room"
+        );
+    }
+}
+
+#[test]
+fn requests_being_answered_are_never_closed_to_make_room() {
+    // Both connections the server allows are answering a request (2 s each): a third waits for
+    // one of them instead of cutting it.
+    let server = start_with(&["--store", "store", "--http-max-connections", "2"], true);
+    let sleepers: Vec<_> = (0..2)
+        .map(|_| {
+            let url = format!("{}/debug/sleep?ms=2000", server.url);
+            std::thread::spawn(move || {
+                let mut res = patient_agent().get(url).call().expect("sleeping request");
+                (
+                    res.status().as_u16(),
+                    res.body_mut().read_to_string().expect("body"),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let res = patient_agent()
+        .get(format!("{}/healthz", server.url))
+        .call()
+        .expect("the third request is answered once a connection is free");
+    assert_eq!(res.status().as_u16(), 200);
+    for s in sleepers {
+        let (status, body) = s.join().expect("sleeper thread");
+        assert_eq!((status, body.as_str()), (200, "slept\n"));
+    }
+}
+
+/// The soft and hard `Max open files` of process `pid` (`None` for unlimited).
+fn open_file_limits(pid: &str) -> (Option<u64>, Option<u64>) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files line");
+    let mut values = line.split_whitespace().skip(3).map(|v| v.parse().ok());
+    (values.next().flatten(), values.next().flatten())
+}
+
+#[test]
+fn serve_raises_its_soft_open_file_limit_to_the_hard_one() {
+    let (_, hard) = open_file_limits("self");
+    let server = start_under(&["--store", "store"], true, Some("ulimit -Sn 64"));
+    assert_eq!(get(&server, "/healthz", &[]).0, 200);
+    let (soft, server_hard) = open_file_limits(&server.pid().to_string());
+    assert_eq!(server_hard, hard, "the hard limit is left as it was");
+    match hard {
+        Some(hard) if hard > 64 => assert_eq!(soft, Some(hard), "{}", server.stderr()),
+        // Unlimited: raised to what its connections and the store need.
+        None => assert!(soft.is_some_and(|s| s > 64), "{soft:?}"),
+        Some(_) => {}
+    }
+}
+
+#[test]
+fn serve_says_when_the_open_file_limit_holds_fewer_connections_than_asked() {
+    // Both limits at 64: the default 2,048 connections cannot be held; it serves 32 and says so.
+    let server = start_under(&["--store", "store"], true, Some("ulimit -n 64"));
+    assert_eq!(get(&server, "/healthz", &[]).0, 200);
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("open-file limit (ulimit -n) is 64")
+            && stderr.contains("serving at most 32 connections")
+            && stderr.contains("--http-max-connections 2048"),
+        "{stderr}"
     );
 }

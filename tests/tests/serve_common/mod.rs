@@ -70,6 +70,16 @@ impl Server {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What it has written on stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.err")).unwrap_or_default()
+    }
 }
 
 /// The CLI's points of `device` in `[from, to)`.
@@ -98,17 +108,27 @@ pub fn start_with(args: &[&str], with_store: bool) -> Server {
 
 /// As [`start_with`], with the server's file descriptor limit lowered to `fds` when set.
 pub fn start_limited(args: &[&str], with_store: bool, fds: Option<u32>) -> Server {
+    start_under(
+        args,
+        with_store,
+        fds.map(|n| format!("ulimit -n {n}")).as_deref(),
+    )
+}
+
+/// As [`start_with`], started by `sh -c "<ulimit> && exec hourglass serve …"` when `ulimit` is
+/// set (`ulimit -n 64` lowers both limits, `ulimit -Sn 64` the soft one).
+pub fn start_under(args: &[&str], with_store: bool, ulimit: Option<&str>) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     if with_store {
         copy_dir(&scenario().join("store"), &dir.path().join("store"));
     }
     let stderr = std::fs::File::create(dir.path().join("serve.err")).expect("stderr file");
-    let mut command = match fds {
+    let mut command = match ulimit {
         None => hourglass_command(dir.path(), NOW, &["serve"]),
-        Some(n) => {
+        Some(ulimit) => {
             let mut c = std::process::Command::new("sh");
             c.arg("-c")
-                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(format!("{ulimit} && exec \"$0\" \"$@\""))
                 .arg(e2e::hourglass_bin())
                 .arg("serve")
                 .current_dir(dir.path())
