@@ -624,14 +624,19 @@ mod tests {
             }
             input.close();
             while worker.step() {}
-            captured
-                .try_iter()
-                .flat_map(|event| match event {
-                    Event::Messages(_, batch) => batch,
-                    Event::Progress(_) => Vec::new(),
-                })
-                .collect()
+            messages(&captured)
         })
+    }
+
+    /// Every message captured so far, in order.
+    fn messages<T>(captured: &std::sync::mpsc::Receiver<Event<u64, Vec<T>>>) -> Vec<T> {
+        captured
+            .try_iter()
+            .flat_map(|event| match event {
+                Event::Messages(_, batch) => batch,
+                Event::Progress(_) => Vec::new(),
+            })
+            .collect()
     }
 
     fn panes(out: &[Out]) -> Vec<&Pane<String, f64>> {
@@ -910,13 +915,7 @@ mod tests {
             input.send(("a".to_string(), 10, 4.0));
             input.close();
             while worker.step() {}
-            captured
-                .try_iter()
-                .flat_map(|event| match event {
-                    Event::Messages(_, batch) => batch,
-                    Event::Progress(_) => Vec::new(),
-                })
-                .collect::<Vec<_>>()
+            messages(&captured)
         });
         let mut repeated: Vec<(String, u64, f64, bool)> = out
             .iter()
