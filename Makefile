@@ -78,9 +78,9 @@ fuzz:
 # The services script of the checkout that started the shared broker (the broker soak restarts it).
 SERVICES_SH ?= $(CURDIR)/scripts/services.sh
 
-## Soak runs against the live HBase and Kafka (tens of minutes; the last restarts the Kafka
-## broker once): SIGKILL x20 into HBase, HBase down 60 s, broker restart; then soak-serve.
-## Prints the figures docs/RELIABILITY.md records.
+## Soak runs against the live HBase and Kafka (about an hour; the last restarts the Kafka
+## broker once): SIGKILL x20 into HBase, HBase down 10 min at 10,000 readings/s (release build),
+## broker restart; then soak-serve. Prints the figures docs/RELIABILITY.md records.
 soak:
 	$(SERVICES_SH) up all
 	HOURGLASS_SERVICES_SH=$(SERVICES_SH) $(CARGO) test --locked -p hourglass-tests --test soak -- --ignored --nocapture --test-threads 1

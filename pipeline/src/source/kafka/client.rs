@@ -43,15 +43,24 @@ pub fn admin_config(source: &SourceConfig) -> ClientConfig {
 
 /// The librdkafka settings of the job's readings consumers: the passthrough table, then what
 /// hourglass owns (brokers, group `source.group_id`, manual offsets); `auto.offset.reset`
-/// defaults to `earliest`. Unknown settings fail when a client is created.
+/// defaults to `earliest`, and the prefetch queue is bounded by `source.prefetch_max_messages`
+/// and `source.prefetch_max_kbytes`. Unknown settings fail when a client is created.
 pub fn client_config(source: &SourceConfig) -> ClientConfig {
     let fetch_wait = source.fetch_wait_max_ms.to_string();
+    let (messages, kbytes) = (
+        source.prefetch_max_messages.to_string(),
+        source.prefetch_max_kbytes.to_string(),
+    );
     manual_offsets(
         base_config(
             source,
             &[
                 ("auto.offset.reset", "earliest"),
                 ("fetch.wait.max.ms", &fetch_wait),
+                // A worker that cannot write reads nothing; these keep librdkafka from fetching
+                // on for it (its defaults hold up to 100,000 records or 64 MiB per consumer).
+                ("queued.min.messages", &messages),
+                ("queued.max.messages.kbytes", &kbytes),
             ],
         ),
         &source.group_id,
@@ -160,6 +169,8 @@ mod tests {
         let default = client_config(&SourceConfig::default());
         assert_eq!(default.get("auto.offset.reset"), Some("earliest"));
         assert_eq!(default.get("fetch.wait.max.ms"), Some("100"));
+        assert_eq!(default.get("queued.min.messages"), Some("30000"));
+        assert_eq!(default.get("queued.max.messages.kbytes"), Some("8192"));
         let mut tuned = SourceConfig {
             fetch_wait_max_ms: 20,
             ..SourceConfig::default()
