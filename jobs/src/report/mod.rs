@@ -214,7 +214,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         month_start: from,
         month_end: to,
         now: pipeline::time::now_ms().div_euclid(1000),
-        lateness: i64::try_from(cfg.window.allowed_lateness_secs).unwrap_or(i64::MAX / 4),
+        lateness: cfg.window.allowed_lateness_secs,
         interval: args.interval,
     };
     let began = Instant::now();
