@@ -24,6 +24,15 @@ fn cell(qualifier: Vec<u8>, ts_ms: i64, value: Vec<u8>) -> Cell {
     }
 }
 
+/// A row's cells as `(qualifier, timestamp, value)`, for tests comparing them with literals.
+#[cfg(test)]
+fn cell_parts(row: &crate::table::Row) -> Vec<(&[u8], i64, &[u8])> {
+    row.cells
+        .iter()
+        .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))
+        .collect()
+}
+
 /// Reads a cell value written by [`crate::reading::format_value`].
 ///
 /// # Errors

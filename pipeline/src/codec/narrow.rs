@@ -310,11 +310,7 @@ mod tests {
         let (table, row) = put_parts(narrow_put(KeyScheme::Salted, &r));
         assert_eq!(table, NARROW_TABLE);
         assert_eq!(row.key, b"00_dev00786_9223372035130673407");
-        let cells: Vec<_> = row
-            .cells
-            .iter()
-            .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))
-            .collect();
+        let cells = crate::codec::cell_parts(&row);
         // The `t:x` bytes are the stored format: keys sorted, compact, room included.
         assert_eq!(
             cells,

@@ -118,11 +118,7 @@ mod tests {
             Some("own7".into()),
         ));
         assert_eq!(row.key, b"lab1_dev1");
-        let cells: Vec<_> = row
-            .cells
-            .iter()
-            .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))
-            .collect();
+        let cells = crate::codec::cell_parts(&row);
         assert_eq!(
             cells,
             [
