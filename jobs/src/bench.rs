@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use pipeline::codec::hourly::HOUR_SECS;
 
 use crate::driver::JobArgs;
 use crate::generate::{self, GenerateArgs};
@@ -108,7 +109,7 @@ fn bench_queries(
         (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..iterations {
         let device = name(rng.random_range(0..devices));
-        hour.push(time_ms(|| query::hour(&db, scheme, &device, at - 3600))?.0);
+        hour.push(time_ms(|| query::hour(&db, scheme, &device, at - HOUR_SECS))?.0);
         auto.push(
             time_ms(|| {
                 query::curve_points(&db, scheme, &device, at - 86_400, at, CurveSource::Auto)

@@ -340,7 +340,8 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
         None => Vec::new(),
     };
     for device in &args.delete {
-        pipeline::rowkey::validate_device(device).with_context(|| format!("--delete {device}"))?;
+        pipeline::codec::key::validate_device(device)
+            .with_context(|| format!("--delete {device}"))?;
     }
     let mut cfg = ClientConfig::new();
     cfg.set("enable.idempotence", "true");

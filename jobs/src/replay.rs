@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use pipeline::codec::hourly::{hour_start, HOUR_SECS};
 use pipeline::config::{JobConfig, WindowConfig};
 use pipeline::control::JobControl;
-use pipeline::rowkey::hour_start;
 use pipeline::schema::RETENTION_SECS;
 use pipeline::source::replay::input::{self, LineReader};
 use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
@@ -129,7 +129,10 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         0
     };
     if shift != 0 {
-        eprintln!("--rebase-time: shifting timestamps by {} h", shift / 3600);
+        eprintln!(
+            "--rebase-time: shifting timestamps by {} h",
+            shift / HOUR_SECS
+        );
     }
     // Fail before starting workers if the input is missing.
     drop(input::open(&args.file, None)?);

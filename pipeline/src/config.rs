@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::narrow::KeyScheme;
 use crate::registry::RegistrySource;
-use crate::rowkey::KeyScheme;
 use crate::{Error, Result};
 
 pub use sinks::config::{StoreConfig, StoreKind};

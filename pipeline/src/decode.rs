@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::codec::key::validate_device;
 use crate::reading::Reading;
-use crate::rowkey::validate_device;
 
 /// Longest accepted input line, in bytes.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
@@ -300,9 +300,9 @@ mod fast {
     use serde::Serializer as _;
 
     use super::MAX_TS;
+    use crate::codec::key::validate_device;
     use crate::reading::Reading;
     use crate::registry::validate_room;
-    use crate::rowkey::validate_device;
 
     /// More fields than this go to the reference decoder (sensor lines carry about ten).
     const MAX_FIELDS: usize = 16;

@@ -11,8 +11,6 @@ pub mod query;
 pub mod reading;
 pub mod registry;
 pub mod room;
-pub mod rowkey;
-pub mod rows;
 pub mod source;
 pub mod stats;
 pub mod summary;

@@ -3,10 +3,10 @@
 use serde::Serialize;
 
 use crate::codec::hourly::{wide_cell_ts_ms, HOUR_SECS};
+use crate::codec::key::validate_device;
+use crate::codec::narrow::KeyScheme;
 use crate::codec::{hourly, narrow};
 use crate::reading::Reading;
-use crate::rowkey::{self, KeyScheme};
-use crate::rows;
 use crate::schema::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
 use crate::summary::HourSummary;
 use crate::table::{Column, Row, ScanSpec, TableReader, TimeRange};
@@ -23,9 +23,9 @@ pub fn curve(
     from: i64,
     to: i64,
 ) -> Result<Vec<Reading>> {
-    rowkey::validate_device(device)?;
+    validate_device(device)?;
     scan_narrow(store, scheme, device, (from, to), Vec::new(), |row| {
-        rows::reading_from_narrow(scheme, row)
+        narrow::reading_from_narrow(scheme, row)
     })
 }
 
@@ -39,7 +39,7 @@ fn scan_narrow<T>(
     columns: Vec<Column>,
     decode: impl Fn(&Row) -> Result<T>,
 ) -> Result<Vec<T>> {
-    let Some(range) = rowkey::narrow_range(scheme, device, from, to) else {
+    let Some(range) = narrow::narrow_range(scheme, device, from, to) else {
         return Ok(Vec::new());
     };
     let spec = ScanSpec {
@@ -88,9 +88,9 @@ pub fn hour(
     device: &str,
     at: i64,
 ) -> Result<HourAnswer> {
-    rowkey::validate_device(device)?;
-    let hour_start = rowkey::hour_start(at);
-    let key = rowkey::wide_key(device, hour_start);
+    validate_device(device)?;
+    let hour_start = hourly::hour_start(at);
+    let key = hourly::wide_key(device, hour_start);
     let row = store.get(
         HOURLY_TABLE,
         &key,
@@ -126,7 +126,7 @@ fn wide_rows_time(first: i64, last: i64) -> TimeRange {
 fn hour_answer(device: &str, hour_start: i64, row: Option<&Row>) -> Result<HourAnswer> {
     let (points, summary) = match row {
         Some(row) => (
-            rows::points_from_wide(hour_start, row)?,
+            hourly::points_from_wide(hour_start, row)?,
             HourSummary::from_row(row),
         ),
         None => (Vec::new(), None),
@@ -179,13 +179,13 @@ const LATEST_LOOKBACK_SECS: [i64; 3] = [600, 24 * HOUR_SECS, 32 * 24 * HOUR_SECS
 /// # Errors
 /// A store error, or a malformed row.
 pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Result<Option<Reading>> {
-    rowkey::validate_device(device)?;
-    let prefix = rowkey::narrow_prefix(scheme, device);
+    validate_device(device)?;
+    let prefix = narrow::narrow_prefix(scheme, device);
     if scheme != KeyScheme::Salted {
         let rows = store.scan(NARROW_TABLE, &ScanSpec::prefix(&prefix))?;
         return rows
             .last()
-            .map(|row| rows::reading_from_narrow(scheme, row))
+            .map(|row| narrow::reading_from_narrow(scheme, row))
             .transpose();
     }
     let now_ms = crate::time::now_ms();
@@ -199,7 +199,7 @@ pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Resul
         spec.limit = Some(1);
         spec.time_range = Some(TimeRange::new(lower, upper));
         if let Some(row) = store.scan(NARROW_TABLE, &spec)?.first() {
-            return rows::reading_from_narrow(scheme, row).map(Some);
+            return narrow::reading_from_narrow(scheme, row).map(Some);
         }
         upper = lower;
     }
@@ -263,7 +263,7 @@ pub fn curve_points(
         let mut points = Vec::new();
         let all: Vec<i64> = (0..hours as i64).map(|k| first + k * HOUR_SECS).collect();
         for day in all.chunks(HOURS_PER_GET) {
-            let keys: Vec<Vec<u8>> = day.iter().map(|&h| rowkey::wide_key(device, h)).collect();
+            let keys: Vec<Vec<u8>> = day.iter().map(|&h| hourly::wide_key(device, h)).collect();
             let time = wide_rows_time(day[0], day[day.len() - 1]);
             for (&h, row) in day
                 .iter()
@@ -283,24 +283,27 @@ pub fn curve_points(
         }
         Ok(points)
     };
-    rowkey::validate_device(device)?;
+    validate_device(device)?;
     if to <= from {
         return Ok(Vec::new());
     }
     // Hour rounding below must not overflow near `i64::MIN`/`MAX`: no reading is that far out.
-    let (from, to) = (from.max(i64::MIN + 7200), to.min(i64::MAX - 7200));
+    let (from, to) = (
+        from.max(i64::MIN + 2 * HOUR_SECS),
+        to.min(i64::MAX - 2 * HOUR_SECS),
+    );
     if to <= from {
         return Ok(Vec::new());
     }
     match source {
         CurveSource::Narrow => narrow(from, to),
-        CurveSource::Wide => wide(rowkey::hour_start(from), from, to),
+        CurveSource::Wide => wide(hourly::hour_start(from), from, to),
         CurveSource::Auto => {
             // The hours before the one `to` falls in come from wide rows, the first one too when
             // `from` cuts it (its row is filtered: one more row in the multi-get costs less than
             // a scan); the hour of `to`, which may still be filling, from the narrow table.
-            let first = rowkey::hour_start(from);
-            let last_whole_end = rowkey::hour_start(to);
+            let first = hourly::hour_start(from);
+            let last_whole_end = hourly::hour_start(to);
             if first >= last_whole_end {
                 return narrow(from, to);
             }

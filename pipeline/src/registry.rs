@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::codec::key::validate_device;
 use crate::config::SourceConfig;
-use crate::rowkey::validate_device;
 use crate::{Error, Result};
 
 /// Device → room.

@@ -1,4 +1,9 @@
 //! Table specifications: the HBase schema of every hourglass table, as code.
+//!
+//! The row keys themselves are `pipeline::codec`'s, except two things the split keys here are
+//! cut at, defined once here because this crate cannot depend on `pipeline`: the separator
+//! [`KEY_SEPARATOR`] and the bytes of a salt bucket ([`push_salt_bucket`]), which the codec
+//! writes its keys with.
 
 use std::fmt::Write as _;
 
@@ -235,7 +240,8 @@ fn pattern_split_keys((prefix, digits): (&str, u32), regions: u32) -> Vec<Vec<u8
         .collect()
 }
 
-/// The byte between an id and the rest of a row key (`pipeline::codec::key::SEPARATOR`).
+/// The byte between an id and the rest of a row key; `pipeline::codec::key::SEPARATOR` is this
+/// one.
 pub const KEY_SEPARATOR: u8 = b'_';
 
 /// Split keys at the weighted quantiles of `ids`, as HBase's sampling splitters choose them:
@@ -284,14 +290,33 @@ fn data_family() -> FamilySpec {
     }
 }
 
+/// Appends the bytes of salt bucket `bucket` to `key`: its number as at least two decimal
+/// digits (`00`..`15`; Java's `String.format("%02d", bucket)`). Every salted narrow row key
+/// starts with them (`pipeline::codec::narrow::narrow_prefix`) and the narrow table's split keys
+/// are them ([`salt_split_keys`]); this is their one definition.
+pub fn push_salt_bucket(key: &mut Vec<u8>, bucket: u32) {
+    if bucket < 100 {
+        // Without formatting: every reading's key starts with it.
+        key.extend_from_slice(&[b'0' + (bucket / 10) as u8, b'0' + (bucket % 10) as u8]);
+    } else {
+        key.extend_from_slice(bucket.to_string().as_bytes());
+    }
+}
+
+/// The bytes of salt bucket `bucket` ([`push_salt_bucket`]): the split key its region starts
+/// at, and the start of each of its rows' keys.
+pub fn salt_bucket_key(bucket: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(2);
+    push_salt_bucket(&mut key, bucket);
+    key
+}
+
 /// Split keys that give each decimal salt bucket `00`..`15` its own region: `01`, `02`, … `15`.
 ///
 /// The seed split on `03`, `06`, … `2d` (hex), which leaves 10 of 16 regions empty for the
 /// decimal buckets the row key actually uses.
 pub fn salt_split_keys(buckets: u32) -> Vec<Vec<u8>> {
-    (1..buckets)
-        .map(|b| format!("{b:02}").into_bytes())
-        .collect()
+    (1..buckets).map(salt_bucket_key).collect()
 }
 
 /// `ts_metric`: one narrow row per reading, salted and time-reversed, pre-split per salt bucket.
@@ -377,6 +402,13 @@ mod tests {
                 .filter(|k| k.as_slice() <= key.as_bytes())
                 .count();
             assert_eq!(region, b as usize);
+        }
+    }
+
+    #[test]
+    fn a_salt_bucket_is_its_number_in_at_least_two_digits() {
+        for b in [0, 7, 15, 99, 100, 999] {
+            assert_eq!(salt_bucket_key(b), format!("{b:02}").into_bytes());
         }
     }
 

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use pipeline::codec::narrow::narrow_put;
+use pipeline::codec::narrow::KeyScheme;
 use pipeline::query;
 use pipeline::reading::Reading;
-use pipeline::rowkey::KeyScheme;
-use pipeline::rows::narrow_put;
 use pipeline::schema::all_tables;
 use pipeline::table::TableWriter;
 use proptest::prelude::*;

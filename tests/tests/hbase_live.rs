@@ -784,8 +784,8 @@ fn early_firings_keep_the_open_hour_in_step_with_the_narrow_table_in_hbase() {
 /// saw the new points with the old summary.)
 #[test]
 fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
+    use pipeline::codec::hourly::wide_put;
     use pipeline::query;
-    use pipeline::rows::wide_put;
     use pipeline::summary::HourSummary;
     use pipeline::table::TableWriter;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -825,7 +825,13 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         })
     };
     let store = HbaseStore::new(&cfg);
-    let empty = query::hour(&store, pipeline::rowkey::KeyScheme::Salted, "dev1", h).expect("hour");
+    let empty = query::hour(
+        &store,
+        pipeline::codec::narrow::KeyScheme::Salted,
+        "dev1",
+        h,
+    )
+    .expect("hour");
     assert!(
         empty.points.is_empty() && empty.summary.is_none(),
         "{empty:?}"
@@ -833,8 +839,13 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
     reading.wait();
     let (mut gets, mut partial) = (0, 0);
     while !done.load(Ordering::SeqCst) {
-        let hour =
-            query::hour(&store, pipeline::rowkey::KeyScheme::Salted, "dev1", h).expect("hour");
+        let hour = query::hour(
+            &store,
+            pipeline::codec::narrow::KeyScheme::Salted,
+            "dev1",
+            h,
+        )
+        .expect("hour");
         gets += 1;
         if hour.points.is_empty() {
             assert_eq!(hour.summary, None, "a summary without points");
@@ -851,7 +862,13 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         }
     }
     writer.join().expect("writer");
-    let hour = query::hour(&store, pipeline::rowkey::KeyScheme::Salted, "dev1", h).expect("hour");
+    let hour = query::hour(
+        &store,
+        pipeline::codec::narrow::KeyScheme::Salted,
+        "dev1",
+        h,
+    )
+    .expect("hour");
     assert_eq!(hour.points.len(), (PANES * 60) as usize);
     assert_eq!(hour.summary, HourSummary::of_points(&hour.points));
     // Not vacuous: reads landed while the row was still being written.

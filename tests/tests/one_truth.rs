@@ -9,8 +9,8 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use e2e::{hourglass_command, succeeded, NOW};
+use pipeline::codec::narrow::KeyScheme;
 use pipeline::query::{self, CurveSource};
-use pipeline::rowkey::KeyScheme;
 use pipeline::schema::all_tables;
 use pipeline::summary::HourSummary;
 use proptest::prelude::*;

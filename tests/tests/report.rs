@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use e2e::hourglass_command;
-use pipeline::rowkey::{parse_narrow_key, KeyScheme};
+use pipeline::codec::narrow::{parse_narrow_key, KeyScheme};
 use proptest::prelude::*;
 use serde_json::Value;
 

@@ -18,7 +18,7 @@ fn labels(device: &str) -> Value {
         let dump = cli(&["tables", "dump", "ts_room_latest"]);
         let room = dump.lines().find_map(|line| {
             let key = line.split('\t').next()?;
-            let (room, d) = key.split_once('_')?;
+            let (room, d) = pipeline::codec::room::parse_room_key(key)?;
             (d == device).then(|| room.to_string())
         });
         if let Some(room) = room {

@@ -8,13 +8,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pipeline::codec::hourly::{hour_start, wide_put};
+use pipeline::codec::narrow::narrow_put;
+use pipeline::codec::room::room_put;
 use pipeline::config::{JobConfig, StoreConfig};
 use pipeline::decode::decode_line;
-use pipeline::rowkey::hour_start;
-use pipeline::rows::{narrow_put, wide_put};
-use pipeline::schema::{FAMILY, ROOM_TABLE};
 use pipeline::summary::HourSummary;
-use pipeline::table::{Cell, Mutation};
 
 use super::{lines, run, Verdict};
 use crate::serve::DashboardServer;
@@ -69,16 +68,9 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
         puts.push(wide_put(&device, hour, &points, summary.as_ref()));
     }
     for (device, (ts, value, room)) in latest {
-        puts.push(Mutation::Put {
-            table: ROOM_TABLE,
-            row: pipeline::room::room_key(&room, &device),
-            cells: vec![Cell {
-                family: FAMILY.to_string(),
-                qualifier: b"v".to_vec(),
-                ts_ms: ts * 1000,
-                value: pipeline::reading::format_value(value).into_bytes(),
-            }],
-        });
+        // As the view writes a device whose reading reported its room.
+        let value = pipeline::reading::format_value(value);
+        puts.push(room_put(&room, &device, ts, value, Some(room.clone())));
     }
     let mut writer = backend.writer();
     writer.write(puts).expect("scenario rows written");

@@ -3,13 +3,15 @@
 
 use std::cmp::Reverse;
 
+use pipeline::codec::hourly::{
+    hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier, HOUR_SECS,
+};
+use pipeline::codec::key::{salt_bucket, validate_device};
+use pipeline::codec::narrow::{
+    narrow_key, narrow_put, narrow_range, parse_narrow_key, reading_from_narrow, KeyScheme,
+};
 use pipeline::decode::MAX_TS;
 use pipeline::reading::Reading;
-use pipeline::rowkey::{
-    hour_start, narrow_key, narrow_range, parse_narrow_key, salt_bucket, validate_device, wide_key,
-    wide_qualifier, KeyScheme,
-};
-use pipeline::rows::{narrow_put, points_from_wide, reading_from_narrow, wide_put};
 use pipeline::table::{Mutation, Row};
 
 use super::{lines, run, Verdict};
@@ -104,10 +106,12 @@ fn check_pair(d: &str, ts: i64, value: f64) -> Verdict {
         }
     }
     let hs = hour_start(ts);
-    if hs % 3600 != 0 || !(hs <= ts && ts < hs + 3600) {
+    if hs % HOUR_SECS != 0 || !(hs <= ts && ts < hs + HOUR_SECS) {
         return Err(format!("hour_start({ts}) = {hs}"));
     }
-    if wide_key(d, hs) != format!("{d}_{hs}").into_bytes() {
+    if wide_key(d, hs) != format!("{d}_{hs}").into_bytes()
+        || parse_wide_key(&wide_key(d, hs)) != Some((d, hs))
+    {
         return Err(format!(
             "wide key of ({d:?}, {hs}) is not `<device>_<hourStart>`"
         ));

@@ -1,6 +1,7 @@
 //! The validated arguments of a run, and the RNG streams it draws from.
 
 use anyhow::{bail, ensure, Context as _};
+use pipeline::codec::hourly::{hour_start, HOUR_SECS};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -135,8 +136,8 @@ fn parse_start(text: Option<&str>) -> anyhow::Result<i64> {
     let Some(text) = text else {
         // The replay's "now" (HOURGLASS_NOW fixes it): a recording generated and replayed under
         // the same fixed now must not land in the replay's future.
-        let hour = pipeline::time::now_ms().div_euclid(3_600_000) * 3600;
-        return Ok(hour - 3600);
+        let hour = hour_start(pipeline::time::now_ms().div_euclid(1000));
+        return Ok(hour - HOUR_SECS);
     };
     let start = match text.trim().parse::<i64>() {
         Ok(secs) => secs,

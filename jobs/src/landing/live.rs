@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use pipeline::codec::hourly::parse_wide_key;
+use pipeline::codec::narrow::{parse_narrow_key, KeyScheme};
+use pipeline::codec::room::parse_room_key;
 use pipeline::config::JobConfig;
-use pipeline::room::parse_room_key;
-use pipeline::rowkey::{parse_narrow_key, KeyScheme};
 use pipeline::table::ScanSpec;
 use sinks::hbase::{admin, HbaseConfig, HbaseStore};
 
@@ -16,11 +17,7 @@ use super::{report, Bucket, LandingReport, TableArg, Tally};
 fn device_of(table: TableArg, scheme: KeyScheme, key: &[u8]) -> Option<String> {
     match table {
         TableArg::Narrow => parse_narrow_key(scheme, key).ok().map(|k| k.device),
-        TableArg::Hourly => {
-            let text = std::str::from_utf8(key).ok()?;
-            let (device, hour) = text.rsplit_once('_')?;
-            hour.parse::<i64>().ok().map(|_| device.to_string())
-        }
+        TableArg::Hourly => parse_wide_key(key).map(|(device, _)| device.to_string()),
         TableArg::Room => {
             let text = std::str::from_utf8(key).ok()?;
             parse_room_key(text).map(|(_, device)| device.to_string())

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use pipeline::rowkey::KeyScheme;
+use pipeline::codec::narrow::KeyScheme;
 use serde::Serialize;
 
 /// How many of the hottest device-id prefixes the check shows.

@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use pipeline::codec::key::{java_string_hash, SEPARATOR};
-use pipeline::decode::decode_line;
-use pipeline::rowkey::KeyScheme;
-use pipeline::source::replay::input::{self, LineReader};
-
 use pipeline::codec::hourly::wide_key;
-use pipeline::room::room_key;
+use pipeline::codec::key::salt_bucket_of;
+use pipeline::codec::narrow::{narrow_prefix, KeyScheme};
+use pipeline::codec::room::room_key;
+use pipeline::decode::decode_line;
+use pipeline::schema::salt_bucket_key;
+use pipeline::source::replay::input::{self, LineReader};
 
 use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
 use crate::tables::{Fleet, Splits};
@@ -51,9 +51,9 @@ pub(super) fn from_file(
     let (buckets, note) = match scheme {
         KeyScheme::Salted => {
             for (device, &rows) in &per_device {
-                tally.add(device, salt(device, n), rows);
+                tally.add(device, salt_bucket_of(device, n) as usize, rows);
             }
-            let label = |b: u32| format!("{b:02}");
+            let label = |b: u32| String::from_utf8_lossy(&salt_bucket_key(b)).into_owned();
             let buckets = (0..n)
                 .map(|b| Bucket {
                     label: label(b),
@@ -80,8 +80,7 @@ pub(super) fn from_file(
             };
             let splits = uniform_splits(lo, hi, n);
             for (device, &rows) in &per_device {
-                let mut key = device.as_bytes().to_vec();
-                key.push(SEPARATOR);
+                let key = narrow_prefix(KeyScheme::Plain, device);
                 let region = splits.partition_point(|s| s.as_slice() <= key.as_slice());
                 tally.add(device, region, rows);
             }
@@ -187,12 +186,6 @@ pub(super) fn id_table_from_file(
     )
 }
 
-/// The salt bucket of `device` over `n` buckets, as Java computes `Math.abs(hash % n)`.
-fn salt(device: &str, n: u32) -> usize {
-    // `n <= 1000`, so it fits an i32 and the remainder's magnitude an index.
-    (java_string_hash(device) % n as i32).unsigned_abs() as usize
-}
-
 /// `n − 1` split keys dividing `[lo, hi]` into equal ranges of the 8 bytes after their common
 /// prefix, read as a big-endian number (HBase's `UniformSplit`, over the range in use).
 fn uniform_splits(lo: &[u8], hi: &[u8], n: u32) -> Vec<Vec<u8>> {
@@ -220,13 +213,6 @@ fn uniform_splits(lo: &[u8], hi: &[u8], n: u32) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn salt_matches_the_codec_at_16_buckets() {
-        for d in ["dev00786", "dev00000", "sensor-1", "polygenelubricants"] {
-            assert_eq!(salt(d, 16) as u32, pipeline::rowkey::salt_bucket(d), "{d}");
-        }
-    }
 
     #[test]
     fn uniform_splits_are_ordered_and_inside_the_range() {

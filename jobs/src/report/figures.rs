@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use pipeline::codec::hourly::{point_offset, HOUR_SECS};
+use pipeline::codec::hourly::{hourly_window, point_offset, HOUR_SECS};
 use pipeline::summary::HourSummary;
 use pipeline::table::Row;
 use serde::Serialize;
@@ -147,15 +147,20 @@ pub struct Window {
     /// The report's now, epoch seconds.
     pub now: i64,
     /// Allowed lateness of the hourly window, seconds.
-    pub lateness: i64,
+    pub lateness: u64,
     /// `--interval`, when given.
     pub interval: Option<i64>,
 }
 
 impl Window {
-    /// Whether the hour at `hour` may still change with late data.
+    /// Whether the hour at `hour` may still change with late data: the hourly window
+    /// ([`hourly_window`] with the allowed lateness) has not made it final at `now`
+    /// ([`operators::WindowSpec::is_final`]), so the report cannot disagree with the job.
     pub fn provisional(&self, hour: i64) -> bool {
-        hour + HOUR_SECS + self.lateness > self.now
+        // The window's times are unsigned; the report's are epoch seconds of a month (a time
+        // before the epoch counts as the epoch).
+        let epoch = |t: i64| u64::try_from(t).unwrap_or(0);
+        !hourly_window(self.lateness, None).is_final(epoch(hour), epoch(self.now))
     }
 }
 
@@ -349,5 +354,29 @@ mod tests {
         assert_eq!(m.expected, Some((3 * 3600 + 100) / 903));
         // Hour 2 ends at 10800; + 3600 lateness is past now.
         assert_eq!(m.provisional_hours, 1);
+    }
+
+    #[test]
+    fn an_hour_is_provisional_until_its_end_plus_the_lateness() {
+        let w = |now, lateness| Window {
+            month_start: 0,
+            month_end: 30 * 86_400,
+            now,
+            lateness,
+            interval: None,
+        };
+        for (now, lateness, provisional) in [
+            (3600 + 3599, 0, true),
+            (7200, 0, false),
+            (7200 + 59, 60, true),
+            (7200 + 60, 60, false),
+            (0, u64::MAX, true),
+        ] {
+            assert_eq!(
+                w(now, lateness).provisional(3600),
+                provisional,
+                "now {now}, lateness {lateness}"
+            );
+        }
     }
 }

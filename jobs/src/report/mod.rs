@@ -147,7 +147,7 @@ fn rooms(
     for row in rows {
         let key = String::from_utf8_lossy(&row.key);
         // Rows of another shape are not the view's (the view's own reader skips them too).
-        if let Some((room, device)) = pipeline::room::parse_room_key(&key) {
+        if let Some((room, device)) = pipeline::codec::room::parse_room_key(&key) {
             map.insert(device.to_string(), room.to_string());
         }
     }
@@ -172,7 +172,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         "--svg draws one device or room: add --device D or --room R"
     );
     if let Some(d) = &args.device {
-        pipeline::rowkey::validate_device(d)?;
+        pipeline::codec::key::validate_device(d)?;
     }
     if let Some(r) = &args.room {
         pipeline::registry::validate_room(r)?;
@@ -214,7 +214,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         month_start: from,
         month_end: to,
         now: pipeline::time::now_ms().div_euclid(1000),
-        lateness: i64::try_from(cfg.window.allowed_lateness_secs).unwrap_or(i64::MAX / 4),
+        lateness: cfg.window.allowed_lateness_secs,
         interval: args.interval,
     };
     let began = Instant::now();

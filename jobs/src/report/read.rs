@@ -2,8 +2,7 @@
 //! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
 
 use anyhow::Result;
-use pipeline::codec::hourly::{is_dirty, wide_key, HOUR_SECS};
-use pipeline::codec::key::SEPARATOR;
+use pipeline::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix, HOUR_SECS};
 use pipeline::codec::narrow::KeyScheme;
 use pipeline::query::narrow_points;
 use pipeline::schema::HOURLY_TABLE;
@@ -22,14 +21,6 @@ pub struct DeviceRows {
     pub rows: u64,
     /// Keys of rows without the summary and point cells, for the report's `bad_rows`.
     pub bad: Vec<String>,
-}
-
-/// The device of a wide row key `<device>_<hourStart>`, if it has that shape.
-fn device_of(key: &[u8]) -> Option<&str> {
-    let text = std::str::from_utf8(key).ok()?;
-    let (device, hour) = text.rsplit_once(SEPARATOR as char)?;
-    (!device.is_empty() && !hour.is_empty() && hour.bytes().all(|b| b.is_ascii_digit()))
-        .then_some(device)
 }
 
 /// Reads `device`'s hours of `[month_start, month_end)`: one scan of its wide rows, and for a row
@@ -84,8 +75,9 @@ pub fn read_device(
 
 /// The hour start of `device`'s wide row `row`, if its key is `<device>_<hourStart>`.
 fn hour_of(device: &str, row: &Row) -> Option<i64> {
-    let text = std::str::from_utf8(&row.key).ok()?;
-    text.strip_prefix(device)?.strip_prefix('_')?.parse().ok()
+    parse_wide_key(&row.key)
+        .filter(|&(d, _)| d == device)
+        .map(|(_, hour)| hour)
 }
 
 /// Walks the devices whose rows begin in `[start, stop)` (`stop` empty: the table's end), in key
@@ -126,14 +118,13 @@ impl DeviceWalk {
                 self.done = true;
                 break;
             };
-            let Some(device) = device_of(&key) else {
+            let Some((device, _)) = parse_wide_key(&key) else {
                 bad.push(key.escape_ascii().to_string());
                 self.cursor = key;
                 self.cursor.push(0);
                 continue;
             };
-            let mut prefix = device.as_bytes().to_vec();
-            prefix.push(SEPARATOR);
+            let prefix = wide_prefix(device);
             self.cursor = prefix_successor(&prefix);
             // The device belongs to the range its first row is in. A split key can fall inside
             // its prefix but before its first row (split keys are cut from 8 bytes of a key), and
@@ -207,17 +198,4 @@ pub fn split_keys(reader: &dyn TableReader, parts: usize) -> Result<Vec<Vec<u8>>
             bytes[..len].to_vec()
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn device_of_takes_the_key_before_the_hour() {
-        assert_eq!(device_of(b"dev-1_1764547200"), Some("dev-1"));
-        assert_eq!(device_of(b"dev-1_"), None);
-        assert_eq!(device_of(b"_1764547200"), None);
-        assert_eq!(device_of(b"dev-1_17x"), None);
-    }
 }

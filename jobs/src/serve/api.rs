@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use pipeline::codec::key::{validate_device, SEPARATOR};
+use pipeline::codec::narrow::{self, KeyScheme};
 use pipeline::query::{self, CurveSource};
-use pipeline::rowkey::{self, KeyScheme};
-use pipeline::schema::{NARROW_TABLE, ROOM_TABLE, SALT_BUCKETS};
+use pipeline::schema::{NARROW_TABLE, ROOM_TABLE};
 use pipeline::table::{prefix_successor, ScanSpec, TableReader};
 use pipeline::time::parse_time;
 use serde::{Deserialize, Serialize};
@@ -39,7 +40,7 @@ fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, ApiErr
 
 fn device_param(value: &Option<String>) -> Result<String, ApiError> {
     let device = required(value, "device")?;
-    rowkey::validate_device(device).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    validate_device(device).map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(device.to_string())
 }
 
@@ -248,7 +249,7 @@ pub(crate) async fn devices(
 ) -> Result<Json<Value>, ApiError> {
     let prefix = p.prefix.unwrap_or_default();
     if !prefix.is_empty() {
-        rowkey::validate_device(&prefix)
+        validate_device(&prefix)
             .map_err(|e| ApiError::bad_request(format!("parameter `prefix`: {e}")))?;
     }
     let limit = match p.limit.as_deref().filter(|s| !s.is_empty()) {
@@ -289,13 +290,8 @@ pub(crate) fn list_devices(
     prefix: &str,
     limit: usize,
 ) -> pipeline::Result<Vec<String>> {
-    let roots: Vec<String> = match scheme {
-        KeyScheme::Salted => (0..SALT_BUCKETS).map(|b| format!("{b:02}_")).collect(),
-        KeyScheme::Plain => vec![String::new()],
-    };
     let mut devices = Vec::new();
-    for root in roots {
-        let mut start = format!("{root}{prefix}").into_bytes();
+    for mut start in narrow::id_prefixes(scheme, prefix) {
         let stop = prefix_successor(&start);
         // Each bucket is ascending, so its first `limit` devices suffice for the merged answer.
         for _ in 0..limit {
@@ -312,8 +308,8 @@ pub(crate) fn list_devices(
             let Some(row) = store.scan(NARROW_TABLE, &spec)?.into_iter().next() else {
                 break;
             };
-            let key = rowkey::parse_narrow_key(scheme, &row.key)?;
-            start = prefix_successor(&rowkey::narrow_prefix(scheme, &key.device));
+            let key = narrow::parse_narrow_key(scheme, &row.key)?;
+            start = prefix_successor(&narrow::narrow_prefix(scheme, &key.device));
             devices.push(key.device);
             if start.is_empty() {
                 break;
@@ -331,7 +327,7 @@ pub(crate) fn list_devices(
 fn key_order(device: &str) -> impl Ord + '_ {
     device
         .bytes()
-        .chain(std::iter::once(rowkey::SEPARATOR))
+        .chain(std::iter::once(SEPARATOR))
         .collect::<Vec<u8>>()
 }
 
@@ -368,7 +364,7 @@ fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> pipeline::Result<Vec<(
         .into_iter()
         .filter_map(|row| {
             let key = String::from_utf8(row.key).ok()?;
-            let (room, device) = pipeline::room::parse_room_key(&key)?;
+            let (room, device) = pipeline::codec::room::parse_room_key(&key)?;
             Some((room.to_string(), device.to_string()))
         })
         .collect())
@@ -451,7 +447,7 @@ mod tests {
         let mut rows = BTreeMap::new();
         for d in devices {
             for ts in 0..readings {
-                rows.insert(rowkey::narrow_key(scheme, d, 1_724_100_000 + ts), ());
+                rows.insert(narrow::narrow_key(scheme, d, 1_724_100_000 + ts), ());
             }
         }
         Mem {

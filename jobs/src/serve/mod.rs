@@ -23,8 +23,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use pipeline::codec::narrow::KeyScheme;
 use pipeline::config::JobConfig;
-use pipeline::rowkey::KeyScheme;
 use pipeline::schema;
 use subtle::ConstantTimeEq;
 

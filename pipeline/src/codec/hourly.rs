@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use operators::WindowSpec;
 
+use super::key::SEPARATOR;
 use super::{cell, parse_value};
 use crate::reading::format_value;
 use crate::schema::{FAMILY, HOURLY_TABLE};
@@ -50,6 +51,27 @@ pub fn hourly_window(allowed_lateness: u64, early_fire: Option<Duration>) -> Win
 /// The wide row key of `device`'s hour starting at `hour_start`: `<device>_<hourStart>`.
 pub fn wide_key(device: &str, hour_start: i64) -> Vec<u8> {
     format!("{device}_{hour_start}").into_bytes()
+}
+
+/// The prefix shared by every wide row of `device`: `<device>_`.
+pub fn wide_prefix(device: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(device.len() + 1);
+    key.extend_from_slice(device.as_bytes());
+    key.push(SEPARATOR);
+    key
+}
+
+/// The device and hour start of a wide row key `<device>_<hourStart>`, split at the last `_`;
+/// `None` unless the device part is not empty and the hour is decimal digits (no sign) that fit
+/// an `i64`. Neither the device id nor the hour's alignment is checked: a reader walking the
+/// table takes the device from whatever key it meets, as it was written.
+pub fn parse_wide_key(key: &[u8]) -> Option<(&str, i64)> {
+    let text = std::str::from_utf8(key).ok()?;
+    let (device, hour) = text.rsplit_once(char::from(SEPARATOR))?;
+    if device.is_empty() || hour.is_empty() || !hour.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((device, hour.parse().ok()?))
 }
 
 /// The timestamp (ms) of every cell of the wide row of the hour starting at `hour_start`: the
@@ -293,6 +315,22 @@ mod tests {
     }
 
     #[test]
+    fn parse_wide_key_takes_the_device_before_the_last_separator() {
+        assert_eq!(
+            parse_wide_key(b"dev-1_1764547200"),
+            Some(("dev-1", 1764547200))
+        );
+        assert_eq!(parse_wide_key(b"dev-1_"), None);
+        assert_eq!(parse_wide_key(b"_1764547200"), None);
+        assert_eq!(parse_wide_key(b"dev-1_17x"), None);
+        assert_eq!(parse_wide_key(b"dev-1_+3600"), None);
+        assert_eq!(parse_wide_key(b"dev-1"), None);
+        assert_eq!(parse_wide_key(b"dev-1_99999999999999999999"), None);
+        // Not a device id, but the key's device as written.
+        assert_eq!(parse_wide_key(b"a_b_3600"), Some(("a_b", 3600)));
+    }
+
+    #[test]
     fn a_dirty_mark_is_one_cell_of_the_row_stamped_as_its_others_and_no_point() {
         let row = put_row(dirty_put("d", 3600));
         assert_eq!(row.key, wide_key("d", 3600));
@@ -392,6 +430,17 @@ mod tests {
             let expected = operators::Accumulate::summary(&acc);
             prop_assert_eq!(HourSummary::from_row(&row), Some(expected));
             prop_assert!(writes >= SUMMARY_QUALIFIERS.len());
+        }
+
+        #[test]
+        fn wide_key_round_trips_and_its_prefix_holds_exactly_the_devices_rows(
+            d in "[A-Za-z0-9.:-]{1,12}", other in "[A-Za-z0-9.:-]{1,12}",
+            ts in 0i64..9_999_999_999,
+        ) {
+            let key = wide_key(&d, hour_start(ts));
+            prop_assert_eq!(parse_wide_key(&key), Some((d.as_str(), hour_start(ts))));
+            prop_assert!(key.starts_with(&wide_prefix(&d)));
+            prop_assert_eq!(wide_key(&other, hour_start(ts)).starts_with(&wide_prefix(&d)), other == d);
         }
 
         #[test]

@@ -1,10 +1,16 @@
-//! What every row key shares: Java-compatible salt buckets and the device-id rule.
+//! What every row key shares: the separator, Java-compatible salt buckets and the device-id
+//! rule.
+//!
+//! The separator and a salt bucket's bytes are also where the tables are split, so they are
+//! defined once in the storage crate's schema ([`crate::schema::KEY_SEPARATOR`],
+//! [`crate::schema::push_salt_bucket`]), which cannot depend on this crate; the codec writes its
+//! keys with them.
 
 use crate::schema::SALT_BUCKETS;
 use crate::{Error, Result};
 
 /// The separator between row-key parts; device ids may not contain it.
-pub const SEPARATOR: u8 = b'_';
+pub const SEPARATOR: u8 = crate::schema::KEY_SEPARATOR;
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code units, wrapping.
 pub fn java_string_hash(s: &str) -> i32 {
@@ -13,12 +19,23 @@ pub fn java_string_hash(s: &str) -> i32 {
     })
 }
 
-/// The salt bucket of a device: `Math.abs(device.hashCode() % 16)` as Java computes it.
-///
-/// Java's `%` truncates toward zero, as Rust's does, so the remainder lies in `-15..=15` and
-/// `abs` cannot overflow (even for `i32::MIN`).
+/// The salt bucket of a device: `Math.abs(device.hashCode() % 16)` as Java computes it
+/// ([`SALT_BUCKETS`] buckets).
 pub fn salt_bucket(device: &str) -> u32 {
-    (java_string_hash(device) % SALT_BUCKETS as i32).unsigned_abs()
+    salt_bucket_of(device, SALT_BUCKETS)
+}
+
+/// The salt bucket of a device over `buckets` buckets, `Math.abs(device.hashCode() % buckets)`,
+/// for asking where rows would land with another number of buckets.
+///
+/// Java's `%` truncates toward zero, as Rust's does, so the remainder's magnitude is below
+/// `buckets` and `abs` cannot overflow (even for `i32::MIN`).
+///
+/// # Panics
+/// If `buckets` is 0 or above `i32::MAX`.
+pub fn salt_bucket_of(device: &str, buckets: u32) -> u32 {
+    let buckets = i32::try_from(buckets).expect("salt buckets fit an i32");
+    (java_string_hash(device) % buckets).unsigned_abs()
 }
 
 /// Checks a device id: 1–64 bytes of `[A-Za-z0-9.:-]`.
@@ -76,6 +93,17 @@ mod tests {
             assert_eq!(java_string_hash(s), hash, "hashCode of {s:?}");
             assert_eq!(format!("{:02}", salt_bucket(s)), bucket, "bucket of {s:?}");
         }
+    }
+
+    #[test]
+    fn a_bucket_over_another_count_is_javas_too() {
+        for &(s, hash, _) in JAVA_VECTORS {
+            assert_eq!(salt_bucket_of(s, SALT_BUCKETS), salt_bucket(s), "{s:?}");
+            assert_eq!(salt_bucket_of(s, 7), (hash % 7).unsigned_abs(), "{s:?}");
+        }
+        // `Math.abs(Integer.MIN_VALUE % 7)` is 2 in Java.
+        assert_eq!(salt_bucket_of("polygenelubricants", 7), 2);
+        assert_eq!(salt_bucket_of("polygenelubricants", 1000), 648);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! One codec per table: how a reading becomes the cells of a table, and back.
 //!
 //! [`narrow`] owns the narrow table (`ts_metric`), [`hourly`] the wide table (`ts_metric_hourly`)
-//! with the hour itself and the rule that tells point cells from summary cells; [`key`] holds
-//! what both row keys share (Java's salt, device ids). The room view's key lives with the view.
+//! with the hour itself and the rule that tells point cells from summary cells, [`room`] the room
+//! view's table (`ts_room_latest`); [`key`] holds what the row keys share (the separator, Java's
+//! salt, device ids). No row key is formatted or parsed outside these modules.
 
 pub mod hourly;
 pub mod key;
 pub mod narrow;
+pub mod room;
 
 use crate::schema::FAMILY;
 use crate::table::Cell;
@@ -20,6 +22,15 @@ fn cell(qualifier: Vec<u8>, ts_ms: i64, value: Vec<u8>) -> Cell {
         ts_ms,
         value,
     }
+}
+
+/// A row's cells as `(qualifier, timestamp, value)`, for tests comparing them with literals.
+#[cfg(test)]
+fn cell_parts(row: &crate::table::Row) -> Vec<(&[u8], i64, &[u8])> {
+    row.cells
+        .iter()
+        .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))
+        .collect()
 }
 
 /// Reads a cell value written by [`crate::reading::format_value`].

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::key::{salt_bucket, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::{format_value, room_of_extra, Reading};
-use crate::schema::{FAMILY, NARROW_TABLE};
-use crate::table::{Cell, Mutation, Row};
+use crate::schema::{push_salt_bucket, FAMILY, NARROW_TABLE, SALT_BUCKETS};
+use crate::table::{prefix_successor, Cell, Mutation, Row};
 use crate::{Error, Result};
 
 /// `Long.MAX_VALUE`, the base of reversed timestamps.
@@ -56,15 +56,48 @@ pub fn narrow_key(scheme: KeyScheme, device: &str, ts: i64) -> Vec<u8> {
 pub fn narrow_prefix(scheme: KeyScheme, device: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(device.len() + 24);
     if scheme == KeyScheme::Salted {
-        // `{:02}` of a bucket below SALT_BUCKETS (at most 100), without formatting.
-        let bucket = salt_bucket(device);
-        debug_assert!(bucket < 100);
-        key.extend_from_slice(&[b'0' + (bucket / 10) as u8, b'0' + (bucket % 10) as u8]);
+        push_salt_bucket(&mut key, salt_bucket(device));
         key.push(SEPARATOR);
     }
     key.extend_from_slice(device.as_bytes());
     key.push(SEPARATOR);
     key
+}
+
+/// The prefix shared by every salted narrow row of salt bucket `bucket`: `<bucket>_`.
+pub fn bucket_prefix(bucket: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(3);
+    push_salt_bucket(&mut key, bucket);
+    key.push(SEPARATOR);
+    key
+}
+
+/// The key range holding exactly the salted narrow rows of salt bucket `bucket`, newest first
+/// within each device.
+pub fn bucket_range(bucket: u32) -> KeyRange {
+    let start = bucket_prefix(bucket);
+    KeyRange {
+        stop: prefix_successor(&start),
+        start,
+        newest_first: true,
+    }
+}
+
+/// The key prefixes under which lie the narrow rows of every device whose id starts with
+/// `id_prefix`, in key order: `<bucket>_<id_prefix>` for each of the [`SALT_BUCKETS`] buckets,
+/// or `<id_prefix>` alone with the plain scheme (an empty `id_prefix`: each bucket's rows, or
+/// the whole table).
+pub fn id_prefixes(scheme: KeyScheme, id_prefix: &str) -> Vec<Vec<u8>> {
+    match scheme {
+        KeyScheme::Salted => (0..SALT_BUCKETS)
+            .map(|b| {
+                let mut key = bucket_prefix(b);
+                key.extend_from_slice(id_prefix.as_bytes());
+                key
+            })
+            .collect(),
+        KeyScheme::Plain => vec![id_prefix.as_bytes().to_vec()],
+    }
 }
 
 /// A half-open key range.
@@ -277,11 +310,7 @@ mod tests {
         let (table, row) = put_parts(narrow_put(KeyScheme::Salted, &r));
         assert_eq!(table, NARROW_TABLE);
         assert_eq!(row.key, b"00_dev00786_9223372035130673407");
-        let cells: Vec<_> = row
-            .cells
-            .iter()
-            .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))
-            .collect();
+        let cells = crate::codec::cell_parts(&row);
         // The `t:x` bytes are the stored format: keys sorted, compact, room included.
         assert_eq!(
             cells,
@@ -358,6 +387,31 @@ mod tests {
                 (salt_bucket(d), format!("{d}_").into_bytes(), std::cmp::Reverse(*ts))
             };
             prop_assert_eq!(ka.cmp(&kb), order(&a).cmp(&order(&b)));
+        }
+
+        #[test]
+        fn a_bucket_range_holds_exactly_the_buckets_keys_and_region(
+            d in device(), ts in 0i64..9_999_999_999, bucket in 0..SALT_BUCKETS,
+        ) {
+            let key = narrow_key(KeyScheme::Salted, &d, ts);
+            let range = bucket_range(bucket);
+            prop_assert_eq!(key >= range.start && key < range.stop, salt_bucket(&d) == bucket);
+            // The narrow table's split keys give the bucket's keys the bucket's region.
+            let splits = crate::schema::narrow_table().split_keys;
+            let region = splits.partition_point(|s| s.as_slice() <= key.as_slice());
+            prop_assert_eq!(region as u32, salt_bucket(&d));
+        }
+
+        #[test]
+        fn id_prefixes_hold_exactly_the_devices_with_the_id_prefix(
+            scheme in scheme(), d in device(), id_prefix in "[A-Za-z0-9.:-]{0,3}",
+            ts in 0i64..9_999_999_999,
+        ) {
+            let key = narrow_key(scheme, &d, ts);
+            let prefixes = id_prefixes(scheme, &id_prefix);
+            prop_assert!(prefixes.windows(2).all(|w| w[0] < w[1]));
+            let held = prefixes.iter().filter(|p| key.starts_with(p)).count();
+            prop_assert_eq!(held, usize::from(d.starts_with(id_prefix.as_str())));
         }
 
         #[test]

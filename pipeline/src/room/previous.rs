@@ -2,11 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{parse_room_key, RoomRow, OWN_ROOM_QUALIFIER, VALUE_QUALIFIER};
+use super::RoomRow;
+use crate::codec::key::validate_device;
+use crate::codec::room::{latest_of, own_room_of, parse_room_key};
 use crate::reading::Reading;
-use crate::schema::{FAMILY, ROOM_TABLE};
+use crate::schema::ROOM_TABLE;
 use crate::table::{ScanSpec, TableReader};
-use crate::{registry, rowkey, Result};
+use crate::{registry, Result};
 
 /// The room view a previous run left in `ts_room_latest`, read when a job starts.
 ///
@@ -31,23 +33,17 @@ impl PreviousView {
         let mut view = Vec::with_capacity(rows.len());
         for row in rows {
             let key = String::from_utf8_lossy(&row.key);
-            let parsed = parse_room_key(&key).zip(row.cell(FAMILY, VALUE_QUALIFIER));
-            let Some(((room, device), cell)) = parsed else {
+            let parsed = parse_room_key(&key).zip(latest_of(&row));
+            let Some(((room, device), (ts, value))) = parsed else {
                 tracing::warn!(table = ROOM_TABLE, row = %key, "not a room-view row, left alone");
                 continue;
-            };
-            // Rows written before the own room was kept: the row's room stands for it.
-            let own = match row.cell(FAMILY, OWN_ROOM_QUALIFIER) {
-                Some(c) if c.value.is_empty() => None,
-                Some(c) => Some(String::from_utf8_lossy(&c.value).into_owned()),
-                None => Some(room.to_string()),
             };
             view.push((
                 room.to_string(),
                 device.to_string(),
-                cell.ts_ms.div_euclid(1000),
-                String::from_utf8_lossy(&cell.value).into_owned(),
-                own,
+                ts,
+                String::from_utf8_lossy(value).into_owned(),
+                own_room_of(&row, room),
             ));
         }
         Ok(PreviousView(Arc::new(Mutex::new(view))))
@@ -75,7 +71,7 @@ impl PreviousView {
 /// The reading a stored row of the view stands for, if the view could have written the row.
 pub(super) fn seed_reading((room, device, ts, value, own): &RoomRow) -> Option<Reading> {
     registry::validate_room(room).ok()?;
-    rowkey::validate_device(device).ok()?;
+    validate_device(device).ok()?;
     if let Some(own) = own {
         registry::validate_room(own).ok()?;
     }

@@ -2,9 +2,10 @@
 
 use serde::Serialize;
 
-use super::{parse_room_key, room_prefix, VALUE_QUALIFIER};
-use crate::rowkey::{self, KeyScheme};
-use crate::schema::{FAMILY, ROOM_TABLE};
+use crate::codec::key::salt_bucket;
+use crate::codec::narrow::KeyScheme;
+use crate::codec::room::{latest_of, parse_room_key, room_prefix};
+use crate::schema::{ROOM_TABLE, SALT_BUCKETS};
 use crate::table::{ScanSpec, TableReader};
 use crate::{query, registry, Result};
 
@@ -30,13 +31,9 @@ pub fn room(store: &dyn TableReader, room: &str) -> Result<Vec<RoomEntry>> {
         .filter_map(|row| {
             let (in_room, device) = parse_room_key(std::str::from_utf8(&row.key).ok()?)?;
             let device = (in_room == room).then(|| device.to_string())?;
-            let cell = row.cell(FAMILY, VALUE_QUALIFIER)?;
-            let value = std::str::from_utf8(&cell.value).ok()?.parse().ok()?;
-            Some(Ok(RoomEntry {
-                device,
-                ts: cell.ts_ms.div_euclid(1000),
-                value,
-            }))
+            let (ts, value) = latest_of(row)?;
+            let value = std::str::from_utf8(value).ok()?.parse().ok()?;
+            Some(Ok(RoomEntry { device, ts, value }))
         })
         .collect()
 }
@@ -51,9 +48,9 @@ pub fn room_fanout(
     scheme: KeyScheme,
     devices: &[String],
 ) -> Result<Vec<RoomEntry>> {
-    let mut buckets: Vec<Vec<&String>> = vec![Vec::new(); 16];
+    let mut buckets: Vec<Vec<&String>> = vec![Vec::new(); SALT_BUCKETS as usize];
     for d in devices {
-        buckets[rowkey::salt_bucket(d) as usize].push(d);
+        buckets[salt_bucket(d) as usize].push(d);
     }
     let results: Vec<Result<Vec<RoomEntry>>> = std::thread::scope(|s| {
         let handles: Vec<_> = buckets

@@ -15,10 +15,10 @@ use timely::dataflow::{ProbeHandle, StreamVec};
 
 use super::previous::{seed_reading, PreviousView};
 use super::registry_source::{registry_source, RegistryInput};
-use super::{room_key, RoomRow, OWN_ROOM_QUALIFIER, VALUE_QUALIFIER};
+use super::RoomRow;
+use crate::codec::room::{room_delete, room_put};
 use crate::reading::{format_value, Reading};
-use crate::schema::{FAMILY, ROOM_TABLE};
-use crate::table::{Cell, Mutation};
+use crate::table::Mutation;
 
 /// A device's latest reading: event time, metric text, the reading's own `room` field.
 type Latest = (i64, String, Option<String>);
@@ -150,31 +150,9 @@ fn to_mutations(mut updates: Vec<(RoomRow, u64, isize)>) -> Vec<Mutation> {
     }
     let mut out: Vec<Mutation> = by_row
         .into_iter()
-        .map(|((room, device), change)| {
-            let row = room_key(&room, &device);
-            match change {
-                (Some((ts, value, own)), _) => {
-                    let cell = |qualifier: &[u8], value: Vec<u8>| Cell {
-                        family: FAMILY.into(),
-                        qualifier: qualifier.to_vec(),
-                        ts_ms: ts * 1000,
-                        value,
-                    };
-                    Mutation::Put {
-                        table: ROOM_TABLE,
-                        row,
-                        cells: vec![
-                            cell(VALUE_QUALIFIER, value.into_bytes()),
-                            cell(OWN_ROOM_QUALIFIER, own.unwrap_or_default().into_bytes()),
-                        ],
-                    }
-                }
-                (None, deleted) => Mutation::DeleteRow {
-                    table: ROOM_TABLE,
-                    row,
-                    ts_ms: deleted.unwrap_or(0) * 1000,
-                },
-            }
+        .map(|((room, device), change)| match change {
+            (Some((ts, value, own)), _) => room_put(&room, &device, ts, value, own),
+            (None, deleted) => room_delete(&room, &device, deleted.unwrap_or(0)),
         })
         .collect();
     out.sort_by(|a, b| a.row().cmp(b.row()));

@@ -12,12 +12,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use operators::{EventFeed, Poll};
+use pipeline::codec::narrow::KeyScheme;
 use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
 use pipeline::graph::{self, GraphConfig};
 use pipeline::query::{self, CurveSource};
 use pipeline::reading::Reading;
-use pipeline::rowkey::KeyScheme;
 use pipeline::source::Decoded;
 use pipeline::stats::Stats;
 use pipeline::summary::HourSummary;

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
+use pipeline::codec::key::validate_device;
 use pipeline::query::{self, CurveSource};
-use pipeline::rowkey;
 use serde_json::{json, Value};
 
 use super::promql::{Matcher, Op, Selector};
@@ -54,7 +54,7 @@ pub(super) fn resolve(st: &AppState, sel: &Selector) -> Result<Vec<Series>, ApiE
         return Err(ApiError::not_implemented(no_room_table()));
     }
     let candidates: Vec<String> = if let Some(device) = has("device", Op::Eq) {
-        if rowkey::validate_device(&device).is_ok() {
+        if validate_device(&device).is_ok() {
             vec![device]
         } else {
             Vec::new()
