@@ -10,17 +10,21 @@ use timely::dataflow::StreamVec;
 
 /// The backend side of [`WriteBatches::write_batches`].
 pub trait BatchWriter<D>: 'static {
+    /// The writer's own error, handed whole to the sink's `on_error` (a backend's typed error
+    /// keeps what it knows, such as whether it was retriable, up to the job).
+    type Error: std::fmt::Display;
+
     /// Queues a batch; may write part of it.
     ///
     /// # Errors
     /// A failure that retrying did not cure. The operator reports it and stops writing.
-    fn write(&mut self, batch: Vec<D>) -> Result<(), String>;
+    fn write(&mut self, batch: Vec<D>) -> Result<(), Self::Error>;
 
     /// Makes every queued item durable.
     ///
     /// # Errors
     /// As [`BatchWriter::write`].
-    fn flush(&mut self) -> Result<(), String>;
+    fn flush(&mut self) -> Result<(), Self::Error>;
 }
 
 /// When a [`WriteBatches`] sink flushes its writer.
@@ -54,8 +58,8 @@ pub trait WriteBatches<'scope, D> {
     /// frontier passes time `t` only when every item at a time before `t` has been flushed,
     /// so a probe on it tells what is durable (e.g. which Kafka offsets may be committed).
     ///
-    /// After the first error, `on_error` is called once with the message and later input is
-    /// discarded (the job is expected to stop its sources).
+    /// After the first error, `on_error` is called once with the writer's error and later input
+    /// is discarded (the job is expected to stop its sources).
     ///
     /// # Examples
     /// ```
@@ -65,8 +69,9 @@ pub trait WriteBatches<'scope, D> {
     ///
     /// struct Collect(Arc<Mutex<Vec<u32>>>, Vec<u32>);
     /// impl BatchWriter<u32> for Collect {
-    ///     fn write(&mut self, batch: Vec<u32>) -> Result<(), String> { self.1.extend(batch); Ok(()) }
-    ///     fn flush(&mut self) -> Result<(), String> { self.0.lock().unwrap().append(&mut self.1); Ok(()) }
+    ///     type Error = std::convert::Infallible;
+    ///     fn write(&mut self, batch: Vec<u32>) -> Result<(), Self::Error> { self.1.extend(batch); Ok(()) }
+    ///     fn flush(&mut self) -> Result<(), Self::Error> { self.0.lock().unwrap().append(&mut self.1); Ok(()) }
     /// }
     /// let stored = Arc::new(Mutex::new(Vec::new()));
     /// let out = stored.clone();
@@ -85,7 +90,7 @@ pub trait WriteBatches<'scope, D> {
     ) -> StreamVec<'scope, u64, ()>
     where
         W: BatchWriter<D>,
-        E: FnMut(String) + 'static;
+        E: FnMut(W::Error) + 'static;
 }
 
 impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
@@ -98,7 +103,7 @@ impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
     ) -> StreamVec<'scope, u64, ()>
     where
         W: BatchWriter<D>,
-        E: FnMut(String) + 'static,
+        E: FnMut(W::Error) + 'static,
     {
         let FlushPace { every, min_gap } = pace.into();
         let scope = self.scope();
@@ -111,7 +116,7 @@ impl<'scope, D: 'static> WriteBatches<'scope, D> for StreamVec<'scope, u64, D> {
                 let mut dirty = false;
                 let mut failed = false;
                 let mut last_flush = Instant::now();
-                let mut fail = move |failed: &mut bool, e: String| {
+                let mut fail = move |failed: &mut bool, e: W::Error| {
                     if !*failed {
                         *failed = true;
                         on_error(e);
@@ -167,11 +172,12 @@ mod tests {
     struct Count(Arc<AtomicUsize>, Arc<AtomicUsize>, usize);
 
     impl BatchWriter<u64> for Count {
-        fn write(&mut self, batch: Vec<u64>) -> Result<(), String> {
+        type Error = std::convert::Infallible;
+        fn write(&mut self, batch: Vec<u64>) -> Result<(), Self::Error> {
             self.2 += batch.len();
             Ok(())
         }
-        fn flush(&mut self) -> Result<(), String> {
+        fn flush(&mut self) -> Result<(), Self::Error> {
             self.0.fetch_add(1, Ordering::SeqCst);
             self.1
                 .fetch_add(std::mem::take(&mut self.2), Ordering::SeqCst);

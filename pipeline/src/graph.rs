@@ -108,7 +108,9 @@ struct CountingWriter {
 }
 
 impl BatchWriter<Mutation> for CountingWriter {
-    fn write(&mut self, batch: Vec<Mutation>) -> Result<(), String> {
+    type Error = sinks::Error;
+
+    fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
         let (mut narrow, mut wide, mut room) = (0, 0, 0);
         for m in &batch {
             if m.table() == ROOM_TABLE {
@@ -125,7 +127,7 @@ impl BatchWriter<Mutation> for CountingWriter {
             }
         }
         let mutations = batch.len() as u64;
-        self.writer.write(batch).map_err(|e| e.to_string())?;
+        self.writer.write(batch)?;
         self.unflushed += mutations;
         add(&self.stats.narrow_rows, narrow);
         add(&self.stats.wide_cells, wide);
@@ -133,8 +135,8 @@ impl BatchWriter<Mutation> for CountingWriter {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), String> {
-        self.writer.flush().map_err(|e| e.to_string())?;
+    fn flush(&mut self) -> sinks::Result<()> {
+        self.writer.flush()?;
         if self.unflushed > 0 {
             self.stats
                 .sink_batches
@@ -151,16 +153,18 @@ struct SideWriter {
 }
 
 impl BatchWriter<Box<Rejected>> for SideWriter {
-    fn write(&mut self, batch: Vec<Box<Rejected>>) -> Result<(), String> {
+    type Error = crate::Error;
+
+    fn write(&mut self, batch: Vec<Box<Rejected>>) -> crate::Result<()> {
         for r in batch {
             add(&self.stats.rejected_by_kind[r.reason.kind_index()], 1);
-            self.side.rejected(&r).map_err(|e| e.to_string())?;
+            self.side.rejected(&r)?;
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), String> {
-        self.side.flush().map_err(|e| e.to_string())
+    fn flush(&mut self) -> crate::Result<()> {
+        self.side.flush()
     }
 }
 
@@ -168,18 +172,18 @@ impl BatchWriter<Box<Rejected>> for SideWriter {
 type LateReading = (String, u64, f64, u64);
 
 impl BatchWriter<LateReading> for SideWriter {
-    fn write(&mut self, batch: Vec<LateReading>) -> Result<(), String> {
+    type Error = crate::Error;
+
+    fn write(&mut self, batch: Vec<LateReading>) -> crate::Result<()> {
         add(&self.stats.late_dropped, batch.len() as u64);
         for (device, ts, value, watermark) in batch {
-            self.side
-                .late(&device, ts as i64, value, watermark)
-                .map_err(|e| e.to_string())?;
+            self.side.late(&device, ts as i64, value, watermark)?;
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), String> {
-        self.side.flush().map_err(|e| e.to_string())
+    fn flush(&mut self) -> crate::Result<()> {
+        self.side.flush()
     }
 }
 
