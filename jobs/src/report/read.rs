@@ -57,17 +57,15 @@ pub fn read_device(
             out.bad.push(row.key.escape_ascii().to_string());
             continue;
         };
-        let figures = if is_dirty(row) {
+        if is_dirty(row) {
             let points = narrow_points(reader, scheme, device, hour, hour + HOUR_SECS)?;
             // A dirty hour whose narrow rows have all expired has nothing to report.
-            HourFigures::of_points(hour, &points).ok_or(())
+            out.hours.extend(HourFigures::of_points(hour, &points));
         } else {
-            HourFigures::from_row(hour, row).ok_or(())
-        };
-        match figures {
-            Ok(f) => out.hours.push(f),
-            Err(()) if is_dirty(row) => {}
-            Err(()) => out.bad.push(row.key.escape_ascii().to_string()),
+            match HourFigures::from_row(hour, row) {
+                Some(f) => out.hours.push(f),
+                None => out.bad.push(row.key.escape_ascii().to_string()),
+            }
         }
     }
     Ok(out)
