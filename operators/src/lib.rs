@@ -7,12 +7,14 @@
 #![deny(missing_docs)]
 
 pub mod event_source;
+pub mod in_order;
 pub mod newest_per_key;
 pub mod stash_until_frontier;
 pub mod tumbling_window;
 pub mod write_batches;
 
 pub use event_source::{bounded_event_source, event_source, EventFeed, InFlight, Poll};
+pub use in_order::InOrder;
 pub use newest_per_key::NewestPerKey;
 pub use stash_until_frontier::StashUntilFrontier;
 pub use tumbling_window::{Accumulate, Firing, Pane, TumblingWindow, WindowOutput, WindowSpec};

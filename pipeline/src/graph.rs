@@ -14,16 +14,21 @@
 //! reading while more than [`MAX_IN_FLIGHT`] of its readings wait in that exchange: timely's
 //! channels are unbounded, and a worker stalled by its store would otherwise let the others
 //! pile readings up for it.
+//!
+//! Every operator from the source to the writer passes records on in the order they arrive
+//! ([`operators::InOrder`]; `concat`, `probe_with` and the writer do too). Writes depend on it:
+//! a window's panes of a key carry its summary so far and the later put wins, and of a second
+//! sent twice the narrow table keeps the later. Timely's own `map`, `flat_map`, `ok_err` and
+//! `exchange` sort an activation's containers by time, unstably, and reordered them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use operators::{
-    bounded_event_source, BatchWriter, EventFeed, FlushPace, InFlight, TumblingWindow,
+    bounded_event_source, BatchWriter, EventFeed, FlushPace, InFlight, InOrder, TumblingWindow,
     WindowOutput, WindowSpec, WriteBatches,
 };
-use timely::dataflow::operators::vec::Map;
-use timely::dataflow::operators::{Concat, Exchange, OkErr, Probe};
+use timely::dataflow::operators::{Concat, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 
 use crate::codec::narrow::KeyScheme;
@@ -239,14 +244,14 @@ pub fn build<'scope, F>(
         max_items: MAX_IN_FLIGHT,
     };
     let decoded = bounded_event_source(scope, "ReadLines", feed, 1024, Some(in_flight));
-    let (readings, rejected) = decoded.ok_err::<Vec<_>, _, Vec<_>, _, _>(|item: Decoded| item);
+    let (readings, rejected) = decoded.ok_err_in_order(|item: Decoded| item);
     // Narrow rows are written by the worker that read the reading: a Kafka feed pairs its
     // readings' produce times with its own writer's flushes (`TimedWriter`). The window and the
     // room view do not read `extra`, the largest part of a reading: it does not cross to the
     // other worker, nor get cloned there for the second of them. One pass makes both, so that a
     // reading is not cloned for the narrow row either.
     let (narrow, readings) = readings
-        .flat_map(move |r: crate::reading::Reading| {
+        .flat_map_in_order(move |r: crate::reading::Reading| {
             let put = narrow::narrow_put(scheme, &r);
             let slim = crate::reading::Reading {
                 extra: String::new(),
@@ -254,9 +259,9 @@ pub fn build<'scope, F>(
             };
             [Ok(put), Err(slim)]
         })
-        .ok_err::<Vec<_>, _, Vec<_>, _, _>(|item| item);
+        .ok_err_in_order(|item| item);
     let readings = readings
-        .exchange(|r: &crate::reading::Reading| operators::key_hash(&r.device))
+        .exchange_in_order(|r: &crate::reading::Reading| operators::key_hash(&r.device))
         .probe_with(&exchanged);
 
     // The side outputs report to the durable probe like the tables do: a Kafka offset is
@@ -318,7 +323,7 @@ pub fn build<'scope, F>(
     let (wide, dropped) = readings
         // Keyed by the device id inline: a lookup among 100,000 devices' state compares the
         // key where the map holds it, where a `String` key's bytes were one more cache miss.
-        .map(|r| {
+        .map_in_order(|r| {
             (
                 compact_str::CompactString::new(&r.device),
                 r.ts as u64,
@@ -333,7 +338,7 @@ pub fn build<'scope, F>(
                 u64::try_from(clock.now_secs()).unwrap_or(0)
             }
         })
-        .ok_err::<Vec<_>, _, Vec<_>, _, _>(move |out| match out {
+        .ok_err_in_order(move |out| match out {
             WindowOutput::Pane(p) => {
                 let items: Vec<(i64, f64)> = p.items.iter().map(|&(t, v)| (t as i64, v)).collect();
                 Ok(Some(hourly::pane_put(
@@ -360,11 +365,11 @@ pub fn build<'scope, F>(
     // A reading past the allowed lateness is in the narrow table only: its hour's row is marked
     // dirty, so that reads of the hour take the narrow table. Late readings are few, so the
     // stream is shared with the late-data output rather than split from it.
-    let wide = wide.flat_map(|put| put).concat(
-        dropped
-            .clone()
-            .map(|(device, ts, _, _)| hourly::dirty_put(&device, hourly::hour_start(ts as i64))),
-    );
+    let wide = wide
+        .flat_map_in_order(|put| put)
+        .concat(dropped.clone().map_in_order(|(device, ts, _, _)| {
+            hourly::dirty_put(&device, hourly::hour_start(ts as i64))
+        }));
 
     let late_control = control.clone();
     dropped
