@@ -53,10 +53,10 @@ const fn default_fetch_wait_max() -> u64 {
     100
 }
 const fn default_prefetch_max_messages() -> u64 {
-    100_000
+    30_000
 }
 const fn default_prefetch_max_kbytes() -> u64 {
-    65_536
+    8_192
 }
 const fn default_room_write_interval() -> u64 {
     10
@@ -381,8 +381,7 @@ pub struct SourceConfig {
     #[serde(default = "default_fetch_wait_max")]
     pub fetch_wait_max_ms: u64,
     /// librdkafka's `queued.min.messages`: each worker's consumer stops fetching once this many
-    /// records wait in its queue (default 100,000, librdkafka's own; 30,000 bounds an outage's
-    /// growth to ~15 MiB a worker but made the SIGKILL test fail, not yet understood). With
+    /// records wait in its queue (default 30,000; librdkafka's own default is 100,000). With
     /// [`SourceConfig::prefetch_max_kbytes`] it bounds what a job holds that it has not read:
     /// while HBase is away the workers block in their writers and read nothing, and without
     /// the bound the consumer went on fetching for them (0.5–1 KiB of memory per record; see
@@ -391,7 +390,7 @@ pub struct SourceConfig {
     #[serde(default = "default_prefetch_max_messages")]
     pub prefetch_max_messages: u64,
     /// librdkafka's `queued.max.messages.kbytes`: the same bound in KiB of record payload
-    /// (default 65,536, librdkafka's own), for records larger than the
+    /// (default 8,192, librdkafka's own default being 65,536), for records larger than the
     /// readings' ~100 bytes. A `source.rdkafka` entry overrides it.
     #[serde(default = "default_prefetch_max_kbytes")]
     pub prefetch_max_kbytes: u64,

@@ -169,8 +169,8 @@ mod tests {
         let default = client_config(&SourceConfig::default());
         assert_eq!(default.get("auto.offset.reset"), Some("earliest"));
         assert_eq!(default.get("fetch.wait.max.ms"), Some("100"));
-        assert_eq!(default.get("queued.min.messages"), Some("100000"));
-        assert_eq!(default.get("queued.max.messages.kbytes"), Some("65536"));
+        assert_eq!(default.get("queued.min.messages"), Some("30000"));
+        assert_eq!(default.get("queued.max.messages.kbytes"), Some("8192"));
         let mut tuned = SourceConfig {
             fetch_wait_max_ms: 20,
             ..SourceConfig::default()
