@@ -120,6 +120,29 @@ pub fn decode_line(line: u64, raw: &[u8], metric: &str) -> Result<Reading, Box<R
     decode(raw, metric).map_err(|reason| rejected(line, raw, reason))
 }
 
+/// The device id of a line, found without decoding it: the value of the first `"device"` key
+/// that is followed by `:` and a string without escapes. A replay routes lines by it, so that
+/// one worker reads every line of a device in order. It may disagree with [`decode_line`] on
+/// odd lines (an escaped id, a repeated key), which then only go to another worker; `None`
+/// when there is no such key.
+pub fn device_hint(raw: &[u8]) -> Option<&str> {
+    let mut rest = raw;
+    while let Some(at) = memchr::memmem::find(rest, br#""device""#) {
+        rest = &rest[at + 8..];
+        let after = rest.trim_ascii_start();
+        let Some(value) = after.strip_prefix(b":") else {
+            continue;
+        };
+        let value = value.trim_ascii_start().strip_prefix(b"\"")?;
+        let end = memchr::memchr2(b'"', b'\\', value)?;
+        if value[end] != b'"' {
+            return None;
+        }
+        return std::str::from_utf8(&value[..end]).ok();
+    }
+    None
+}
+
 /// The reference decoder: what [`decode_line`] answers, computed the slow and obviously right
 /// way (a `serde_json::Value` of the whole line, the other fields re-serialised).
 ///
@@ -603,6 +626,30 @@ mod tests {
     use super::*;
 
     const GOOD: &str = r#"{"device":"dev00786","ts":1724102400,"temp":25.5,"room":"room031","humidity":41.2,"battery":3.61,"rssi":-67,"fw":"2.4.1","seq":1234}"#;
+
+    #[test]
+    fn the_device_hint_is_the_decoded_device_of_ordinary_lines() {
+        assert_eq!(device_hint(GOOD.as_bytes()), Some("dev00786"));
+        fn hint(line: &str) -> Option<&str> {
+            device_hint(line.as_bytes())
+        }
+        assert_eq!(hint(r#"{ "ts":1, "device" : "d-1","temp":2}"#), Some("d-1"));
+        // "device" as a value, then as the key.
+        assert_eq!(
+            hint(r#"{"kind":"device","device":"d2","ts":1}"#),
+            Some("d2")
+        );
+        // No such key, a non-string, an escape: no hint (the line goes by its number).
+        assert_eq!(hint(r#"{"dev":"d","ts":1}"#), None);
+        assert_eq!(hint(r#"{"device":7,"ts":1}"#), None);
+        assert_eq!(hint(r#"{"device":"a\"b","ts":1}"#), None);
+        assert_eq!(hint(r#"{"device":"unterminated"#), None);
+        assert_eq!(hint(""), None);
+        // Whatever the hint says, decoding agrees on ordinary lines.
+        let line = r#"{"device":"dev00001","ts":1724102400,"temp":21.5}"#;
+        let decoded = decode_line(1, line.as_bytes(), "temp").expect("decodes");
+        assert_eq!(hint(line), Some(decoded.device.as_str()));
+    }
 
     fn reason(line: &[u8]) -> String {
         decode_line(7, line, "temp")

@@ -9,7 +9,7 @@ use operators::{EventFeed, Poll};
 use super::guard::{FutureGuard, Verdict};
 use super::input::{self, LineReader};
 use crate::control::JobControl;
-use crate::decode::{decode_line, Reason, Rejected};
+use crate::decode::{self, decode_line, Reason, Rejected};
 use crate::reading::Reading;
 use crate::source::counts::Counts;
 use crate::source::{Clock, Decoded};
@@ -30,8 +30,8 @@ pub struct ReplayOptions {
     pub shift: i64,
     /// Readings whose cells would already be expired by this TTL (seconds) are counted.
     pub ttl_secs: u64,
-    /// This worker's index and the number of workers: worker `i` takes lines `n` with
-    /// `n % peers == i`.
+    /// This worker's index and the number of workers: worker `i` takes the lines of the devices
+    /// routed to it (see `ReplayFeed::takes`).
     pub worker: usize,
     /// Number of workers reading the input.
     pub peers: usize,
@@ -135,6 +135,22 @@ impl ReplayFeed {
         ));
     }
 
+    /// Whether this worker replays `line`: worker `i` of `n` takes the lines whose device id
+    /// hashes to `i` as the window's exchange routes it ([`decode::device_hint`],
+    /// [`operators::key_hash`]), and a line without one by its number, `number % n == i`. So one
+    /// worker reads each device's lines, in the recording's order: of a second sent twice the
+    /// narrow table keeps the later line, the window meets a device's readings in order (a
+    /// resend is known as one, not marked dirty), and the readings stay on their worker through
+    /// the exchange.
+    fn takes(&self, line: &super::input::Line) -> bool {
+        let peers = self.opts.peers as u64;
+        if peers <= 1 {
+            return true;
+        }
+        let route = decode::device_hint(&line.bytes).map_or(line.number, operators::key_hash);
+        (route % peers) as usize == self.opts.worker
+    }
+
     fn next_decoded(&mut self) -> Option<Decoded> {
         if let Some(item) = self.ready.take() {
             return Some(item);
@@ -143,18 +159,7 @@ impl ReplayFeed {
             let Some(lines) = self.lines.as_mut() else {
                 return self.refuse_ahead();
             };
-            // Worker `i` takes lines `n` with `n % peers == i` and passes over the others.
             let next = lines.lines_read() + 1;
-            if (next % self.opts.peers as u64) as usize != self.opts.worker {
-                match lines.skip_line() {
-                    Ok(true) => continue,
-                    Ok(false) => return self.refuse_ahead(),
-                    Err(e) => {
-                        self.read_failed(next, &e);
-                        return self.refuse_ahead();
-                    }
-                }
-            }
             let line = match lines.next_line(&mut self.buf) {
                 Ok(Some(line)) => line,
                 Ok(None) => return self.refuse_ahead(),
@@ -163,6 +168,10 @@ impl ReplayFeed {
                     return self.refuse_ahead();
                 }
             };
+            if !self.takes(&line) {
+                self.buf = line.bytes;
+                continue;
+            }
             self.counts.read += 1;
             if line.len > line.bytes.len() {
                 return Some(self.refuse(Box::new(Rejected {

@@ -90,24 +90,10 @@ impl<R: BufRead> LineReader<R> {
         LineReader { inner, line_no: 0 }
     }
 
-    /// How many lines were read or skipped so far: the number of the last one. When
-    /// [`LineReader::next_line`] or [`LineReader::skip_line`] fails, the damage is in line
-    /// `lines_read() + 1`, whatever share of the lines the caller keeps.
+    /// How many lines were read so far: the number of the last one. When
+    /// [`LineReader::next_line`] fails, the damage is in line `lines_read() + 1`.
     pub fn lines_read(&self) -> u64 {
         self.line_no
-    }
-
-    /// Passes over the next line without copying it: the lines another worker takes. `false` at
-    /// the end of input.
-    ///
-    /// # Errors
-    /// An I/O or decompression error of the input.
-    pub fn skip_line(&mut self) -> io::Result<bool> {
-        let any = self.pass_rest_of_line()?.is_some();
-        if any {
-            self.line_no += 1;
-        }
-        Ok(any)
     }
 
     /// Consumes input through the next newline without buffering it: the bytes before the
@@ -193,10 +179,9 @@ mod tests {
     }
 
     #[test]
-    fn skipped_lines_count_and_the_next_line_follows_them() {
+    fn a_small_buffer_reads_the_same_lines() {
         let long = "y".repeat(MAX_LINE_BYTES + 10);
         let text = format!("a\n{long}\nb\r\n\nc\nd");
-        // Every split of the text into skipped and read lines, against reading them all.
         let mut all = Vec::new();
         let mut r = LineReader::new(text.as_bytes());
         let mut buf = Vec::new();
@@ -204,20 +189,13 @@ mod tests {
             all.push(l);
         }
         assert_eq!(all.len(), 6);
-        for mask in 0u32..1 << all.len() {
-            // A small buffer, so that the long line spans many of `fill_buf`'s chunks.
-            let mut r = LineReader::new(std::io::BufReader::with_capacity(7, text.as_bytes()));
-            for (i, want) in all.iter().enumerate() {
-                if mask & (1 << i) != 0 {
-                    assert!(r.skip_line().unwrap(), "line {i} of mask {mask:b}");
-                } else {
-                    assert_eq!(r.next_line(&mut buf).unwrap().as_ref(), Some(want));
-                }
-                assert_eq!(r.lines_read(), want.number);
-            }
-            assert!(!r.skip_line().unwrap());
-            assert_eq!(r.next_line(&mut buf).unwrap(), None);
-            assert_eq!(r.lines_read(), all.len() as u64);
+        // A small buffer, so that the long line spans many of `fill_buf`'s chunks.
+        let mut r = LineReader::new(std::io::BufReader::with_capacity(7, text.as_bytes()));
+        for want in &all {
+            assert_eq!(r.next_line(&mut buf).unwrap().as_ref(), Some(want));
+            assert_eq!(r.lines_read(), want.number);
         }
+        assert_eq!(r.next_line(&mut buf).unwrap(), None);
+        assert_eq!(r.lines_read(), all.len() as u64);
     }
 }
