@@ -52,11 +52,12 @@ pub struct HourAccumulator {
 /// The seconds of an hour already seen.
 ///
 /// A device's readings arrive mostly in time order, or nearly (jitter, resends, late readings).
-/// So the set keeps the last [`RECENT`] seconds as bits and everything before them as the gaps between the seconds seen,
-/// 4 bits a gap of 1–15 s, 16 bits (a zero nibble, then 12 bits) a longer one: an hour of
-/// readings every 10 s takes about 180 bytes where a bit per second takes 450. A reading older
-/// than the recent bits (a late one), or gaps that would outgrow the bit set, turn the set into a
-/// 3600-bit set for good: never more than the bit set, plus the gaps it replaced.
+/// So the set keeps the last [`RECENT`] seconds as bits and everything before them as the gaps
+/// between the seconds seen, 4 bits a gap of 1–15 s, 16 bits (a zero nibble, then 12 bits) a
+/// longer one: an hour of readings every 10 s takes about 180 bytes where a bit per second takes
+/// 450. A reading older than the recent bits (a late one), or gaps that would outgrow the bit
+/// set, turn the set into a 3600-bit set for good: never more than the bit set, plus the gaps it
+/// replaced.
 #[derive(Debug, Clone)]
 enum Seen {
     Gaps {
