@@ -679,6 +679,8 @@ mysql_setup() {
 CREATE DATABASE IF NOT EXISTS hourglass CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 CREATE USER IF NOT EXISTS 'hourglass'@'127.0.0.1' IDENTIFIED BY 'hourglass';
 CREATE USER IF NOT EXISTS 'hourglass'@'localhost' IDENTIFIED BY 'hourglass';
+ALTER USER 'hourglass'@'127.0.0.1' IDENTIFIED BY 'hourglass';
+ALTER USER 'hourglass'@'localhost' IDENTIFIED BY 'hourglass';
 GRANT ALL PRIVILEGES ON `hourglass`.* TO 'hourglass'@'127.0.0.1', 'hourglass'@'localhost';
 GRANT ALL PRIVILEGES ON `hourglass\_%`.* TO 'hourglass'@'127.0.0.1', 'hourglass'@'localhost';
 SQL
