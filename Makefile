@@ -30,7 +30,8 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## Standalone HBase (Thrift1 :9090, Thrift2 :9091) and KRaft Kafka (:9092) from Maven Central.
+## Standalone HBase (Thrift1 :9090, Thrift2 :9091) and KRaft Kafka (:9092) from Maven Central;
+## MariaDB (:3306) and Redis (:6379) from Debian packages.
 services-up:
 	scripts/services.sh up all
 

@@ -8,26 +8,37 @@
 #     both TBinaryProtocol over a plain (unframed, buffered) socket.
 #   * Apache Kafka 3.9 in KRaft mode, one combined broker+controller:
 #       broker 127.0.0.1:9092, controller 127.0.0.1:9093
+#   * MariaDB (Debian's mariadb-server), the tag registry's real backend:
+#       127.0.0.1:3306, database `hourglass`, user hourglass / password hourglass
+#       (rights on `hourglass` and `hourglass\_*`, for tests' own databases)
+#   * Redis (Debian's redis-server), short-term tags: 127.0.0.1:6379
 #
-# Everything comes from Maven Central through Maven (services/*/pom.xml); no
-# tarballs. All state lives in <repo>/.services/ (owned by this script):
+# HBase and Kafka come from Maven Central through Maven (services/*/pom.xml); no
+# tarballs. MariaDB and Redis are Debian packages: when their binaries are
+# missing, `up` installs them with apt-get (as root; it says so). All four run
+# as plain processes of this script (no systemd). All state lives in
+# <repo>/.services/ (owned by this script):
 #   .services/{hbase,kafka}/lib    jars (resolved once, reused)
 #   .services/{hbase,kafka}/conf   rendered configuration
 #   .services/{hbase,kafka}/data   HBase rootdir + ZooKeeper / Kafka log dirs
 #   .services/{hbase,kafka}/logs   logs (*.log from log4j, *.out = stdout/stderr)
 #   .services/{hbase,kafka}/pids   pid files of the JVMs started here
+#   .services/{mysql,redis}/{conf,data,logs,pids}  the same for MariaDB and Redis
+#                                  (MariaDB's data dir is initialised on first up)
 #   .services/venv                 Python venv with happybase (readiness checks,
 #                                  integration tests)
 #
-# Usage: scripts/services.sh <command> [hbase|kafka|all]
-#   up [hbase|kafka|all]       start (or, if running, re-check) and wait until ready
-#   down [hbase|kafka|all]     stop what this script started (graceful, then kill -9)
+# Usage: scripts/services.sh <command> [hbase|kafka|mysql|redis|all]
+#   up [hbase|kafka|mysql|redis|all]
+#                              start (or, if running, re-check) and wait until ready
+#   down [hbase|kafka|mysql|redis|all]
+#                              stop what this script started (graceful, then kill -9)
 #   restart [hbase|kafka|thrift|all]
 #                              hbase: restart ONLY the HMaster (data kept; the
 #                              Thrift gateways keep running and reconnect)
 #                              thrift: restart the two Thrift gateways
 #   status                     processes, pids, RSS, ports
-#   logs [hbase|kafka|all] [N] where the logs are + their last N lines (default 20)
+#   logs [SERVICE|all] [N]     where the logs are + their last N lines (default 20)
 #   kafka-tool CLASS [ARGS..]  run a Kafka CLI class with the Kafka jars, e.g.
 #                              kafka-tool org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 --list
 #
@@ -38,13 +49,16 @@
 #   standalone JVM is master and region server; at 768m its block cache, 0.2 of
 #   the heap, could not hold a day of 500 sensors' hourly rows, and G1 ran
 #   concurrent cycles back to back with the old generation 85 % full),
-#   HBASE_THRIFT_HEAP (256m), KAFKA_HEAP (512m).
+#   HBASE_THRIFT_HEAP (256m), KAFKA_HEAP (512m), MYSQL_UP_TIMEOUT (120 s),
+#   REDIS_UP_TIMEOUT (30 s).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SVC="$ROOT/.services"
 HB="$SVC/hbase"
 KF="$SVC/kafka"
+MY="$SVC/mysql"
+RD="$SVC/redis"
 VENV="$SVC/venv"
 
 THRIFT1_PORT=9090
@@ -55,9 +69,13 @@ KAFKA_PORT=9092
 KAFKA_CONTROLLER_PORT=9093
 HBASE_MASTER_INFO_PORT=16010
 ZK_PORT="${HBASE_ZK_PORT:-2181}"
+MYSQL_PORT=3306
+REDIS_PORT=6379
 
 HBASE_UP_TIMEOUT="${HBASE_UP_TIMEOUT:-300}"
 KAFKA_UP_TIMEOUT="${KAFKA_UP_TIMEOUT:-180}"
+MYSQL_UP_TIMEOUT="${MYSQL_UP_TIMEOUT:-120}"
+REDIS_UP_TIMEOUT="${REDIS_UP_TIMEOUT:-30}"
 STOP_GRACE="${STOP_GRACE:-60}"
 HBASE_SHUTDOWN_WAIT="${HBASE_SHUTDOWN_WAIT:-40}"
 HBASE_MASTER_HEAP="${HBASE_MASTER_HEAP:-2g}"
@@ -178,14 +196,24 @@ render() {
 }
 
 # ------------------------------------------------------------ process helpers
-# Processes are tracked by pid file AND by a marker system property
-# (-Dhourglass.service=NAME) so that a recycled pid is never mistaken for ours.
+# Processes are tracked by pid file AND by a marker argument on their command
+# line (JVMs: -Dhourglass.service=NAME; MariaDB and Redis: their config file
+# under .services/) so that a recycled pid is never mistaken for ours.
 
 svc_dir() {
   case "$1" in
   hbase-*) echo "$HB" ;;
   kafka) echo "$KF" ;;
+  mysql) echo "$MY" ;;
+  redis) echo "$RD" ;;
   *) die "internal: unknown process $1" ;;
+  esac
+}
+proc_marker() {
+  case "$1" in
+  mysql) echo "--defaults-file=$MY/conf/my.cnf" ;;
+  redis) echo "$RD/conf/redis.conf" ;;
+  *) echo "-Dhourglass.service=$1" ;;
   esac
 }
 pidfile() { echo "$(svc_dir "$1")/pids/$1.pid"; }
@@ -197,7 +225,7 @@ proc_pid() {
   [[ -f "$pf" ]] || return 0
   pid="$(cat "$pf" 2>/dev/null || true)"
   if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qx -- "-Dhourglass.service=$name"; then
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$(proc_marker "$name")"; then
     echo "$pid"
   else
     rm -f "$pf"
@@ -238,6 +266,27 @@ start_java() {
   echo "$pid" >"$pf"
   # wait until the pid shows our marker (setsid has exec'ed java)
   local i
+  for ((i = 0; i < 50; i++)); do
+    is_running "$name" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    echo "$pid" >"$pf"
+    sleep 0.1
+  done
+  tail -n 30 "$out" >&2 || true
+  die "$name exited right after start (log: $out)"
+}
+
+# start_native NAME OUTFILE CMD...: like start_java for a native server whose
+# command line carries its marker (proc_marker)
+start_native() {
+  local name="$1" out="$2" pf pid i
+  shift 2
+  pf="$(pidfile "$name")"
+  mkdir -p "$(dirname "$pf")" "$(dirname "$out")"
+  echo "=== $(date '+%F %T') starting $name" >>"$out"
+  (cd "$(svc_dir "$name")" && exec setsid "$@" >>"$out" 2>&1 </dev/null) &
+  pid=$!
+  echo "$pid" >"$pf"
   for ((i = 0; i < 50; i++)); do
     is_running "$name" && return 0
     kill -0 "$pid" 2>/dev/null || break
@@ -526,19 +575,209 @@ kafka_down() {
   say "kafka: stopped"
 }
 
+# ------------------------------------------------------- Debian packages
+
+# find_bin NAME: the path of NAME on PATH or in an sbin directory (non-root
+# PATHs often lack /usr/sbin, where mariadbd lives), or nothing
+find_bin() {
+  local d
+  if command -v "$1" >/dev/null 2>&1; then
+    command -v "$1"
+    return 0
+  fi
+  for d in /usr/sbin /sbin /usr/local/sbin; do
+    [[ -x "$d/$1" ]] && {
+      echo "$d/$1"
+      return 0
+    }
+  done
+  return 0
+}
+
+# ensure_debs WHAT BIN... -- PKG...: install the Debian packages PKG when one of
+# the binaries BIN is missing (apt-get, non-interactive, as root)
+ensure_debs() {
+  local what="$1" bin missing=() pkgs=()
+  shift
+  while [[ $# -gt 0 && "$1" != "--" ]]; do
+    [[ -n "$(find_bin "$1")" ]] || missing+=("$1")
+    shift
+  done
+  shift
+  pkgs=("$@")
+  ((${#missing[@]} == 0)) && return 0
+  command -v apt-get >/dev/null 2>&1 ||
+    die "$what: ${missing[*]} not found and no apt-get here: install ${pkgs[*]} by hand"
+  [[ "$(id -u)" == 0 ]] ||
+    die "$what: ${missing[*]} not found: run as root, or first: sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
+  local logf="$SVC/apt.log" t0=$SECONDS added_policy=0
+  mkdir -p "$SVC"
+  say "$what: ${missing[*]} not found: installing Debian packages ${pkgs[*]} with apt-get (as root; log ${logf#"$ROOT"/})..."
+  # The packages' postinst would start a system-wide server on our port;
+  # policy-rc.d = 101 tells invoke-rc.d not to (Debian container images ship one).
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
+  local ok=0
+  if DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update >>"$logf" 2>&1 &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
+      --no-install-recommends "${pkgs[@]}" >>"$logf" 2>&1; then
+    ok=1
+  fi
+  ((added_policy)) && rm -f /usr/sbin/policy-rc.d
+  if ((!ok)); then
+    tail -n 30 "$logf" >&2 || true
+    die "$what: apt-get install ${pkgs[*]} failed (log: $logf)"
+  fi
+  for bin in "${missing[@]}"; do
+    [[ -n "$(find_bin "$bin")" ]] || die "$what: $bin still missing after installing ${pkgs[*]}"
+  done
+  say "$what: installed ${pkgs[*]} ($((SECONDS - t0))s)"
+}
+
+# ------------------------------------------------------------------- MariaDB
+
+MY_SOCK="$MY/run/mysqld.sock"
+
+mysql_prepare() {
+  ensure_debs mysql mariadbd mariadb-install-db mariadb mariadb-admin -- mariadb-server mariadb-client
+  mkdir -p "$MY"/{conf,data,logs,pids,run,tmp}
+  render "$ROOT/services/mysql/my.cnf" "$MY/conf/my.cnf" \
+    "DATA_DIR=$MY/data" "TMP_DIR=$MY/tmp" "RUN_DIR=$MY/run" "LOG_DIR=$MY/logs" \
+    "SOCKET=$MY_SOCK" "PORT=$MYSQL_PORT" "USER=$(id -un)"
+  # first up: system tables; root and the OS user of this script log in over
+  # the socket only (unix_socket), never over TCP
+  # (.initialised: written once mariadb-install-db succeeded; a half-made data
+  # dir of a killed first run is made again)
+  if [[ ! -f "$MY/data/.initialised" ]]; then
+    local t0=$SECONDS
+    say "mysql: initialising the data dir ${MY#"$ROOT"/}/data (mariadb-install-db)"
+    rm -rf "$MY/data" && mkdir -p "$MY/data"
+    "$(find_bin mariadb-install-db)" --defaults-file="$MY/conf/my.cnf" --user="$(id -un)" \
+      --auth-root-authentication-method=socket --skip-test-db >"$MY/logs/install-db.out" 2>&1 ||
+      fail_with_log "mysql: mariadb-install-db failed" "$MY/logs/install-db.out"
+    touch "$MY/data/.initialised"
+    say "mysql: data dir ready ($((SECONDS - t0))s)"
+  fi
+}
+
+mysql_start() {
+  if is_running mysql; then
+    say "mysql: MariaDB already running (pid $(proc_pid mysql))"
+    return 0
+  fi
+  require_free_ports "MariaDB" "$MYSQL_PORT"
+  say "mysql: starting MariaDB on 127.0.0.1:$MYSQL_PORT"
+  start_native mysql "$MY/logs/mariadbd.out" "$(find_bin mariadbd)" --defaults-file="$MY/conf/my.cnf"
+}
+
+# the database and user the registry uses, idempotently, as the socket's admin
+mysql_setup() {
+  "$(find_bin mariadb)" --defaults-file="$MY/conf/my.cnf" -u "$(id -un)" >>"$MY/logs/setup.out" 2>&1 <<'SQL'
+CREATE DATABASE IF NOT EXISTS hourglass CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+CREATE USER IF NOT EXISTS 'hourglass'@'127.0.0.1' IDENTIFIED BY 'hourglass';
+CREATE USER IF NOT EXISTS 'hourglass'@'localhost' IDENTIFIED BY 'hourglass';
+ALTER USER 'hourglass'@'127.0.0.1' IDENTIFIED BY 'hourglass';
+ALTER USER 'hourglass'@'localhost' IDENTIFIED BY 'hourglass';
+GRANT ALL PRIVILEGES ON `hourglass`.* TO 'hourglass'@'127.0.0.1', 'hourglass'@'localhost';
+GRANT ALL PRIVILEGES ON `hourglass\_%`.* TO 'hourglass'@'127.0.0.1', 'hourglass'@'localhost';
+SQL
+}
+
+mysql_wait() {
+  local deadline=$((SECONDS + MYSQL_UP_TIMEOUT)) t0=$SECONDS admin client
+  admin="$(find_bin mariadb-admin)"
+  client="$(find_bin mariadb)"
+  say "mysql: waiting for MariaDB on :$MYSQL_PORT (timeout ${MYSQL_UP_TIMEOUT}s)..."
+  while :; do
+    is_running mysql || fail_with_log "mysql: MariaDB died while starting" "$MY/logs/mariadbd.out" "$MY/logs/error.log"
+    if "$admin" --defaults-file="$MY/conf/my.cnf" -u "$(id -un)" --connect-timeout=2 ping >/dev/null 2>&1; then
+      break
+    fi
+    ((SECONDS >= deadline)) && fail_with_log "mysql: not ready after ${MYSQL_UP_TIMEOUT}s" "$MY/logs/error.log"
+    sleep 1
+  done
+  mysql_setup || fail_with_log "mysql: creating database and user hourglass failed" "$MY/logs/setup.out"
+  # the way the registry connects: TCP, user hourglass
+  "$client" --no-defaults -h 127.0.0.1 -P "$MYSQL_PORT" -u hourglass -phourglass \
+    -e 'SELECT 1' hourglass >"$MY/logs/readiness.out" 2>&1 ||
+    fail_with_log "mysql: user hourglass cannot reach database hourglass over TCP" "$MY/logs/readiness.out"
+  say "mysql: ready in $((SECONDS - t0))s (mysql://hourglass:hourglass@127.0.0.1:$MYSQL_PORT/hourglass)"
+}
+
+mysql_down() {
+  local pid
+  pid="$(proc_pid mysql)"
+  if [[ -z "$pid" ]]; then
+    say "mysql: not running"
+    return 0
+  fi
+  say "mysql: stopping MariaDB (pid $pid, clean shutdown)"
+  stop_proc mysql "$STOP_GRACE"
+  say "mysql: stopped"
+}
+
+# --------------------------------------------------------------------- Redis
+
+redis_prepare() {
+  ensure_debs redis redis-server redis-cli -- redis-server
+  mkdir -p "$RD"/{conf,data,logs,pids}
+  render "$ROOT/services/redis/redis.conf" "$RD/conf/redis.conf" \
+    "DATA_DIR=$RD/data" "LOG_DIR=$RD/logs" "PORT=$REDIS_PORT"
+}
+
+redis_start() {
+  if is_running redis; then
+    say "redis: already running (pid $(proc_pid redis))"
+    return 0
+  fi
+  require_free_ports "Redis" "$REDIS_PORT"
+  say "redis: starting Redis on 127.0.0.1:$REDIS_PORT"
+  start_native redis "$RD/logs/redis.out" "$(find_bin redis-server)" "$RD/conf/redis.conf"
+}
+
+redis_wait() {
+  local deadline=$((SECONDS + REDIS_UP_TIMEOUT)) t0=$SECONDS cli
+  cli="$(find_bin redis-cli)"
+  say "redis: waiting for PONG on :$REDIS_PORT (timeout ${REDIS_UP_TIMEOUT}s)..."
+  while :; do
+    is_running redis || fail_with_log "redis: died while starting" "$RD/logs/redis.out" "$RD/logs/redis.log"
+    [[ "$("$cli" -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]] && break
+    ((SECONDS >= deadline)) && fail_with_log "redis: not ready after ${REDIS_UP_TIMEOUT}s" "$RD/logs/redis.log"
+    sleep 0.5
+  done
+  say "redis: ready in $((SECONDS - t0))s (redis://127.0.0.1:$REDIS_PORT)"
+}
+
+redis_down() {
+  local pid
+  pid="$(proc_pid redis)"
+  if [[ -z "$pid" ]]; then
+    say "redis: not running"
+    return 0
+  fi
+  say "redis: stopping (pid $pid)"
+  stop_proc redis "$STOP_GRACE"
+  say "redis: stopped"
+}
+
 # ------------------------------------------------------------------ commands
 
 targets() {
   case "${1:-all}" in
   hbase) echo hbase ;;
   kafka) echo kafka ;;
-  all) echo hbase kafka ;;
-  *) die "unknown service '${1}' (expected hbase, kafka or all)" ;;
+  mysql) echo mysql ;;
+  redis) echo redis ;;
+  all) echo hbase kafka mysql redis ;;
+  *) die "unknown service '${1}' (expected hbase, kafka, mysql, redis or all)" ;;
   esac
 }
 
 print_logs_hint() {
-  say "logs: $HB/logs/{master,thrift1,thrift2}.log (GC: *-gc.log)  $KF/logs/server.log  (scripts/services.sh logs)"
+  say "logs: $HB/logs/{master,thrift1,thrift2}.log (GC: *-gc.log)  $KF/logs/server.log  $MY/logs/error.log  $RD/logs/redis.log  (scripts/services.sh logs)"
 }
 
 has() { [[ " $1 " == *" $2 "* ]]; }
@@ -549,6 +788,8 @@ cmd_up() {
   # resolve everything first, then start all JVMs, then wait (overlaps startups)
   if has "$svcs" hbase; then hbase_prepare; fi
   if has "$svcs" kafka; then kafka_prepare; fi
+  if has "$svcs" mysql; then mysql_prepare; fi
+  if has "$svcs" redis; then redis_prepare; fi
   if has "$svcs" hbase; then hbase_preflight; fi
   if has "$svcs" kafka && ! is_running kafka; then
     require_free_ports "Kafka" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"
@@ -559,6 +800,10 @@ cmd_up() {
     hbase_start_thrift 2
   fi
   if has "$svcs" kafka; then kafka_start; fi
+  if has "$svcs" mysql; then mysql_start; fi
+  if has "$svcs" redis; then redis_start; fi
+  if has "$svcs" redis; then redis_wait; fi
+  if has "$svcs" mysql; then mysql_wait; fi
   if has "$svcs" hbase; then hbase_wait; fi
   if has "$svcs" kafka; then kafka_wait; fi
   print_logs_hint
@@ -568,6 +813,8 @@ cmd_up() {
 cmd_down() {
   local svcs
   svcs="$(targets "${1:-all}")"
+  if has "$svcs" redis; then redis_down; fi
+  if has "$svcs" mysql; then mysql_down; fi
   if has "$svcs" kafka; then kafka_down; fi
   if has "$svcs" hbase; then hbase_down; fi
 }
@@ -617,12 +864,14 @@ cmd_restart() {
 cmd_status() {
   local name pid port rc=0
   printf '%-14s %-8s %-8s %-7s %s\n' PROCESS STATE PID RSS PORTS
-  for name in hbase-master hbase-thrift1 hbase-thrift2 kafka; do
+  for name in hbase-master hbase-thrift1 hbase-thrift2 kafka mysql redis; do
     case "$name" in
     hbase-master) port="$ZK_PORT(zk) $HBASE_MASTER_INFO_PORT(ui)" ;;
     hbase-thrift1) port="$THRIFT1_PORT $THRIFT1_INFO_PORT(info)" ;;
     hbase-thrift2) port="$THRIFT2_PORT $THRIFT2_INFO_PORT(info)" ;;
     kafka) port="$KAFKA_PORT $KAFKA_CONTROLLER_PORT(controller)" ;;
+    mysql) port="$MYSQL_PORT" ;;
+    redis) port="$REDIS_PORT" ;;
     esac
     pid="$(proc_pid "$name")"
     if [[ -n "$pid" ]]; then
@@ -633,10 +882,10 @@ cmd_status() {
     fi
   done
   local p busy=""
-  for p in "$THRIFT1_PORT" "$THRIFT2_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$ZK_PORT"; do
+  for p in "$THRIFT1_PORT" "$THRIFT2_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$ZK_PORT" "$MYSQL_PORT" "$REDIS_PORT"; do
     port_open "$p" && busy="$busy $p"
   done
-  say "listening on 127.0.0.1:${busy:- (none of 9090 9091 9092 9093 $ZK_PORT)}"
+  say "listening on 127.0.0.1:${busy:- (none of 9090 9091 9092 9093 $ZK_PORT $MYSQL_PORT $REDIS_PORT)}"
   print_logs_hint
   return "$rc"
 }

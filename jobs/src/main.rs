@@ -17,6 +17,7 @@ mod run;
 mod serve;
 mod store;
 mod tables;
+mod tags;
 
 use std::process::ExitCode;
 
@@ -112,6 +113,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
     Report(report::ReportArgs),
+    /// The profile job's tag registry: import definitions from CSV, list them, set a status.
+    #[command(subcommand)]
+    Tags(tags::TagsCommand),
 }
 
 fn main() -> ExitCode {
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => report::run(&args),
+        Command::Tags(cmd) => tags::run(cmd),
     };
     match result {
         Ok(code) => code,

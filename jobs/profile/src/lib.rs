@@ -1,0 +1,88 @@
+//! The user-profile tag store's domain; for now its tag registry: definitions, CSV import and
+//! the registry backends (SQLite embedded, MySQL/MariaDB).
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod import;
+pub mod registry;
+pub mod tag;
+
+pub use config::{ProfileConfig, RegistryConfig};
+pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
+pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
+pub use tag::{DataType, TagDef, TagStatus, ValueType};
+
+/// Errors of the profile crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tag definition, a field of one or an argument breaks a rule; the text says which.
+    #[error("{0}")]
+    Invalid(String),
+    /// The registry refuses a change of a stored tag.
+    #[error("tag {code}: {reason}")]
+    Refused {
+        /// The tag's code.
+        code: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// No tag has this code.
+    #[error("unknown tag code '{0}' (see `hourglass tags list`)")]
+    UnknownTag(String),
+    /// A registry URL that names no backend or cannot be parsed.
+    #[error("registry URL '{url}': {reason}")]
+    Url {
+        /// The URL, its password hidden.
+        url: String,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+    /// A CSV file that cannot be read as a tag registry at all (not a bad row: those are
+    /// [`RefusedRow`]s).
+    #[error("{path}: {reason}")]
+    Csv {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The configuration file is invalid.
+    #[error("config {path}: {reason}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Reading or creating a file or directory failed.
+    #[error("i/o error on {path}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The SQLite registry failed.
+    #[error("SQLite registry {path}")]
+    Sqlite {
+        /// The database file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The MySQL registry failed.
+    #[error("MySQL registry {url}")]
+    Mysql {
+        /// The URL, its password hidden.
+        url: String,
+        /// The cause.
+        #[source]
+        source: mysql::Error,
+    },
+}
+
+/// Result of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

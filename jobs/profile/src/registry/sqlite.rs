@@ -1,0 +1,201 @@
+//! The embedded registry: one SQLite file (rusqlite, SQLite compiled in).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use super::{create_table_sql, from_row, plan, to_row, Plan, TagRegistry, TagStatuses, Upserted};
+use super::{COLUMNS, TABLE};
+use crate::tag::{TagDef, TagStatus};
+use crate::{Error, Result};
+
+/// How long a writer waits for another process's write lock (a running job reading statuses,
+/// a second import) before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A tag registry in a SQLite file.
+#[derive(Debug)]
+pub struct SqliteRegistry {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl SqliteRegistry {
+    /// Opens (or creates, with its directory) the registry file at `path` and its table.
+    ///
+    /// The file is in WAL mode, so a job reading statuses does not block an import.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the directory cannot be created; [`Error::Sqlite`] when the file
+    /// cannot be opened as a database.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let err = sqlite_error(path);
+        let conn = Connection::open(path).map_err(&err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(&err)?;
+        conn.execute_batch(&create_table_sql("")).map_err(&err)?;
+        Ok(Self {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        sqlite_error(&self.path)
+    }
+}
+
+fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> Error + '_ {
+    move |source| Error::Sqlite {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn select_one(conn: &Connection, code: &str) -> rusqlite::Result<Option<super::Row>> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS} FROM {TABLE} WHERE tag_code = ?1"),
+        [code],
+        read_row,
+    )
+    .optional()
+}
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::Row> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+    ))
+}
+
+impl TagRegistry for SqliteRegistry {
+    fn upsert(&mut self, tags: &[TagDef]) -> Result<Vec<Result<Upserted>>> {
+        let err = sqlite_error(&self.path);
+        // IMMEDIATE: the write lock from the first read, so two imports cannot both see a
+        // code as new.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let mut outcomes = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let stored = select_one(&tx, &tag.tag_code)
+                .map_err(&err)?
+                .map(from_row)
+                .transpose()?;
+            let planned = match plan(stored.as_ref(), tag) {
+                Ok(p) => p,
+                Err(e) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+            };
+            let r = to_row(tag);
+            match planned {
+                Plan::Insert => tx.execute(
+                    &format!(
+                        "INSERT INTO {TABLE} ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                    ),
+                    params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8],
+                ),
+                Plan::Update => tx.execute(
+                    &format!(
+                        "UPDATE {TABLE} SET name = ?2, data_type = ?3, value_type = ?4, status = ?5, \
+                         ttl_secs = ?6, category = ?7, owner = ?8, update_frequency = ?9 \
+                         WHERE tag_code = ?1"
+                    ),
+                    params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8],
+                ),
+                Plan::Unchanged => Ok(0),
+            }
+            .map_err(&err)?;
+            outcomes.push(Ok(planned.outcome()));
+        }
+        tx.commit().map_err(&err)?;
+        Ok(outcomes)
+    }
+
+    fn list(&mut self) -> Result<Vec<TagDef>> {
+        let err = self.err();
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {COLUMNS} FROM {TABLE} ORDER BY tag_code"))
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], read_row)
+            .map_err(&err)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&err)?;
+        rows.into_iter().map(from_row).collect()
+    }
+
+    fn get(&mut self, code: &str) -> Result<Option<TagDef>> {
+        select_one(&self.conn, code)
+            .map_err(self.err())?
+            .map(from_row)
+            .transpose()
+    }
+
+    fn set_status(&mut self, code: &str, status: TagStatus) -> Result<TagStatus> {
+        let err = sqlite_error(&self.path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let Some(old) = select_one(&tx, code)
+            .map_err(&err)?
+            .map(from_row)
+            .transpose()?
+        else {
+            return Err(Error::UnknownTag(code.to_string()));
+        };
+        tx.execute(
+            &format!("UPDATE {TABLE} SET status = ?2 WHERE tag_code = ?1"),
+            params![code, status.as_str()],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(old.status)
+    }
+
+    fn statuses(&mut self) -> Result<TagStatuses> {
+        let err = self.err();
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT tag_code, status FROM {TABLE}"))
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&err)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(&err)?;
+        rows.into_iter()
+            .map(|(code, status)| {
+                let status = status.parse().map_err(|e: Error| {
+                    Error::Invalid(format!("stored tag '{code}': {e}: fix its row in {TABLE}"))
+                })?;
+                Ok((code, status))
+            })
+            .collect()
+    }
+
+    fn location(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
+}
