@@ -479,6 +479,7 @@ fn scans(store: &Store, t: &Tables, now: i64) {
         limit,
         columns: Vec::new(),
         time_range: None,
+        ..ScanSpec::default()
     };
     assert_eq!(
         scan(store, t.data, range("z1/b", "z1/c", None)),

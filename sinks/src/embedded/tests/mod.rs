@@ -101,6 +101,7 @@ fn scan(store: &EmbeddedStore, start: &[u8], stop: &[u8], limit: Option<usize>) 
         limit,
         columns: Vec::new(),
         time_range: None,
+        ..ScanSpec::default()
     };
     store.scan(T, &spec).unwrap()
 }
