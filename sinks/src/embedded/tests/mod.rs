@@ -5,6 +5,7 @@ mod generations;
 mod lifecycle;
 mod model;
 mod semantics;
+mod versions;
 
 use super::EmbeddedStore;
 use crate::schema::{Bloom, Compression, FamilySpec, TableSpec};
