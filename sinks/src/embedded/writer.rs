@@ -259,11 +259,11 @@ impl Pending {
 /// A family with [`crate::schema::FamilySpec::max_versions`] above 1 keeps each put as a
 /// version of its own, the same stamp replacing it, and a put removes the versions it leaves
 /// past the family's count. Other families keep one version per cell. By default a put
-/// replaces the cell whatever its timestamp (last write wins), which for hourglass is the same as HBase's rule that the newest
-/// timestamp wins: every hourglass cell timestamp is a function of the cell's coordinates (a
-/// narrow cell is stamped with the reading's event time, which is part of its row key; a wide
-/// cell with its row's hour start plus its qualifier's offset), so two puts of one cell carry
-/// one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
+/// replaces the cell whatever its timestamp (last write wins), which for hourglass is the same
+/// as HBase's rule that the newest timestamp wins: every hourglass cell timestamp is a function
+/// of the cell's coordinates (a narrow cell is stamped with the reading's event time, which is
+/// part of its row key; a wide cell with its row's hour start plus its qualifier's offset), so
+/// two puts of one cell carry one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
 /// price of a read per cell; that mode commits write batches of 4096 mutations and never ingests.
 pub struct EmbeddedWriter {
     store: EmbeddedStore,
@@ -554,13 +554,10 @@ impl EmbeddedWriter {
         let Some(queued_ts) = &mut self.queued_ts else {
             for cell in cells {
                 if table.is_versioned(&cell.family) {
-                    let past = past_versions(&self.store, table, row, cell)?;
-                    remove_all(&mut self.batch, &mut self.leases, table, &past.stored);
-                    if past.this {
+                    let (batch, leases) = (&mut self.batch, &mut self.leases);
+                    if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
                         continue;
                     }
-                    let (family, qualifier) = (&cell.family, &cell.qualifier[..]);
-                    codec::encode_version_key(&mut self.key, row, family, qualifier, cell.ts_ms);
                 } else {
                     codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
                 }
@@ -591,13 +588,10 @@ impl EmbeddedWriter {
         for cell in cells {
             if table.is_versioned(&cell.family) {
                 // Every version is kept, whatever its stamp: no read of the visible one.
-                let past = past_versions(&self.store, table, row, cell)?;
-                remove_all(&mut self.batch, &mut self.leases, table, &past.stored);
-                if past.this {
+                let (batch, leases) = (&mut self.batch, &mut self.leases);
+                if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
                     continue;
                 }
-                let (family, qualifier) = (&cell.family, &cell.qualifier[..]);
-                codec::encode_version_key(&mut self.key, row, family, qualifier, cell.ts_ms);
                 codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
                 self.batch
                     .insert(&newest, self.key.as_slice(), self.value.as_slice());
@@ -812,17 +806,32 @@ fn past_versions(
     })
 }
 
-/// Queues the removal of `keys` from every generation of `table`, keeping the generations
-/// leased until the batch is committed.
-fn remove_all(batch: &mut OwnedWriteBatch, leases: &mut Vec<Lease>, table: &Table, keys: &[Slice]) {
-    if keys.is_empty() {
-        return;
+/// Prepares a put of `cell`, of a versioned family, in `row`: queues in `batch` the removal of
+/// the stored versions it leaves past the family's count ([`past_versions`]), their generations
+/// leased in `leases` until the batch is committed, and writes the version's key into `key`.
+/// `false` if the put is itself past the count and is not to be written.
+fn version_key(
+    store: &EmbeddedStore,
+    table: &Table,
+    row: &[u8],
+    cell: &Cell,
+    batch: &mut OwnedWriteBatch,
+    leases: &mut Vec<Lease>,
+    key: &mut Vec<u8>,
+) -> Result<bool> {
+    let past = past_versions(store, table, row, cell)?;
+    if !past.stored.is_empty() {
+        let generations = table.leases();
+        for stored in &past.stored {
+            generations::remove_everywhere(batch, &generations, stored);
+        }
+        leases.extend(generations);
     }
-    let generations = table.leases();
-    for key in keys {
-        generations::remove_everywhere(batch, &generations, key);
+    if past.this {
+        return Ok(false);
     }
-    leases.extend(generations);
+    codec::encode_version_key(key, row, &cell.family, &cell.qualifier, cell.ts_ms);
+    Ok(true)
 }
 
 /// Whether a qualifier is one of `apart` ([`crate::schema::FamilySpec::packed_apart`]).
