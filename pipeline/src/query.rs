@@ -50,6 +50,7 @@ fn scan_narrow<T>(
         // A narrow cell is stamped with its reading's time, which its key holds: the key range
         // already picks these timestamps, and the range lets the store skip the rest.
         time_range: Some(TimeRange::of_secs(from, to)),
+        ..ScanSpec::default()
     };
     let mut out = store
         .scan(NARROW_TABLE, &spec)?

@@ -269,6 +269,19 @@ impl TableReader for Reader {
         }
     }
 
+    fn get_versions(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        max_versions: u32,
+    ) -> Result<Option<Row>> {
+        match &self.0 {
+            ReaderKind::Embedded(store) => store.get_versions(table, row, time, max_versions),
+            ReaderKind::Hbase(store) => store.get_versions(table, row, time, max_versions),
+        }
+    }
+
     // Forwarded, not left to the trait's default: HBase answers a multi-get with `getMultiple`
     // calls of many rows, where the default would make one Get per row.
     fn get_many(

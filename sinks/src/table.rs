@@ -78,21 +78,35 @@ impl Mutation {
 pub struct Row {
     /// Row key.
     pub key: Vec<u8>,
-    /// Visible cells (one version each), ordered by (family, qualifier).
+    /// Visible cells, ordered by (family, qualifier), and a column's versions newest first, as
+    /// HBase returns them: one per column unless a read asked for more
+    /// ([`ScanSpec::max_versions`]) of a family that keeps more.
     pub cells: Vec<Cell>,
 }
 
 impl Row {
-    /// The cell with this family and qualifier, if present.
+    /// The cell with this family and qualifier, if present: its newest version.
     pub fn cell(&self, family: &str, qualifier: &[u8]) -> Option<&Cell> {
         self.cells
             .iter()
             .find(|c| c.family == family && c.qualifier == qualifier)
     }
+
+    /// The versions of the cell with this family and qualifier that the read returned, newest
+    /// first.
+    pub fn versions<'a>(
+        &'a self,
+        family: &'a str,
+        qualifier: &'a [u8],
+    ) -> impl Iterator<Item = &'a Cell> + 'a {
+        self.cells
+            .iter()
+            .filter(move |c| c.family == family && c.qualifier == qualifier)
+    }
 }
 
 /// A scan over an ordered range of row keys.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanSpec {
     /// First row key included.
     pub start: Vec<u8>,
@@ -108,6 +122,24 @@ pub struct ScanSpec {
     /// store files whose time range (`TIMERANGE` in each HFile's metadata) lies outside it, the
     /// embedded store skips generations the same way.
     pub time_range: Option<TimeRange>,
+    /// Versions of each column to return, newest first, as HBase's `Scan.readVersions`
+    /// (default 1: the newest only; 0 is read as 1). Never more than the family keeps
+    /// ([`crate::schema::FamilySpec::max_versions`]).
+    pub max_versions: u32,
+}
+
+impl Default for ScanSpec {
+    /// The whole table, every column, any timestamp, one version of each column.
+    fn default() -> Self {
+        ScanSpec {
+            start: Vec::new(),
+            stop: Vec::new(),
+            limit: None,
+            columns: Vec::new(),
+            time_range: None,
+            max_versions: 1,
+        }
+    }
 }
 
 /// Cell timestamps from `min_ms` (included) to `max_ms` (excluded), as HBase's `TimeRange`.
@@ -166,9 +198,7 @@ impl ScanSpec {
         ScanSpec {
             start: prefix.to_vec(),
             stop: prefix_successor(prefix),
-            limit: None,
-            columns: Vec::new(),
-            time_range: None,
+            ..ScanSpec::default()
         }
     }
 }
@@ -214,6 +244,33 @@ pub trait TableReader: Sync {
     /// # Errors
     /// A backend error (unreachable store, unknown table).
     fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>>;
+
+    /// The row with this key as [`TableReader::get`] reads it, with up to `max_versions` versions
+    /// of each column, newest first (0 is read as 1; never more than the family keeps), as
+    /// HBase's `Get.readVersions`. The default scans the one row.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn get_versions(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        max_versions: u32,
+    ) -> Result<Option<Row>> {
+        // `row 0x00` is the first key after `row`: the scan holds this row only.
+        let mut stop = row.to_vec();
+        stop.push(0);
+        let spec = ScanSpec {
+            start: row.to_vec(),
+            stop,
+            limit: Some(1),
+            time_range: time,
+            max_versions,
+            ..ScanSpec::default()
+        };
+        Ok(self.scan(table, &spec)?.into_iter().find(|r| r.key == row))
+    }
 
     /// The rows with these keys, in the order asked, `None` where a row has no visible cell
     /// (within `time`, as [`TableReader::get`]). Backends with a multi-get (HBase's

@@ -1,8 +1,9 @@
 //! One conformance suite, run against both backends through [`sinks::open`]: what the dataflow
 //! and the queries rely on must hold for the embedded store and HBase alike. Gets, multi-gets
 //! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), deletes, TTLs and
-//! cell timestamps (`VERSIONS => 1`: the newest timestamp wins). `ScanSpec` has no reverse
-//! scan, so there is none to check.
+//! cell timestamps (`VERSIONS => 1`: the newest timestamp wins), and cell versions
+//! (`VERSIONS => 3`: reads ask for versions and get at most three, newest first). `ScanSpec`
+//! has no reverse scan, so there is none to check.
 //!
 //! The HBase run needs the Thrift gateways on 127.0.0.1:9090/9091 (`scripts/services.sh up
 //! hbase`); it fails when they are not reachable. Outside CI, `HOURGLASS_SKIP_HBASE=1` skips it.
@@ -25,10 +26,18 @@ const FAMILY: &str = "t";
 /// on both backends, short enough that one written two hours ago is gone.
 const TTL_SECS: u64 = 3600;
 
-/// The two tables of a run: `data` keeps cells forever, `ttl` for [`TTL_SECS`].
+/// The family of the `versions` table that keeps [`VERSIONS`] versions of a cell, for
+/// [`TTL_SECS`]; its other family, [`FAMILY`], keeps one forever.
+const VERSIONED: &str = "v";
+/// Versions [`VERSIONED`] keeps.
+const VERSIONS: u32 = 3;
+
+/// The three tables of a run: `data` keeps cells forever, `ttl` for [`TTL_SECS`], `versions`
+/// has a family of each kind ([`VERSIONED`]).
 struct Tables {
     data: &'static str,
     ttl: &'static str,
+    versions: &'static str,
     /// Whether the family's puts are stored packed (`FamilySpec::packed`, the embedded store's
     /// layout of the narrow table; HBase ignores it).
     packed: bool,
@@ -42,26 +51,44 @@ impl Tables {
         Tables {
             data: name("data"),
             ttl: name("ttl"),
+            versions: name("versions"),
             packed: false,
         }
     }
 
     fn specs(&self) -> Vec<TableSpec> {
-        let spec = |name, ttl_secs| TableSpec {
+        let family = |ttl_secs| FamilySpec {
+            name: FAMILY,
+            ttl_secs,
+            compression: Compression::None,
+            bloom: Bloom::Row,
+            max_versions: 1,
+            packed: self.packed,
+            // Packed, one qualifier goes apart, as the hourly table's summary does.
+            packed_apart: if self.packed { &["q2"] } else { &[] },
+        };
+        let spec = |name, families| TableSpec {
             name,
-            families: vec![FamilySpec {
-                name: FAMILY,
-                ttl_secs,
-                compression: Compression::None,
-                bloom: Bloom::Row,
-                max_versions: 1,
-                packed: self.packed,
-                // Packed, one qualifier goes apart, as the hourly table's summary does.
-                packed_apart: if self.packed { &["q2"] } else { &[] },
-            }],
+            families,
             split_keys: Vec::new(),
         };
-        vec![spec(self.data, None), spec(self.ttl, Some(TTL_SECS))]
+        // A packed family keeps one version: only `FAMILY` follows `packed`.
+        let versioned = FamilySpec {
+            name: VERSIONED,
+            max_versions: VERSIONS,
+            packed: false,
+            packed_apart: &[],
+            ..family(Some(TTL_SECS))
+        };
+        vec![
+            spec(self.data, vec![family(None)]),
+            spec(self.ttl, vec![family(Some(TTL_SECS))]),
+            spec(self.versions, vec![family(None), versioned]),
+        ]
+    }
+
+    fn names(&self) -> [&'static str; 3] {
+        [self.data, self.ttl, self.versions]
     }
 }
 
@@ -147,6 +174,7 @@ fn conforms(store: &Store, t: &Tables) {
     ttl(store, t, now);
     time_ranges(store, t, now);
     scans(store, t, now);
+    versions(store, t, now);
 }
 
 fn put_and_get(store: &Store, t: &Tables, now: i64) {
@@ -479,6 +507,7 @@ fn scans(store: &Store, t: &Tables, now: i64) {
         limit,
         columns: Vec::new(),
         time_range: None,
+        ..ScanSpec::default()
     };
     assert_eq!(
         scan(store, t.data, range("z1/b", "z1/c", None)),
@@ -555,6 +584,179 @@ fn scans(store: &Store, t: &Tables, now: i64) {
     assert_eq!(rows[0].cells.len(), 2, "both columns asked: {rows:?}");
 }
 
+fn vcell(family: &str, ts_ms: i64, value: &str) -> Cell {
+    Cell {
+        family: family.into(),
+        ..cell("q", ts_ms, value)
+    }
+}
+
+/// `(family, timestamp, value)` of each cell of `row`, in the order read.
+fn versions_of(row: Option<&Row>) -> Vec<(String, i64, String)> {
+    row.map(|r| {
+        r.cells
+            .iter()
+            .map(|c| {
+                assert_eq!(c.qualifier, b"q", "{r:?}");
+                let value = String::from_utf8_lossy(&c.value).into_owned();
+                (c.family.clone(), c.ts_ms, value)
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Cell versions: a family with `VERSIONS => 3` keeps the three newest versions of a cell and
+/// returns as many as a read asks for, newest first; a family with `VERSIONS => 1` keeps one.
+fn versions(store: &Store, t: &Tables, now: i64) {
+    let reader = store.reader();
+    let tv = t.versions;
+    let read = |row: &str, versions| {
+        let got = reader.get_versions(tv, row.as_bytes(), None, versions);
+        versions_of(got.expect("get with versions").as_ref())
+    };
+    let v = |ts: i64, value: &str| (VERSIONED.to_string(), ts, value.to_string());
+    let one = |ts: i64, value: &str| (FAMILY.to_string(), ts, value.to_string());
+    // Five versions, one put each, oldest first; then two of the one-version family.
+    let row = "v/row";
+    for i in 0..5 {
+        let cell = vcell(VERSIONED, now - 5000 + i * 1000, &format!("v{i}"));
+        write(store, vec![put(tv, row, vec![cell])]);
+    }
+    write(store, vec![put(tv, row, vec![vcell(FAMILY, now - 2, "a")])]);
+    write(store, vec![put(tv, row, vec![vcell(FAMILY, now - 1, "b")])]);
+
+    let newest = [one(now - 1, "b"), v(now - 1000, "v4")];
+    assert_eq!(read(row, 1), newest, "one version: the newest of each cell");
+    assert_eq!(versions_of(get(store, tv, row).as_ref()), newest);
+    assert_eq!(read(row, 0), newest, "0 versions is read as 1");
+    let three = [
+        one(now - 1, "b"),
+        v(now - 1000, "v4"),
+        v(now - 2000, "v3"),
+        v(now - 3000, "v2"),
+    ];
+    assert_eq!(read(row, 3), three, "three versions, newest first");
+    assert_eq!(read(row, 10), three, "never more than the family keeps");
+    let two = [one(now - 1, "b"), v(now - 1000, "v4"), v(now - 2000, "v3")];
+    assert_eq!(read(row, 2), two);
+
+    // Scans ask for versions the same way.
+    let scan_versions = |versions, time_range| {
+        let spec = ScanSpec {
+            max_versions: versions,
+            time_range,
+            ..ScanSpec::prefix(b"v/")
+        };
+        let rows = reader.scan(tv, &spec).expect("scan with versions");
+        assert_eq!(keys(&rows), [row], "{rows:?}");
+        versions_of(rows.first())
+    };
+    assert_eq!(scan_versions(1, None), newest);
+    assert_eq!(scan_versions(10, None), three);
+    assert_eq!(
+        scan_versions(10, Some(TimeRange::new(now - 2500, now))),
+        [one(now - 1, "b"), v(now - 1000, "v4"), v(now - 2000, "v3")],
+        "a time range holding the newest versions"
+    );
+    let only_v = ScanSpec {
+        max_versions: 2,
+        columns: vec![Column::new(VERSIONED, b"q")],
+        ..ScanSpec::prefix(b"v/")
+    };
+    let rows = reader.scan(tv, &only_v).unwrap();
+    assert_eq!(
+        versions_of(rows.first()),
+        [v(now - 1000, "v4"), v(now - 2000, "v3")]
+    );
+
+    // A put at a version's timestamp replaces that version, and only it.
+    write(
+        store,
+        vec![put(tv, row, vec![vcell(VERSIONED, now - 2000, "v3b")])],
+    );
+    assert_eq!(
+        read(row, 10),
+        [
+            one(now - 1, "b"),
+            v(now - 1000, "v4"),
+            v(now - 2000, "v3b"),
+            v(now - 3000, "v2")
+        ]
+    );
+
+    // A row delete removes every version; a later put is the only one.
+    write(
+        store,
+        vec![Mutation::DeleteRow {
+            table: tv,
+            row: row.as_bytes().to_vec(),
+            ts_ms: now,
+        }],
+    );
+    assert_eq!(read(row, 10), []);
+    assert!(reader
+        .scan(tv, &ScanSpec::prefix(b"v/"))
+        .unwrap()
+        .is_empty());
+    write(
+        store,
+        vec![put(tv, row, vec![vcell(VERSIONED, now + 1, "after")])],
+    );
+    assert_eq!(read(row, 10), [v(now + 1, "after")]);
+
+    // TTL counts per version: the expired ones are gone and take no place of the three.
+    let hour = 3_600_000;
+    let row = "v/ttl";
+    let stamps = [
+        now - 3 * hour,
+        now - 2 * hour,
+        now - 3000,
+        now - 2000,
+        now - 1000,
+    ];
+    for (i, ts) in stamps.into_iter().enumerate() {
+        write(
+            store,
+            vec![put(tv, row, vec![vcell(VERSIONED, ts, &format!("t{i}"))])],
+        );
+    }
+    assert_eq!(
+        read(row, 10),
+        [
+            v(now - 1000, "t4"),
+            v(now - 2000, "t3"),
+            v(now - 3000, "t2")
+        ]
+    );
+    let row = "v/old";
+    write(
+        store,
+        vec![put(
+            tv,
+            row,
+            vec![
+                vcell(VERSIONED, now - 3 * hour, "x"),
+                vcell(VERSIONED, now - 60_000, "live"),
+            ],
+        )],
+    );
+    assert_eq!(read(row, 3), [v(now - 60_000, "live")], "one live version");
+    write(
+        store,
+        vec![put(
+            tv,
+            "v/expired",
+            vec![vcell(VERSIONED, now - 2 * hour, "x")],
+        )],
+    );
+    assert_eq!(
+        read("v/expired", 3),
+        [],
+        "a row of expired versions is none"
+    );
+}
+
 /// Runs the suite on a new embedded store with `tables`.
 fn embedded_conforms(tables: &Tables) {
     let dir = tempfile::tempdir().unwrap();
@@ -616,9 +818,7 @@ struct DropTables<'a> {
 impl Drop for DropTables<'_> {
     fn drop(&mut self) {
         if let Some(cfg) = self.store.hbase_config() {
-            if let Err(e) =
-                sinks::hbase::admin::drop_tables(cfg, &[self.tables.data, self.tables.ttl])
-            {
+            if let Err(e) = sinks::hbase::admin::drop_tables(cfg, &self.tables.names()) {
                 eprintln!("dropping the conformance tables: {e}");
             }
         }
@@ -647,7 +847,7 @@ fn hbase_conforms() {
         tables: &tables,
     };
     let missing = store.admin().missing_tables().unwrap();
-    assert_eq!(missing.len(), 2, "{missing:?}");
+    assert_eq!(missing.len(), 3, "{missing:?}");
     assert!(
         store.ensure_tables().is_err(),
         "missing tables are reported"

@@ -379,6 +379,7 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
             limit: Some(1),
             columns: Vec::new(),
             time_range: None,
+            ..ScanSpec::default()
         };
         let rows = store.scan_rows(NARROW_TABLE, &spec).expect("scan a region");
         assert_eq!(

@@ -58,6 +58,7 @@ pub(super) fn from_hbase(
             limit: None,
             columns: Vec::new(),
             time_range: None,
+            ..ScanSpec::default()
         };
         let rows = reader
             .scan_each(name, &spec, |row| {

@@ -44,6 +44,7 @@ pub fn read_device(
         // Every cell of the month's rows is stamped within it (an hour's last millisecond), so
         // the range changes no answer; it lets the store skip what was written outside it.
         time_range: Some(TimeRange::of_secs(month_start, month_end)),
+        ..ScanSpec::default()
     };
     let rows = reader.scan(HOURLY_TABLE, &spec)?;
     let mut out = DeviceRows {
@@ -147,6 +148,7 @@ fn first_key(reader: &dyn TableReader, start: &[u8], stop: &[u8]) -> Result<Opti
         limit: Some(1),
         columns: Vec::new(),
         time_range: None,
+        ..ScanSpec::default()
     };
     Ok(reader
         .scan(HOURLY_TABLE, &spec)?

@@ -304,6 +304,7 @@ pub(crate) fn list_devices(
                 limit: Some(1),
                 columns: Vec::new(),
                 time_range: None,
+                ..ScanSpec::default()
             };
             let Some(row) = store.scan(NARROW_TABLE, &spec)?.into_iter().next() else {
                 break;

@@ -12,12 +12,18 @@ use crate::{Error, Result};
 /// any byte.
 ///
 /// A put's cells of a packed family ([`crate::schema::FamilySpec::packed`]) are one key-value
-/// instead: see [`encode_packed_key`].
+/// instead: see [`encode_packed_key`]; a family that keeps several versions of a cell
+/// ([`crate::schema::FamilySpec::max_versions`] > 1) stores each under a key of its own: see
+/// [`encode_version_key`].
 pub(crate) const SEP: u8 = 0;
 
 /// Ends a packed family's name in the key of a put's packed cells, where [`SEP`] ends it in a
 /// cell's key. Families never contain it either.
 pub(crate) const PACKED: u8 = 1;
+
+/// Ends the name of a family that keeps several versions in the key of one version of a cell
+/// ([`encode_version_key`]). Families never contain it either.
+pub(crate) const VERSIONED: u8 = 2;
 
 /// Longest row key HBase accepts (`HConstants.MAX_ROW_LENGTH = Short.MAX_VALUE`).
 pub(crate) const MAX_ROW_LEN: usize = i16::MAX as usize;
@@ -54,7 +60,16 @@ pub(crate) fn check_row(table: &str, row: &[u8]) -> Result<()> {
 /// Checks that the key of a cell fits fjall's key size limit. The row and family are checked
 /// elsewhere (rows by [`check_row`], families against the table spec).
 pub(crate) fn check_key_len(table: &str, row: &[u8], family: &str, qualifier: &[u8]) -> Result<()> {
-    let len = row.len() + family.len() + qualifier.len() + 2;
+    check_len(
+        table,
+        row.len() + family.len() + qualifier.len() + 2,
+        family,
+        qualifier,
+    )
+}
+
+/// Refuses a key of `len` bytes for the cell `family:qualifier` if fjall cannot store it.
+fn check_len(table: &str, len: usize, family: &str, qualifier: &[u8]) -> Result<()> {
     if len > MAX_KEY_LEN {
         return Err(Error::Invalid(format!(
             "cell {family}:{} of a row in table {table} needs a {len}-byte key, more than the \
@@ -76,6 +91,56 @@ pub(crate) fn encode_key(buf: &mut Vec<u8>, row: &[u8], family: &str, qualifier:
     buf.extend_from_slice(qualifier);
 }
 
+/// Checks that the key of one version of a cell ([`encode_version_key`]) fits fjall's key size
+/// limit, as [`check_key_len`] does for a cell's key.
+pub(crate) fn check_version_key_len(
+    table: &str,
+    row: &[u8],
+    family: &str,
+    qualifier: &[u8],
+) -> Result<()> {
+    let len = row.len() + family.len() + qualifier.len() + 2 + TS_LEN;
+    check_len(table, len, family, qualifier)
+}
+
+/// Writes into `buf` (cleared first) the key of the version stamped `ts_ms` of a cell of a
+/// family that keeps several versions: `row 0x00 family 0x02 qualifier` followed by the
+/// timestamp as 8 bytes that sort newest first ([`descending_ts`]). Check it with
+/// [`check_version_key_len`] first. The value is a cell's ([`encode_value`]).
+///
+/// A put of the same timestamp replaces the version, as in HBase; other timestamps are other
+/// keys, the newest first among a cell's. The qualifier is not delimited: a cell's versions
+/// share their key up to the timestamp and so come in order, newest first, but a longer
+/// qualifier's keys may sort between them (`a` then 8 bytes, `a\x00` then 8 bytes), so reads
+/// group versions by qualifier rather than by adjacency.
+pub(crate) fn encode_version_key(
+    buf: &mut Vec<u8>,
+    row: &[u8],
+    family: &str,
+    qualifier: &[u8],
+    ts_ms: i64,
+) {
+    buf.clear();
+    buf.reserve(row.len() + family.len() + qualifier.len() + 2 + TS_LEN);
+    buf.extend_from_slice(row);
+    buf.push(SEP);
+    buf.extend_from_slice(family.as_bytes());
+    buf.push(VERSIONED);
+    buf.extend_from_slice(qualifier);
+    buf.extend_from_slice(&descending_ts(ts_ms));
+}
+
+/// `ts_ms` as 8 bytes whose byte order is the reverse of the timestamps' order: the sign bit
+/// flipped (so that negative stamps sort before positive ones), then every bit inverted.
+fn descending_ts(ts_ms: i64) -> [u8; TS_LEN] {
+    (!((ts_ms as u64) ^ (1 << 63))).to_be_bytes()
+}
+
+/// The timestamp [`descending_ts`] encoded.
+fn from_descending_ts(bytes: [u8; TS_LEN]) -> i64 {
+    ((!u64::from_be_bytes(bytes)) ^ (1 << 63)) as i64
+}
+
 /// Writes the key prefix shared by every cell of `row` into `buf` (cleared first).
 pub(crate) fn encode_row_prefix(buf: &mut Vec<u8>, row: &[u8]) {
     buf.clear();
@@ -91,18 +156,25 @@ pub(crate) enum Column<'a> {
     /// The qualifiers of a put's packed cells ([`encode_packed_key`]): the value holds the
     /// cells ([`encode_packed_value`]).
     Packed(&'a [u8]),
+    /// One version of a cell ([`encode_version_key`]): its qualifier and the timestamp in the
+    /// key. The value is the cell's ([`encode_value`]), stamped the same unless a compaction
+    /// expired it ([`EXPIRED`]).
+    Version(&'a [u8], i64),
 }
 
 /// Splits a stored key into `(row, family, column)`; `None` if it is not one of ours.
 pub(crate) fn decode_key(key: &[u8]) -> Option<(&[u8], &[u8], Column<'_>)> {
     let row_end = key.iter().position(|&b| b == SEP)?;
     let (row, rest) = (&key[..row_end], &key[row_end + 1..]);
-    let family_end = rest.iter().position(|&b| b <= PACKED)?;
+    let family_end = rest.iter().position(|&b| b <= VERSIONED)?;
     let (family, tail) = (&rest[..family_end], &rest[family_end + 1..]);
-    let column = if rest[family_end] == SEP {
-        Column::Cell(tail)
-    } else {
-        Column::Packed(tail)
+    let column = match rest[family_end] {
+        SEP => Column::Cell(tail),
+        PACKED => Column::Packed(tail),
+        _ => {
+            let (qualifier, ts) = tail.split_last_chunk::<TS_LEN>()?;
+            Column::Version(qualifier, from_descending_ts(*ts))
+        }
     };
     Some((row, family, column))
 }
@@ -122,14 +194,7 @@ pub(crate) fn check_packed_key_len(
     qualifier: &[u8],
 ) -> Result<()> {
     let len = row.len() + family.len() + 2 + QUALIFIER_LEN + qualifier.len();
-    if len > MAX_KEY_LEN {
-        return Err(Error::Invalid(format!(
-            "cell {family}:{} of a row in table {table} needs a {len}-byte key, more than the \
-             embedded store's limit of {MAX_KEY_LEN}; shorten the row key or qualifier",
-            String::from_utf8_lossy(qualifier).escape_debug()
-        )));
-    }
-    Ok(())
+    check_len(table, len, family, qualifier)
 }
 
 /// Writes into `buf` (cleared first) the key of a put's cells of a packed family:
@@ -569,6 +634,40 @@ mod tests {
         );
         assert_eq!(decode_ts(&buf), Some(EXPIRED));
         assert!(PackedValue::decode(&buf[..15]).is_none());
+    }
+
+    fn version_key(row: &[u8], family: &str, qualifier: &[u8], ts: i64) -> Vec<u8> {
+        let mut buf = Vec::new();
+        check_version_key_len("t", row, family, qualifier).unwrap();
+        encode_version_key(&mut buf, row, family, qualifier, ts);
+        buf
+    }
+
+    #[test]
+    fn version_keys_round_trip_and_sort_newest_first() {
+        for ts in [i64::MIN, -1, 0, 1, 1_700_000_000_000, i64::MAX] {
+            let k = version_key(b"05_dev", "b", b"q\x00\xff", ts);
+            assert_eq!(
+                decode_key(&k),
+                Some((
+                    &b"05_dev"[..],
+                    &b"b"[..],
+                    Column::Version(&b"q\x00\xff"[..], ts)
+                ))
+            );
+        }
+        let newest_first =
+            [i64::MAX, 5, 1, 0, -1, i64::MIN].map(|ts| version_key(b"r", "b", b"q", ts));
+        assert!(newest_first.windows(2).all(|w| w[0] < w[1]));
+        // After the family's single cells and packed puts, before a longer family's keys.
+        assert!(key(b"r", "b", b"q") < newest_first[0]);
+        assert!(packed_key(b"r", "b", &[b"q"]) < newest_first[0]);
+        assert!(newest_first[5] < key(b"r", "bb", b""));
+        // Too short to hold a timestamp: not one of ours.
+        assert_eq!(decode_key(b"r\x00b\x02q"), None);
+        let long = vec![b'q'; u16::MAX as usize - 10];
+        assert!(check_key_len("t", b"r", "t", &long).is_ok());
+        assert!(check_version_key_len("t", b"r", "t", &long).is_err());
     }
 
     #[test]

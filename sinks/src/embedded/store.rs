@@ -11,6 +11,7 @@ use crate::schema::{FamilySpec, TableSpec};
 use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 use crate::{Error, Result};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, KvPair, PersistMode};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -107,6 +108,10 @@ pub(crate) struct Table {
     pub(crate) packed: Vec<&'static str>,
     /// Each packed family's [`FamilySpec::packed_apart`], in the order of `packed`.
     packed_apart: Vec<&'static [&'static str]>,
+    /// The families that keep more than one version of a cell, with their
+    /// [`FamilySpec::max_versions`]: each version is a key-value of its own
+    /// ([`codec::encode_version_key`]).
+    versioned: Vec<(&'static str, u32)>,
 }
 
 /// One generation of a table: its keyspace and the timestamps its cells carry.
@@ -281,6 +286,20 @@ impl Table {
             .iter()
             .position(|f| *f == family)
             .map_or(&[], |i| self.packed_apart[i])
+    }
+
+    /// The versions of a cell `family` keeps ([`FamilySpec::max_versions`]; 1 for a family not
+    /// versioned or not in the table).
+    pub(crate) fn max_versions(&self, family: &[u8]) -> u32 {
+        self.versioned
+            .iter()
+            .find(|(f, _)| f.as_bytes() == family)
+            .map_or(1, |&(_, n)| n)
+    }
+
+    /// Whether `family` stores each version of a cell under a key of its own.
+    pub(crate) fn is_versioned(&self, family: &str) -> bool {
+        self.versioned.iter().any(|(f, _)| *f == family)
     }
 
     fn has_ttl(&self) -> bool {
@@ -512,7 +531,10 @@ impl Inner {
 }
 
 /// HBase's table model on fjall, in one directory: a table is one or more keyspaces, its
-/// generations (see `generations.rs`), and keeps one version per cell.
+/// generations (see `generations.rs`). A family keeps one version per cell, or its
+/// [`FamilySpec::max_versions`] versions, each under a key of its own, the newest first; reads
+/// return up to the versions they ask for ([`ScanSpec::max_versions`]) and never one past the
+/// family's count, which [`EmbeddedStore::purge_expired`] and later puts of the cell remove.
 ///
 /// A cell is `table → row → family:qualifier → (timestamp, value)`; scans return rows in HBase
 /// order (byte order of row keys, then family, then qualifier), merged over the generations.
@@ -577,16 +599,25 @@ fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
         }
         let mut families = Vec::with_capacity(spec.families.len());
         for f in &spec.families {
-            if f.name.is_empty() || f.name.bytes().any(|b| b <= codec::PACKED) {
+            if f.name.is_empty() || f.name.bytes().any(|b| b <= codec::VERSIONED) {
                 return Err(Error::Invalid(format!(
-                    "family {:?} of table {} must be non-empty and contain no 0x00 or 0x01 byte",
+                    "family {:?} of table {} must be non-empty and contain no 0x00, 0x01 or 0x02 \
+                     byte",
                     f.name, spec.name
                 )));
             }
-            if f.max_versions != 1 {
+            if f.max_versions == 0 {
                 return Err(Error::Invalid(format!(
-                    "family {} of table {} asks for VERSIONS => {}, but the embedded store keeps \
-                     exactly one version per cell; use VERSIONS => 1 or the HBase backend",
+                    "family {} of table {} asks for VERSIONS => 0; a family keeps at least one \
+                     version of a cell, as in HBase",
+                    f.name, spec.name
+                )));
+            }
+            if f.packed && f.max_versions > 1 {
+                return Err(Error::Invalid(format!(
+                    "family {} of table {} is packed and asks for VERSIONS => {}: a packed put \
+                     replaces its cells, so it keeps one version; set VERSIONS => 1 or \
+                     packed: false",
                     f.name, spec.name, f.max_versions
                 )));
             }
@@ -613,8 +644,8 @@ impl EmbeddedStore {
     ///
     /// # Errors
     /// `Error::Invalid` if a table name is empty, longer than 244 bytes, holds `#` or is listed
-    /// twice, if a family name is empty or contains `0x00` or `0x01`, or if a family asks for
-    /// more than one version.
+    /// twice, if a family name is empty or contains `0x00`, `0x01` or `0x02`, or if a family
+    /// asks for no version or is packed and asks for more than one.
     /// `Error::Embedded` if fjall cannot open the directory: it is locked by another
     /// process (or already open in this one), unreadable, or written by an incompatible fjall.
     pub fn open_with_clock(
@@ -722,6 +753,12 @@ impl EmbeddedStore {
                 families,
                 packed: packed.iter().map(|f| f.name).collect(),
                 packed_apart: packed.iter().map(|f| f.packed_apart).collect(),
+                versioned: spec
+                    .families
+                    .iter()
+                    .filter(|f| f.max_versions > 1)
+                    .map(|f| (f.name, f.max_versions))
+                    .collect(),
             });
         }
         if created {
@@ -772,9 +809,11 @@ impl EmbeddedStore {
         EmbeddedWriter::new(self.clone())
     }
 
-    /// Deletes every expired cell of every table now, like an HBase major compaction does for
-    /// TTLs, and returns how many cells it deleted. Compactions drop expired cells on their own;
-    /// call this to reclaim space without waiting for them.
+    /// Deletes every expired cell of every table now, and every version of a cell past its
+    /// family's [`FamilySpec::max_versions`], like an HBase major compaction does, and returns
+    /// how many cells (versions) it deleted. Compactions drop expired cells on their own, and a
+    /// put of a cell its versions past the family's count; call this to reclaim space without
+    /// waiting for them.
     ///
     /// A writer that re-puts an expired cell while this runs may see its put deleted; for
     /// hourglass that put carries the same, expired, timestamp, so nothing visible is lost.
@@ -785,19 +824,41 @@ impl EmbeddedStore {
         let inner = &self.inner;
         let now = (inner.now_ms)();
         let mut purged = 0u64;
-        for table in inner.tables.iter().filter(|t| t.has_ttl()) {
+        let purged_tables = inner
+            .tables
+            .iter()
+            .filter(|t| t.has_ttl() || !t.versioned.is_empty());
+        for table in purged_tables {
             let mut batch = inner.db.batch();
             // Leased until the last batch is committed.
             let generations = table.leases();
+            // Of the row being read: the live versions seen of each versioned cell, which come
+            // newest first (`codec::encode_version_key`).
+            let mut row_key: Vec<u8> = Vec::new();
+            let mut versions: HashMap<(Vec<u8>, Vec<u8>), u32> = HashMap::new();
             for item in table.range(&[], &[], None) {
                 let (key, value) = item.map_err(|e| inner.fjall_error("purge expired cells", e))?;
-                let Some((_, family, _)) = codec::decode_key(&key) else {
+                let Some((row, family, column)) = codec::decode_key(&key) else {
                     continue;
                 };
                 let Some((_, ttl)) = table.family(family) else {
                     continue;
                 };
-                if codec::decode_ts(&value).is_some_and(|ts| codec::is_expired(ts, ttl, now)) {
+                let expired =
+                    codec::decode_ts(&value).is_some_and(|ts| codec::is_expired(ts, ttl, now));
+                let mut past_count = false;
+                if let (false, codec::Column::Version(qualifier, _)) = (expired, column) {
+                    if row != row_key.as_slice() {
+                        row_key = row.to_vec();
+                        versions.clear();
+                    }
+                    let seen = versions
+                        .entry((family.to_vec(), qualifier.to_vec()))
+                        .or_default();
+                    *seen += 1;
+                    past_count = *seen > table.max_versions(family);
+                }
+                if expired || past_count {
                     generations::remove_everywhere(&mut batch, &generations, &key);
                     purged += 1;
                     if batch.len() >= PURGE_BATCH {
@@ -812,7 +873,7 @@ impl EmbeddedStore {
                 .map_err(|e| inner.fjall_error("purge expired cells", e))?;
         }
         if purged > 0 {
-            tracing::info!(cells = purged, dir = %inner.dir.display(), "purged expired cells");
+            tracing::info!(cells = purged, dir = %inner.dir.display(), "purged expired cells and versions");
         }
         Ok(purged)
     }
@@ -869,24 +930,27 @@ struct RowCollector<'a> {
     table: &'a Table,
     now_ms: i64,
     time: Option<TimeRange>,
+    /// Versions of a cell asked for ([`ScanSpec::max_versions`], at least 1).
+    versions: u32,
     limit: usize,
     rows: Vec<Row>,
     /// The row being read and its stored cells.
     key: Vec<u8>,
     candidates: Vec<Candidate>,
     /// Whether a qualifier may have cells from several key-values in the row (puts of packed
-    /// cells with other qualifiers, or cells written before the family was packed), so that the
-    /// candidates must be sorted and the newest of each kept.
+    /// cells with other qualifiers, cells written before the family was packed, versions of a
+    /// cell), so that the candidates must be sorted and the newest of each kept.
     merge: bool,
 }
 
 impl<'a> RowCollector<'a> {
-    fn new(table: &'a Table, now_ms: i64, limit: Option<usize>, time: Option<TimeRange>) -> Self {
+    fn new(table: &'a Table, now_ms: i64, spec: &ScanSpec) -> Self {
         RowCollector {
             table,
             now_ms,
-            time,
-            limit: limit.unwrap_or(usize::MAX),
+            time: spec.time_range,
+            versions: spec.max_versions.max(1),
+            limit: spec.limit.unwrap_or(usize::MAX),
             rows: Vec::new(),
             key: Vec::new(),
             candidates: Vec::new(),
@@ -905,22 +969,49 @@ impl<'a> RowCollector<'a> {
         self.key.extend_from_slice(row);
     }
 
-    /// Keeps the visible cells of the current row: of a qualifier's cells the newest put's, if
-    /// it is within the time range and not expired.
+    /// Keeps the visible cells of the current row: of a qualifier's cells the newest put's (of a
+    /// versioned family's, the newest versions asked for, up to the family's count), if it is
+    /// within the time range and not expired.
+    ///
+    /// Versions past the family's count are invisible whatever the time range, as after
+    /// HBase's compactions; before one, HBase may still return such a version to a read whose
+    /// time range excludes the newer ones.
     fn close_row(&mut self) {
         if self.candidates.is_empty() {
             return;
         }
         if std::mem::take(&mut self.merge) {
-            // Key order, and the newest put first among a qualifier's cells.
+            // Key order, and the newest put, then the newest version, first among a qualifier's
+            // cells.
             self.candidates.sort_by(|a, b| {
                 (&a.cell.family, &a.cell.qualifier)
                     .cmp(&(&b.cell.family, &b.cell.qualifier))
                     .then(b.seq.cmp(&a.seq))
+                    .then(b.cell.ts_ms.cmp(&a.cell.ts_ms))
             });
-            self.candidates.dedup_by(|later, kept| {
-                later.cell.family == kept.cell.family && later.cell.qualifier == kept.cell.qualifier
-            });
+            let same_column = |a: &Candidate, b: &Candidate| {
+                a.cell.family == b.cell.family && a.cell.qualifier == b.cell.qualifier
+            };
+            if self.table.versioned.is_empty() {
+                self.candidates
+                    .dedup_by(|later, kept| same_column(later, kept));
+            } else {
+                // Of each qualifier's run, as many as its family keeps and the read asks for.
+                let mut keep = Vec::with_capacity(self.candidates.len());
+                let (mut run, mut most) = (0, 0);
+                for (i, c) in self.candidates.iter().enumerate() {
+                    if i > 0 && same_column(&self.candidates[i - 1], c) {
+                        run += 1;
+                    } else {
+                        run = 1;
+                        most = self.table.max_versions(c.cell.family.as_bytes());
+                        most = most.min(self.versions);
+                    }
+                    keep.push(run <= most);
+                }
+                let mut keep = keep.into_iter();
+                self.candidates.retain(|_| keep.next().unwrap_or(false));
+            }
         }
         let (time, now_ms) = (self.time, self.now_ms);
         let cells: Vec<Cell> = self
@@ -981,6 +1072,15 @@ impl<'a> RowCollector<'a> {
                         .push(candidate(qualifier, ts_ms, value, 0, false));
                 }
             }
+            Column::Version(qualifier, _) => {
+                // The value's stamp, not the key's: a compaction may have expired it.
+                let (ts_ms, value) = codec::decode_value(stored)?;
+                self.merge = true;
+                if wanted(family, qualifier) {
+                    self.candidates
+                        .push(candidate(qualifier, ts_ms, value, 0, false));
+                }
+            }
             Column::Packed(qualifiers) => {
                 let packed = codec::PackedValue::decode(stored)?;
                 if same_family {
@@ -1019,7 +1119,7 @@ impl EmbeddedStore {
     ) -> Result<Vec<Row>> {
         let inner = &self.inner;
         let (start, stop, columns) = (&spec.start[..], &spec.stop[..], &spec.columns[..]);
-        let mut rows = RowCollector::new(table, (inner.now_ms)(), spec.limit, spec.time_range);
+        let mut rows = RowCollector::new(table, (inner.now_ms)(), spec);
         if rows.is_full() {
             return Ok(Vec::new());
         }
@@ -1057,6 +1157,16 @@ impl EmbeddedStore {
 
 impl TableReader for EmbeddedStore {
     fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
+        self.get_versions(table, row, time, 1)
+    }
+
+    fn get_versions(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        max_versions: u32,
+    ) -> Result<Option<Row>> {
         let (_, t) = self.inner.table(table)?;
         // No stored row can have such a key, and its prefix could match other rows' cells.
         if codec::check_row(table, row).is_err() {
@@ -1068,6 +1178,7 @@ impl TableReader for EmbeddedStore {
             start: row.to_vec(),
             limit: Some(1),
             time_range: time,
+            max_versions,
             ..ScanSpec::default()
         };
         let rows = self.collect(t, t.prefix(&prefix, time.as_ref()), &spec)?;

@@ -256,12 +256,14 @@ impl Pending {
 /// process; they survive a crash of the machine after [`EmbeddedStore::persist`]. Dropping a writer writes what it
 /// still buffers, as HBase's `BufferedMutator.close()` does, but only `flush` reports failures.
 ///
-/// Each table keeps one version per cell. By default a put replaces the cell whatever its
-/// timestamp (last write wins), which for hourglass is the same as HBase's rule that the newest
-/// timestamp wins: every hourglass cell timestamp is a function of the cell's coordinates (a
-/// narrow cell is stamped with the reading's event time, which is part of its row key; a wide
-/// cell with its row's hour start plus its qualifier's offset), so two puts of one cell carry
-/// one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
+/// A family with [`crate::schema::FamilySpec::max_versions`] above 1 keeps each put as a
+/// version of its own, the same stamp replacing it, and a put removes the versions it leaves
+/// past the family's count. Other families keep one version per cell. By default a put
+/// replaces the cell whatever its timestamp (last write wins), which for hourglass is the same
+/// as HBase's rule that the newest timestamp wins: every hourglass cell timestamp is a function
+/// of the cell's coordinates (a narrow cell is stamped with the reading's event time, which is
+/// part of its row key; a wide cell with its row's hour start plus its qualifier's offset), so
+/// two puts of one cell carry one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
 /// price of a read per cell; that mode commits write batches of 4096 mutations and never ingests.
 pub struct EmbeddedWriter {
     store: EmbeddedStore,
@@ -551,7 +553,14 @@ impl EmbeddedWriter {
     ) -> Result<()> {
         let Some(queued_ts) = &mut self.queued_ts else {
             for cell in cells {
-                codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+                if table.is_versioned(&cell.family) {
+                    let (batch, leases) = (&mut self.batch, &mut self.leases);
+                    if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
+                        continue;
+                    }
+                } else {
+                    codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+                }
                 self.make_room(table_index, Slot::arena_bytes(&self.key, &cell.value))?;
                 self.pending[table_index].push(
                     &self.key,
@@ -573,10 +582,21 @@ impl EmbeddedWriter {
         }
         let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
         let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
-        self.leases
-            .push(self.store.inner.covering(table_index, lo, hi)?);
-        let newest = &self.leases[self.leases.len() - 1].keyspace;
+        let lease = self.store.inner.covering(table_index, lo, hi)?;
+        let newest = lease.keyspace.clone();
+        self.leases.push(lease);
         for cell in cells {
+            if table.is_versioned(&cell.family) {
+                // Every version is kept, whatever its stamp: no read of the visible one.
+                let (batch, leases) = (&mut self.batch, &mut self.leases);
+                if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
+                    continue;
+                }
+                codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
+                self.batch
+                    .insert(&newest, self.key.as_slice(), self.value.as_slice());
+                continue;
+            }
             codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
             let visible = match queued.get(self.key.as_slice()) {
                 Some(&ts) => Some(ts),
@@ -592,7 +612,7 @@ impl EmbeddedWriter {
             queued.insert(self.key.clone(), cell.ts_ms);
             codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
             self.batch
-                .insert(newest, self.key.as_slice(), self.value.as_slice());
+                .insert(&newest, self.key.as_slice(), self.value.as_slice());
         }
         Ok(())
     }
@@ -731,6 +751,89 @@ impl EmbeddedWriter {
     }
 }
 
+/// The versions of a cell that a put of one of them leaves past its family's count
+/// ([`past_versions`]).
+struct PastVersions {
+    /// Keys of stored versions.
+    stored: Vec<Slice>,
+    /// Whether the put's own version is past the count (older than as many stored ones).
+    this: bool,
+}
+
+/// What a put of `cell` leaves past its family's count in `row`: of the versions written
+/// (`cell`'s own stamp excluded, which the put replaces) and `cell`, those after the newest
+/// [`crate::schema::FamilySpec::max_versions`]. Reads never return them; removing them as puts
+/// come, and not writing a put already past the count, keeps a cell's versions on disk near
+/// that count. Versions still buffered by a writer are not seen, and are left to a later put
+/// or [`EmbeddedStore::purge_expired`].
+///
+/// A version once past the count stays invisible: newer versions are deleted only along with
+/// it (deletes remove what is stamped at most their stamp) and expire after it.
+fn past_versions(
+    store: &EmbeddedStore,
+    table: &Table,
+    row: &[u8],
+    cell: &Cell,
+) -> Result<PastVersions> {
+    let keeps = table.max_versions(cell.family.as_bytes()) as usize;
+    // Every version of the column, and those of longer qualifiers that start with this one.
+    let mut prefix = Vec::new();
+    codec::encode_version_key(&mut prefix, row, &cell.family, &cell.qualifier, 0);
+    prefix.truncate(prefix.len() - 8);
+    // Newest first, in key order; a later version of the same stamp replaces this one.
+    let mut versions = Vec::new();
+    for item in table.prefix(&prefix, None) {
+        let (key, _) = item.map_err(|e| store.inner.fjall_error("read before write", e))?;
+        let corrupt = || store.inner.corrupt(table.name, &key);
+        let (_, _, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
+        if let Column::Version(qualifier, ts) = column {
+            if qualifier == cell.qualifier.as_slice() && ts != cell.ts_ms {
+                versions.push((ts, key));
+            }
+        }
+    }
+    let newer = versions.iter().filter(|(ts, _)| *ts > cell.ts_ms).count();
+    // `cell` takes the place after the `newer` ones.
+    let stored = versions
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| i + usize::from(i >= newer) >= keeps)
+        .map(|(_, (_, key))| key)
+        .collect();
+    Ok(PastVersions {
+        stored,
+        this: newer >= keeps,
+    })
+}
+
+/// Prepares a put of `cell`, of a versioned family, in `row`: queues in `batch` the removal of
+/// the stored versions it leaves past the family's count ([`past_versions`]), their generations
+/// leased in `leases` until the batch is committed, and writes the version's key into `key`.
+/// `false` if the put is itself past the count and is not to be written.
+fn version_key(
+    store: &EmbeddedStore,
+    table: &Table,
+    row: &[u8],
+    cell: &Cell,
+    batch: &mut OwnedWriteBatch,
+    leases: &mut Vec<Lease>,
+    key: &mut Vec<u8>,
+) -> Result<bool> {
+    let past = past_versions(store, table, row, cell)?;
+    if !past.stored.is_empty() {
+        let generations = table.leases();
+        for stored in &past.stored {
+            generations::remove_everywhere(batch, &generations, stored);
+        }
+        leases.extend(generations);
+    }
+    if past.this {
+        return Ok(false);
+    }
+    codec::encode_version_key(key, row, &cell.family, &cell.qualifier, cell.ts_ms);
+    Ok(true)
+}
+
 /// Whether a qualifier is one of `apart` ([`crate::schema::FamilySpec::packed_apart`]).
 fn is_apart(apart: &'static [&'static str]) -> impl Fn(&[u8]) -> bool + Copy {
     move |qualifier| apart.iter().any(|a| a.as_bytes() == qualifier)
@@ -759,7 +862,8 @@ impl Visible {
             }
         };
         match column {
-            Column::Cell(qualifier) => {
+            // A version, in a family that was versioned before it was packed: one cell.
+            Column::Cell(qualifier) | Column::Version(qualifier, _) => {
                 let (ts, value) = codec::decode_value(stored)?;
                 let cell = VisibleCell {
                     seq: 0,
@@ -841,6 +945,8 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
                 // A put's packed cells are split into key-values that fit
                 // (`codec::packed_chunks`), as long as each qualifier fits on its own.
                 codec::check_packed_key_len(table.name, row, &cell.family, &cell.qualifier)?;
+            } else if table.is_versioned(&cell.family) {
+                codec::check_version_key_len(table.name, row, &cell.family, &cell.qualifier)?;
             } else {
                 codec::check_key_len(table.name, row, &cell.family, &cell.qualifier)?;
             }

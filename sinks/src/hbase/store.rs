@@ -40,7 +40,9 @@ pub struct ReaderStats {
 /// Reads hourglass tables from HBase through the Thrift2 gateway.
 ///
 /// Rows come in key order with their cells ordered by family then qualifier, one version each
-/// (the tables keep `VERSIONS => 1`); HBase itself hides cells past their TTL. A scan fetches
+/// unless a read asks for more ([`ScanSpec::max_versions`], passed on as Thrift2's
+/// `maxVersions`: newest first, at most the family's `VERSIONS`); HBase itself hides cells past
+/// their TTL. A scan fetches
 /// [`HbaseConfig::scan_caching`] rows per call (default 1000), so a scan of fewer rows is one
 /// round trip, and after a retriable failure resumes after the last row received. Concurrent
 /// callers (the HTTP server's requests, the room fan-out's 16 scans, a multi-get's parallel
@@ -134,17 +136,23 @@ fn row_from_thrift(result: TResult) -> Option<Row> {
     Some(Row { key, cells })
 }
 
-/// A get of the whole row `key`, one version (the tables keep one), of the cells stamped within
-/// `time` if given.
-fn tget(key: &[u8], time: Option<TimeRange>) -> TGet {
+/// A get of the whole row `key`, up to `versions` versions of each column (HBase's default
+/// when unset is one), of the cells stamped within `time` if given.
+fn tget(key: &[u8], time: Option<TimeRange>, versions: u32) -> TGet {
     TGet {
         row: key.to_vec(),
         columns: None,
         timestamp: None,
         time_range: time.map(ttime_range),
-        max_versions: None,
+        max_versions: thrift_versions(versions),
         cache_blocks: None,
     }
+}
+
+/// Thrift2's `maxVersions` for a read of `versions` versions: unset for one, HBase's default,
+/// so that one-version reads send what they always sent.
+fn thrift_versions(versions: u32) -> Option<i32> {
+    (versions > 1).then(|| i32::try_from(versions).unwrap_or(i32::MAX))
 }
 
 /// HBase's `TimeRange` of `time`. It refuses negative stamps, so the minimum is clamped to 0;
@@ -208,11 +216,18 @@ impl HbaseStore {
         }
     }
 
-    /// The row with this key, or `None` if it has no visible cell.
+    /// The row with this key, or `None` if it has no visible cell; up to `versions` versions of
+    /// each column, newest first.
     ///
     /// # Errors
     /// [`Error::TableNotFound`], or a failure retrying did not cure.
-    pub fn get_row(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
+    pub fn get_row(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        versions: u32,
+    ) -> Result<Option<Row>> {
         if empty_in_hbase(time) {
             return Ok(None);
         }
@@ -220,7 +235,7 @@ impl HbaseStore {
         // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
         let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
             conn.call("get", table, |c| {
-                c.get(table.as_bytes().to_vec(), tget(row, time))
+                c.get(table.as_bytes().to_vec(), tget(row, time, versions))
             })
         })?;
         self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +295,7 @@ impl HbaseStore {
             conn.call("getMultiple", table, |c| {
                 c.get_multiple(
                     table.as_bytes().to_vec(),
-                    chunk.iter().map(|k| tget(k, time)).collect(),
+                    chunk.iter().map(|k| tget(k, time, 1)).collect(),
                 )
             })
         })?;
@@ -363,7 +378,7 @@ impl HbaseStore {
                     .collect()
             }),
             caching: Some(as_i32(rows)),
-            max_versions: None,
+            max_versions: thrift_versions(spec.max_versions),
             // `scan_each` has answered the ranges that end at or below 0.
             time_range: spec.time_range.map(ttime_range),
             reversed: None,
@@ -438,7 +453,17 @@ impl HbaseStore {
 
 impl TableReader for HbaseStore {
     fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> crate::Result<Option<Row>> {
-        Ok(self.get_row(table, row, time)?)
+        Ok(self.get_row(table, row, time, 1)?)
+    }
+
+    fn get_versions(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        max_versions: u32,
+    ) -> crate::Result<Option<Row>> {
+        Ok(self.get_row(table, row, time, max_versions)?)
     }
 
     fn get_many(

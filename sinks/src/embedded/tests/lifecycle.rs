@@ -84,7 +84,7 @@ fn invalid_mutations_are_refused_and_queue_nothing() {
 fn table_specs_the_store_cannot_honour_are_refused() {
     let dir = TempDir::new().unwrap();
     let mut versions = table();
-    versions.families[0].max_versions = 3;
+    versions.families[0].max_versions = 0;
     let mut separator = table();
     separator.families[0].name = "t\x00";
     for spec in [versions, separator] {

@@ -5,6 +5,7 @@ mod generations;
 mod lifecycle;
 mod model;
 mod semantics;
+mod versions;
 
 use super::EmbeddedStore;
 use crate::schema::{Bloom, Compression, FamilySpec, TableSpec};
@@ -101,6 +102,7 @@ fn scan(store: &EmbeddedStore, start: &[u8], stop: &[u8], limit: Option<usize>) 
         limit,
         columns: Vec::new(),
         time_range: None,
+        ..ScanSpec::default()
     };
     store.scan(T, &spec).unwrap()
 }
