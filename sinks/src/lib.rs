@@ -1,6 +1,6 @@
-//! Storage of hourglass: the table model and schemas, the embedded fjall store, HBase over
-//! Thrift, dead-letter files, and [`open`], the one seam that turns a store configuration into a
-//! backend.
+//! Storage of hourglass: the table model and schemas, the [`Storage`] trait with its two
+//! backends (the embedded fjall store, HBase over Thrift), dead-letter files, and [`open`],
+//! which builds the backend a store configuration names.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -11,7 +11,10 @@ pub mod schema;
 mod seam;
 pub mod table;
 
-pub use seam::{open, Admin, Clock, OpenOptions, Reader, Store, WriterFactory};
+pub use seam::{
+    open, Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,
+    StorageConfig, StorageReader, Store, WriterFactory,
+};
 
 /// Errors of the storage crate.
 #[derive(Debug, thiserror::Error)]
