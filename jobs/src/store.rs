@@ -118,11 +118,8 @@ pub fn open_with(
         ..OpenOptions::new(mode)
     };
     let store = sinks::open(&cfg.store, &options)?;
-    for dropped in store.dropped_on_open() {
-        eprintln!(
-            "warning: embedded store at {}: {dropped}; dropped",
-            store.location()
-        );
+    for warning in store.open_warnings() {
+        eprintln!("warning: {warning}");
     }
     Ok(store)
 }

@@ -283,26 +283,6 @@ impl Store {
         self.0.persist()
     }
 
-    /// The HBase settings in use (`None` for the embedded store).
-    pub fn hbase_config(&self) -> Option<&crate::hbase::HbaseConfig> {
-        self.downcast_ref::<crate::hbase::HbaseStorage>()
-            .map(crate::hbase::HbaseStorage::config)
-    }
-
-    /// What the HBase writers sent and retried, added up (`None` for the embedded store, whose
-    /// writes are counted by the dataflow alone).
-    pub fn writer_stats(&self) -> Option<Arc<crate::hbase::WriterStats>> {
-        self.downcast_ref::<crate::hbase::HbaseStorage>()
-            .map(|h| h.writer_stats().clone())
-    }
-
-    /// What opening the embedded store dropped from its journals (see
-    /// [`crate::embedded::EmbeddedStore::dropped_on_open`]); empty for HBase.
-    pub fn dropped_on_open(&self) -> &[crate::embedded::JournalDamage] {
-        self.downcast_ref::<crate::embedded::EmbeddedStorage>()
-            .map_or(&[], |e| e.store().dropped_on_open())
-    }
-
     /// The backend as its own type, for the few commands that exist for one backend only
     /// (HBase's region splits and the settings its benchmark reports); `None` for another.
     pub fn downcast_ref<T: Storage + 'static>(&self) -> Option<&T> {

@@ -45,11 +45,6 @@ impl HbaseStorage {
     pub fn config(&self) -> &HbaseConfig {
         &self.cfg
     }
-
-    /// What the writers sent, added up.
-    pub fn writer_stats(&self) -> &Arc<WriterStats> {
-        &self.stats
-    }
 }
 
 impl Storage for HbaseStorage {
