@@ -117,7 +117,7 @@ pub fn open_with(
         retry_limit,
         ..OpenOptions::new(mode)
     };
-    let store = sinks::open(&cfg.store, &options)?;
+    let store = sinks::open(&cfg.store, &schema::all_tables(), &options)?;
     for warning in store.open_warnings() {
         eprintln!("warning: {warning}");
     }

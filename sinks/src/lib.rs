@@ -1,4 +1,5 @@
-//! Storage of hourglass: the table model and schemas, the [`Storage`] trait with its two
+//! Storage of hourglass: the table model and table specs (no domain's tables: a domain declares
+//! its own and opens storage with them), the [`Storage`] trait with its two
 //! backends (the embedded fjall store, HBase over Thrift), dead-letter files, and [`open`],
 //! which builds the backend a store configuration names.
 #![deny(missing_docs)]
@@ -10,6 +11,8 @@ pub mod hbase;
 pub mod schema;
 mod seam;
 pub mod table;
+#[cfg(test)]
+mod test_tables;
 
 pub use seam::{
     open, Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::config::StoreConfig;
 use crate::embedded::OpenMode;
 use crate::hbase::admin::{Created, TableDescription};
-use crate::schema::{self, TableSpec};
+use crate::schema::TableSpec;
 use crate::table::{Row, ScanSpec, TableReader, TableWriter, TimeRange};
 use crate::{Error, Result};
 
@@ -30,8 +30,6 @@ pub struct OpenOptions {
     /// Whether the embedded store may be created or changed, and what happens to a damaged
     /// journal (default [`OpenMode::ReadWrite`]). HBase ignores it.
     pub mode: OpenMode,
-    /// The tables (default: every hourglass table, [`schema::all_tables`]).
-    pub tables: Vec<TableSpec>,
     /// The clock of the embedded store's TTLs (default: the system clock). HBase uses its own.
     pub clock: Clock,
     /// Upper bound on how long HBase calls retry a retriable failure, on top of
@@ -46,11 +44,10 @@ pub struct OpenOptions {
 }
 
 impl OpenOptions {
-    /// Every hourglass table, opened as `mode` says, with the system clock.
+    /// Opened as `mode` says, with the system clock.
     pub fn new(mode: OpenMode) -> Self {
         OpenOptions {
             mode,
-            tables: schema::all_tables(),
             clock: Arc::new(crate::embedded::system_now_ms),
             retry_limit: None,
             newest_timestamp_wins: false,
@@ -68,10 +65,6 @@ impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenOptions")
             .field("mode", &self.mode)
-            .field(
-                "tables",
-                &self.tables.iter().map(|t| t.name).collect::<Vec<_>>(),
-            )
             .field("retry_limit", &self.retry_limit)
             .field("newest_timestamp_wins", &self.newest_timestamp_wins)
             .finish_non_exhaustive()
@@ -206,7 +199,8 @@ pub trait StorageReader: TableReader + MetricsSource {}
 
 impl<T: TableReader + MetricsSource> StorageReader for T {}
 
-/// Opens the backend `cfg` names over `options.tables`.
+/// Opens the backend `cfg` names over `tables`, which the domain declares (the sensors':
+/// `pipeline::tables::all_tables`): storage knows no table of its own.
 ///
 /// The embedded store is opened once here (its directory is locked until every clone of the
 /// [`Store`] is dropped); HBase is not contacted until the first call.
@@ -215,8 +209,8 @@ impl<T: TableReader + MetricsSource> StorageReader for T {}
 /// [`Error::Config`] for an invalid `[store]` section; [`Error::NoEmbeddedStore`] when a
 /// read-only open names a directory that does not exist; the embedded store's refusals (locked,
 /// damaged journal, …).
-pub fn open(cfg: &StoreConfig, options: &OpenOptions) -> Result<Store> {
-    let storage = cfg.backend()?.build(&options.tables, options)?;
+pub fn open(cfg: &StoreConfig, tables: &[TableSpec], options: &OpenOptions) -> Result<Store> {
+    let storage = cfg.backend()?.build(tables, options)?;
     Ok(Store(Arc::from(storage)))
 }
 

@@ -64,9 +64,8 @@ impl Tables {
     }
 }
 
-fn options(tables: &Tables) -> OpenOptions {
+fn options() -> OpenOptions {
     OpenOptions {
-        tables: tables.specs(),
         // HBase's rule, which the embedded store applies only when asked (see OpenOptions).
         newest_timestamp_wins: true,
         ..OpenOptions::default()
@@ -555,7 +554,7 @@ fn embedded_conforms(tables: &Tables) {
         dir: dir.path().join("store"),
         ..StoreConfig::default()
     };
-    let store = sinks::open(&cfg, &options(tables)).expect("opening the embedded store");
+    let store = sinks::open(&cfg, &tables.specs(), &options()).expect("opening the embedded store");
     store.ensure_tables().expect("every table exists");
     conforms(&store, tables);
 }
@@ -636,7 +635,7 @@ fn hbase_conforms() {
     // Two rows per scan call, so the scans below take every path of the reader: one call that
     // is the whole answer, a first call then a scanner, a limit reached on a full answer.
     cfg.hbase_client.scan_caching = 2;
-    let store = sinks::open(&cfg, &options(&tables)).expect("opening HBase");
+    let store = sinks::open(&cfg, &tables.specs(), &options()).expect("opening HBase");
     let _drop = DropTables {
         store: &store,
         tables: &tables,
