@@ -62,13 +62,6 @@ pub struct EmbeddedStorage {
     newest_timestamp_wins: bool,
 }
 
-impl EmbeddedStorage {
-    /// The store itself.
-    pub fn store(&self) -> &EmbeddedStore {
-        &self.store
-    }
-}
-
 impl Storage for EmbeddedStorage {
     fn writer(&self) -> Box<dyn TableWriter> {
         Box::new(
