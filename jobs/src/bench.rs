@@ -11,7 +11,6 @@ use crate::generate::{self, GenerateArgs};
 use crate::http_thread::HttpLimits;
 use crate::replay::{self, ReplayArgs};
 use crate::store::BackendArgs;
-use std::sync::atomic::Ordering;
 
 mod live;
 
@@ -216,29 +215,29 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             let backend = crate::store::open(&cfg, &args.backend, false, true)?;
             backend.admin().create_tables()?;
             let summary = replay::replay_into(&args, &cfg, &backend)?;
-            let batches = match (backend.hbase_config(), backend.writer_stats()) {
-                (Some(hb), Some(stats)) => {
-                    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-                    let calls = get(&stats.calls).max(1);
-                    serde_json::json!({
-                        "call": "putMultiple",
-                        "max_rows_per_call": hb.batch_rows,
-                        "max_cells_per_call": hb.batch_cells,
-                        "max_bytes_per_call": hb.batch_bytes,
-                        "calls": get(&stats.calls),
-                        "rows": get(&stats.rows),
-                        "cells": get(&stats.cells),
-                        "bytes": get(&stats.bytes),
-                        "mean_rows_per_call": get(&stats.rows) as f64 / calls as f64,
-                        "mean_cells_per_call": get(&stats.cells) as f64 / calls as f64,
-                        "mean_bytes_per_call": get(&stats.bytes) as f64 / calls as f64,
-                        "largest_call_rows": get(&stats.max_call_rows),
-                        "largest_call_cells": get(&stats.max_call_cells),
-                        "deleted_rows": get(&stats.deletes),
-                        "retries": get(&stats.retries),
-                    })
+            // The writers' statistics as the backend names them (HBase's `putMultiple` calls;
+            // the embedded store keeps none), and the means per call.
+            let batches = match backend.metrics() {
+                Some(metrics) => {
+                    let stats = metrics.stats();
+                    let get = |name: &str| metrics.stat(name).unwrap_or(0);
+                    let calls = get("calls").max(1) as f64;
+                    let mut batches: serde_json::Map<String, serde_json::Value> = stats
+                        .into_iter()
+                        .map(|(name, value)| (name, value.value().into()))
+                        .collect();
+                    if hbase.is_some() {
+                        batches.insert("call".into(), "putMultiple".into());
+                    }
+                    for what in ["rows", "cells", "bytes"] {
+                        batches.insert(
+                            format!("mean_{what}_per_call"),
+                            (get(what) as f64 / calls).into(),
+                        );
+                    }
+                    serde_json::Value::Object(batches)
                 }
-                _ => serde_json::Value::Null,
+                None => serde_json::Value::Null,
             };
             let result = serde_json::json!({
                 "bench": if hbase.is_some() { "replay-hbase" } else { "replay-embedded" },

@@ -2,7 +2,7 @@
 //! `replay` runs (`--metrics-listen`).
 //!
 //! Nothing here touches the hot path: every value is read at scrape time from counters the job
-//! keeps anyway ([`Stats`], [`KafkaShared`], the HBase [`WriterStats`]). Consumer lag comes from
+//! keeps anyway ([`Stats`], [`KafkaShared`], the store's [`MetricsSource`]). Consumer lag comes from
 //! the high watermarks the status thread already fetches once a second.
 
 use std::borrow::Cow;
@@ -25,7 +25,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use sinks::hbase::WriterStats;
+use sinks::MetricsSource;
 
 use crate::http_thread::{HttpLimits, HttpThread};
 
@@ -37,7 +37,7 @@ pub struct JobMetrics {
     stats: Arc<Stats>,
     control: Arc<JobControl>,
     kafka: OnceLock<Arc<KafkaShared>>,
-    writers: OnceLock<Arc<WriterStats>>,
+    writers: OnceLock<Arc<dyn MetricsSource>>,
     /// The process index of a cluster's process, a `process` label on every sample.
     process: OnceLock<usize>,
 }
@@ -65,8 +65,9 @@ impl JobMetrics {
         let _ = self.kafka.set(shared);
     }
 
-    /// Adds the HBase writers' counters (retries).
-    pub fn attach_writers(&self, writers: Arc<WriterStats>) {
+    /// Adds the store writers' counters ([`sinks::Store::metrics`]: HBase counts its
+    /// `retries`).
+    pub fn attach_writers(&self, writers: Arc<dyn MetricsSource>) {
         let _ = self.writers.set(writers);
     }
 
@@ -231,7 +232,10 @@ impl Collector for JobMetrics {
             "sink_retries",
             "Table writes retried after a retriable failure (HBase; the embedded store does not \
              retry)",
-            self.writers.get().map_or(0, |w| w.retries.load(Relaxed)),
+            self.writers
+                .get()
+                .and_then(|w| w.stat("retries"))
+                .unwrap_or(0),
         )?;
         gauge(
             &mut enc,

@@ -117,12 +117,9 @@ pub fn open_with(
         retry_limit,
         ..OpenOptions::new(mode)
     };
-    let store = sinks::open(&cfg.store, &options)?;
-    for dropped in store.dropped_on_open() {
-        eprintln!(
-            "warning: embedded store at {}: {dropped}; dropped",
-            store.location()
-        );
+    let store = sinks::open(&cfg.store, &schema::all_tables(), &options)?;
+    for warning in store.open_warnings() {
+        eprintln!("warning: {warning}");
     }
     Ok(store)
 }

@@ -14,11 +14,19 @@ pub mod room;
 pub mod source;
 pub mod stats;
 pub mod summary;
+pub mod tables;
 pub mod time;
 
-// The table model and the schemas belong to the storage crate; these paths keep
-// `pipeline::table::…` and `pipeline::schema::…` working for the dataflow and its users.
-pub use sinks::{schema, table};
+// The table model belongs to the storage crate; this path keeps `pipeline::table::…` working
+// for the dataflow and its users.
+pub use sinks::table;
+
+/// The sensor tables ([`tables`]) and the generic table model they are declared with
+/// (`sinks::schema`: [`TableSpec`](sinks::schema::TableSpec), split policies), under one path.
+pub mod schema {
+    pub use crate::tables::*;
+    pub use sinks::schema::*;
+}
 
 /// Errors of the pipeline crate.
 #[derive(Debug, thiserror::Error)]

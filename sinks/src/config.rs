@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::embedded::EmbeddedConfig;
+use crate::hbase::HbaseConfig;
+use crate::seam::StorageConfig;
 use crate::{Error, Result};
 
 fn default_dir() -> PathBuf {
@@ -244,5 +247,17 @@ impl StoreConfig {
             ));
         }
         self.hbase_client.validate()
+    }
+    /// The settings of the backend `kind` names, which build it ([`StorageConfig::build`]):
+    /// the one place that tells the backends apart.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming an invalid key ([`StoreConfig::validate`]).
+    pub fn backend(&self) -> Result<Box<dyn StorageConfig>> {
+        self.validate()?;
+        Ok(match self.kind {
+            StoreKind::Embedded => Box::new(EmbeddedConfig::from_store(self)),
+            StoreKind::Hbase => Box::new(HbaseConfig::from_store(self)?),
+        })
     }
 }

@@ -1,6 +1,7 @@
-//! Storage of hourglass: the table model and schemas, the embedded fjall store, HBase over
-//! Thrift, dead-letter files, and [`open`], the one seam that turns a store configuration into a
-//! backend.
+//! Storage of hourglass: the table model and table specs (no domain's tables: a domain declares
+//! its own and opens storage with them), the [`Storage`] trait with its two
+//! backends (the embedded fjall store, HBase over Thrift), dead-letter files, and [`open`],
+//! which builds the backend a store configuration names.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -10,8 +11,13 @@ pub mod hbase;
 pub mod schema;
 mod seam;
 pub mod table;
+#[cfg(test)]
+mod test_tables;
 
-pub use seam::{open, Admin, Clock, OpenOptions, Reader, Store, WriterFactory};
+pub use seam::{
+    open, Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,
+    StorageConfig, StorageReader, Store, WriterFactory,
+};
 
 /// Errors of the storage crate.
 #[derive(Debug, thiserror::Error)]

@@ -1,16 +1,20 @@
-//! [`open`]: the one place that turns a [`StoreConfig`] into a backend, and what a job gets
-//! from it (writers, a shareable reader, table admin), whichever backend it is.
+//! The storage seam: the traits every backend implements ([`Storage`], built by its
+//! [`StorageConfig`]), and [`open`], which builds the backend a [`StoreConfig`] names.
+//!
+//! A backend lives in its own module (`embedded/storage.rs`, `hbase/storage.rs`) and is known
+//! here only through these traits: nothing outside its module asks which one it is, except the
+//! few genuinely HBase-only commands, through [`Store::downcast_ref`].
 
+use std::any::Any;
 use std::fmt;
-use std::path::PathBuf;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{StoreConfig, StoreKind};
-use crate::embedded::{EmbeddedStore, JournalDamage, OpenMode};
-use crate::hbase::admin::{self, Created, TableDescription};
-use crate::hbase::{HbaseConfig, HbaseStore, HbaseWriter, WriterStats};
-use crate::schema::{self, TableSpec};
+use crate::config::StoreConfig;
+use crate::embedded::OpenMode;
+use crate::hbase::admin::{Created, TableDescription};
+use crate::schema::TableSpec;
 use crate::table::{Row, ScanSpec, TableReader, TableWriter, TimeRange};
 use crate::{Error, Result};
 
@@ -26,8 +30,6 @@ pub struct OpenOptions {
     /// Whether the embedded store may be created or changed, and what happens to a damaged
     /// journal (default [`OpenMode::ReadWrite`]). HBase ignores it.
     pub mode: OpenMode,
-    /// The tables (default: every hourglass table, [`schema::all_tables`]).
-    pub tables: Vec<TableSpec>,
     /// The clock of the embedded store's TTLs (default: the system clock). HBase uses its own.
     pub clock: Clock,
     /// Upper bound on how long HBase calls retry a retriable failure, on top of
@@ -42,11 +44,10 @@ pub struct OpenOptions {
 }
 
 impl OpenOptions {
-    /// Every hourglass table, opened as `mode` says, with the system clock.
+    /// Opened as `mode` says, with the system clock.
     pub fn new(mode: OpenMode) -> Self {
         OpenOptions {
             mode,
-            tables: schema::all_tables(),
             clock: Arc::new(crate::embedded::system_now_ms),
             retry_limit: None,
             newest_timestamp_wins: false,
@@ -64,17 +65,142 @@ impl fmt::Debug for OpenOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenOptions")
             .field("mode", &self.mode)
-            .field(
-                "tables",
-                &self.tables.iter().map(|t| t.name).collect::<Vec<_>>(),
-            )
             .field("retry_limit", &self.retry_limit)
             .field("newest_timestamp_wins", &self.newest_timestamp_wins)
             .finish_non_exhaustive()
     }
 }
 
-/// Opens the backend `cfg` names.
+/// A backend's settings, which build the backend (as Vector's `SinkConfig::build` builds a
+/// sink): the embedded store's [`crate::embedded::EmbeddedConfig`], HBase's
+/// [`crate::hbase::HbaseConfig`]. [`StoreConfig::backend`] picks the one `store.kind` names.
+pub trait StorageConfig: fmt::Debug {
+    /// Opens the backend over `tables`.
+    ///
+    /// # Errors
+    /// The backend's refusal to open (the embedded store: a missing directory for a read-only
+    /// open, a lock held elsewhere, a damaged journal, …); HBase is not contacted here.
+    fn build(&self, tables: &[TableSpec], options: &OpenOptions) -> Result<Box<dyn Storage>>;
+}
+
+/// One open backend: writers, readers and table administration over the tables it was built
+/// with. Object-safe; shared by the workers and the HTTP threads behind a [`Store`].
+pub trait Storage: fmt::Debug + Send + Sync {
+    /// A writer for one worker.
+    fn writer(&self) -> Box<dyn TableWriter>;
+
+    /// A reader for queries, shareable across threads.
+    fn reader(&self) -> Arc<dyn StorageReader>;
+
+    /// Table administration.
+    fn admin(&self) -> &dyn StorageAdmin;
+
+    /// Where the tables are, for messages: a directory or `HBase at host:port`.
+    fn location(&self) -> String;
+
+    /// Makes written data survive a crash of the machine.
+    ///
+    /// # Errors
+    /// The backend failed to sync; it then refuses further writes.
+    fn persist(&self) -> Result<()>;
+
+    /// Fails with the command to run if a table a job writes does not exist.
+    ///
+    /// # Errors
+    /// A missing table, naming the command that creates it; the backend is unreachable.
+    fn ensure_tables(&self) -> Result<()>;
+
+    /// What opening the backend dropped or repaired, one sentence each, for the caller to
+    /// print as warnings (default: nothing).
+    fn open_warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// What the writers did, shared and read when asked: the `/metrics` endpoint and the
+    /// benchmarks read it (default `None`: the backend counts nothing beyond the dataflow's
+    /// own counters).
+    fn metrics(&self) -> Option<Arc<dyn MetricsSource>> {
+        None
+    }
+
+    /// The backend as [`Any`], for [`Store::downcast_ref`].
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Table administration of a backend, over the tables it was built with. Object-safe; callers
+/// use it through [`Admin`].
+pub trait StorageAdmin {
+    /// Creates every table that does not exist.
+    ///
+    /// # Errors
+    /// A table exists with another schema (naming the differences); the backend is
+    /// unreachable or refuses.
+    fn create_tables(&self) -> Result<Vec<(String, Created)>>;
+
+    /// The tables that do not exist.
+    ///
+    /// # Errors
+    /// The backend is unreachable.
+    fn missing_tables(&self) -> Result<Vec<String>>;
+
+    /// The tables as the backend has them: families and regions.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a backend without regions; a missing table; the backend is
+    /// unreachable.
+    fn describe_tables(&self) -> Result<Vec<TableDescription>>;
+
+    /// Calls `each` on every visible row of `table`, in key order, until it breaks.
+    ///
+    /// # Errors
+    /// The backend's failure to read.
+    fn dump_rows(&self, table: &str, each: &mut dyn FnMut(Row) -> ControlFlow<()>) -> Result<()>;
+}
+
+/// One statistic a backend keeps, read when asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatValue {
+    /// A count that only grows (calls made, rows sent, retries).
+    Counter(u64),
+    /// A value that may change either way, or the largest seen so far.
+    Gauge(u64),
+    /// A setting the backend runs with (a batch limit), for reports.
+    Setting(u64),
+}
+
+impl StatValue {
+    /// The number, whatever its kind.
+    pub fn value(self) -> u64 {
+        match self {
+            StatValue::Counter(v) | StatValue::Gauge(v) | StatValue::Setting(v) => v,
+        }
+    }
+}
+
+/// A source of backend statistics, each under a stable snake_case name (the HBase writers'
+/// `retries` feeds `hourglass_job_sink_retries_total`).
+pub trait MetricsSource: fmt::Debug + Send + Sync {
+    /// Every statistic, as of now.
+    fn stats(&self) -> Vec<(String, StatValue)>;
+
+    /// The value of the statistic `name`, if this source keeps it.
+    fn stat(&self, name: &str) -> Option<u64> {
+        self.stats()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.value())
+    }
+}
+
+/// What a backend's reader is: a [`TableReader`] that may count its calls (HBase counts its
+/// gateway calls, so tests see that a multi-get was one call per
+/// [`GET_ROWS_CHUNK`](crate::hbase::GET_ROWS_CHUNK) rows).
+pub trait StorageReader: TableReader + MetricsSource {}
+
+impl<T: TableReader + MetricsSource> StorageReader for T {}
+
+/// Opens the backend `cfg` names over `tables`, which the domain declares (the sensors':
+/// `pipeline::tables::all_tables`): storage knows no table of its own.
 ///
 /// The embedded store is opened once here (its directory is locked until every clone of the
 /// [`Store`] is dropped); HBase is not contacted until the first call.
@@ -83,76 +209,24 @@ impl fmt::Debug for OpenOptions {
 /// [`Error::Config`] for an invalid `[store]` section; [`Error::NoEmbeddedStore`] when a
 /// read-only open names a directory that does not exist; the embedded store's refusals (locked,
 /// damaged journal, …).
-pub fn open(cfg: &StoreConfig, options: &OpenOptions) -> Result<Store> {
-    cfg.validate()?;
-    let backend = match cfg.kind {
-        StoreKind::Embedded => {
-            let dir = &cfg.dir;
-            if options.mode == OpenMode::ReadOnly && !dir.exists() {
-                return Err(Error::NoEmbeddedStore { dir: dir.clone() });
-            }
-            let store = EmbeddedStore::open_with_options(
-                dir,
-                &options.tables,
-                options.clock.clone(),
-                options.mode,
-            )?;
-            store.set_generation_bytes(cfg.generation_mb.saturating_mul(1 << 20));
-            Backend::Embedded {
-                store,
-                dir: dir.clone(),
-            }
-        }
-        StoreKind::Hbase => {
-            let mut hb = HbaseConfig::from_store(cfg)?;
-            if let Some(limit) = options.retry_limit {
-                hb.retry.max_elapsed = Some(hb.retry.max_elapsed.map_or(limit, |m| m.min(limit)));
-            }
-            Backend::Hbase {
-                cfg: hb,
-                stats: Arc::new(WriterStats::default()),
-            }
-        }
-    };
-    Ok(Store {
-        backend,
-        tables: options.tables.clone(),
-        newest_timestamp_wins: options.newest_timestamp_wins,
-    })
+pub fn open(cfg: &StoreConfig, tables: &[TableSpec], options: &OpenOptions) -> Result<Store> {
+    let storage = cfg.backend()?.build(tables, options)?;
+    Ok(Store(Arc::from(storage)))
 }
 
 /// An open backend. Cloning is cheap and shares it.
 #[derive(Debug, Clone)]
-pub struct Store {
-    backend: Backend,
-    tables: Vec<TableSpec>,
-    newest_timestamp_wins: bool,
-}
-
-#[derive(Debug, Clone)]
-enum Backend {
-    /// Opened once, shared by every writer and reader.
-    Embedded { store: EmbeddedStore, dir: PathBuf },
-    /// Each writer opens its own connection; `stats` adds up what they send.
-    Hbase {
-        cfg: HbaseConfig,
-        stats: Arc<WriterStats>,
-    },
-}
+pub struct Store(Arc<dyn Storage>);
 
 impl Store {
+    /// The handle of a backend built by hand (tests, a backend of one's own).
+    pub fn new(storage: Box<dyn Storage>) -> Self {
+        Store(Arc::from(storage))
+    }
+
     /// A writer for one worker.
     pub fn writer(&self) -> Box<dyn TableWriter> {
-        match &self.backend {
-            Backend::Embedded { store, .. } => Box::new(
-                store
-                    .writer()
-                    .newest_timestamp_wins(self.newest_timestamp_wins),
-            ),
-            Backend::Hbase { cfg, stats } => {
-                Box::new(HbaseWriter::with_stats(cfg, stats.clone()).for_tables(&self.tables))
-            }
-        }
+        self.0.writer()
     }
 
     /// [`Store::writer`] as a factory the workers share.
@@ -161,51 +235,29 @@ impl Store {
         Arc::new(move || store.writer())
     }
 
-    /// What the HBase writers sent and retried, added up (`None` for the embedded store, whose
-    /// writes are counted by the dataflow alone).
-    pub fn writer_stats(&self) -> Option<Arc<WriterStats>> {
-        match &self.backend {
-            Backend::Embedded { .. } => None,
-            Backend::Hbase { stats, .. } => Some(stats.clone()),
-        }
-    }
-
     /// A reader for queries; clones share the embedded store or the HBase connection pool.
     pub fn reader(&self) -> Reader {
-        Reader(match &self.backend {
-            Backend::Embedded { store, .. } => ReaderKind::Embedded(store.clone()),
-            Backend::Hbase { cfg, .. } => ReaderKind::Hbase(Arc::new(HbaseStore::new(cfg))),
-        })
+        Reader(self.0.reader())
     }
 
     /// Table administration.
     pub fn admin(&self) -> Admin<'_> {
-        Admin { store: self }
+        Admin(self.0.admin())
     }
 
     /// Where the tables are, for messages: a directory or `HBase at host:port`.
     pub fn location(&self) -> String {
-        match &self.backend {
-            Backend::Embedded { dir, .. } => dir.display().to_string(),
-            Backend::Hbase { cfg, .. } => format!("HBase at {}", cfg.thrift1),
-        }
+        self.0.location()
     }
 
-    /// The HBase settings in use (`None` for the embedded store).
-    pub fn hbase_config(&self) -> Option<&HbaseConfig> {
-        match &self.backend {
-            Backend::Embedded { .. } => None,
-            Backend::Hbase { cfg, .. } => Some(cfg),
-        }
+    /// What opening the store dropped or repaired (see [`Storage::open_warnings`]).
+    pub fn open_warnings(&self) -> Vec<String> {
+        self.0.open_warnings()
     }
 
-    /// What opening the embedded store dropped from its journals (see
-    /// [`EmbeddedStore::dropped_on_open`]); empty for HBase.
-    pub fn dropped_on_open(&self) -> &[JournalDamage] {
-        match &self.backend {
-            Backend::Embedded { store, .. } => store.dropped_on_open(),
-            Backend::Hbase { .. } => &[],
-        }
+    /// What the writers did (see [`Storage::metrics`]).
+    pub fn metrics(&self) -> Option<Arc<dyn MetricsSource>> {
+        self.0.metrics()
     }
 
     /// Fails with the command to run if a table a job writes does not exist.
@@ -213,17 +265,7 @@ impl Store {
     /// # Errors
     /// [`crate::hbase::Error::TablesMissing`]; HBase is unreachable.
     pub fn ensure_tables(&self) -> Result<()> {
-        let missing = self.admin().missing_tables()?;
-        match &self.backend {
-            Backend::Hbase { cfg, .. } if !missing.is_empty() => {
-                Err(crate::hbase::Error::TablesMissing {
-                    tables: missing.join(", "),
-                    addr: cfg.thrift1.clone(),
-                }
-                .into())
-            }
-            _ => Ok(()),
-        }
+        self.0.ensure_tables()
     }
 
     /// Makes written data survive a crash of the machine: the embedded store syncs its
@@ -232,41 +274,36 @@ impl Store {
     /// # Errors
     /// The embedded store's sync failed; it then refuses further writes.
     pub fn persist(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Embedded { store, .. } => store.persist(),
-            Backend::Hbase { .. } => Ok(()),
-        }
+        self.0.persist()
+    }
+
+    /// The backend as its own type, for the few commands that exist for one backend only
+    /// (HBase's region splits and the settings its benchmark reports); `None` for another.
+    pub fn downcast_ref<T: Storage + 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
     }
 }
 
 /// The read side of a [`Store`]: shareable across threads, cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Reader(ReaderKind);
-
-#[derive(Debug, Clone)]
-enum ReaderKind {
-    Embedded(EmbeddedStore),
-    Hbase(Arc<HbaseStore>),
-}
+pub struct Reader(Arc<dyn StorageReader>);
 
 impl Reader {
-    /// The gateway calls an HBase reader made (`None` for the embedded store, which has no
-    /// calls to count): how tests see that a multi-get was one `getMultiple` call per
-    /// [`GET_ROWS_CHUNK`](crate::hbase::GET_ROWS_CHUNK) rows, not one get a row.
-    pub fn hbase_stats(&self) -> Option<&crate::hbase::ReaderStats> {
-        match &self.0 {
-            ReaderKind::Embedded(_) => None,
-            ReaderKind::Hbase(store) => Some(store.stats()),
-        }
+    /// The calls this reader made so far, by name (none for the embedded store, which has no
+    /// calls to count; see [`crate::hbase::ReaderStats`] for HBase's).
+    pub fn stats(&self) -> Vec<(String, StatValue)> {
+        self.0.stats()
+    }
+
+    /// One of [`Reader::stats`], if this reader counts it.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        self.0.stat(name)
     }
 }
 
 impl TableReader for Reader {
     fn get(&self, table: &str, row: &[u8], time: Option<TimeRange>) -> Result<Option<Row>> {
-        match &self.0 {
-            ReaderKind::Embedded(store) => store.get(table, row, time),
-            ReaderKind::Hbase(store) => store.get(table, row, time),
-        }
+        self.0.get(table, row, time)
     }
 
     fn get_versions(
@@ -276,10 +313,7 @@ impl TableReader for Reader {
         time: Option<TimeRange>,
         max_versions: u32,
     ) -> Result<Option<Row>> {
-        match &self.0 {
-            ReaderKind::Embedded(store) => store.get_versions(table, row, time, max_versions),
-            ReaderKind::Hbase(store) => store.get_versions(table, row, time, max_versions),
-        }
+        self.0.get_versions(table, row, time, max_versions)
     }
 
     // Forwarded, not left to the trait's default: HBase answers a multi-get with `getMultiple`
@@ -290,24 +324,22 @@ impl TableReader for Reader {
         rows: &[Vec<u8>],
         time: Option<TimeRange>,
     ) -> Result<Vec<Option<Row>>> {
-        match &self.0 {
-            ReaderKind::Embedded(store) => store.get_many(table, rows, time),
-            ReaderKind::Hbase(store) => store.get_many(table, rows, time),
-        }
+        self.0.get_many(table, rows, time)
     }
 
     fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>> {
-        match &self.0 {
-            ReaderKind::Embedded(store) => store.scan(table, spec),
-            ReaderKind::Hbase(store) => store.scan(table, spec),
-        }
+        self.0.scan(table, spec)
     }
 }
 
 /// Table administration of a [`Store`], over the tables it was opened with.
-#[derive(Debug, Clone, Copy)]
-pub struct Admin<'a> {
-    store: &'a Store,
+#[derive(Clone, Copy)]
+pub struct Admin<'a>(&'a dyn StorageAdmin);
+
+impl fmt::Debug for Admin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
 }
 
 impl Admin<'_> {
@@ -318,15 +350,7 @@ impl Admin<'_> {
     /// A table exists in HBase with another schema (naming the differences); HBase is
     /// unreachable or refuses.
     pub fn create_tables(&self) -> Result<Vec<(String, Created)>> {
-        match &self.store.backend {
-            Backend::Embedded { .. } => Ok(self
-                .store
-                .tables
-                .iter()
-                .map(|t| (t.name.to_string(), Created::AlreadyExists))
-                .collect()),
-            Backend::Hbase { cfg, .. } => Ok(admin::create_tables(cfg, &self.store.tables)?),
-        }
+        self.0.create_tables()
     }
 
     /// The tables that do not exist (always none for the embedded store, which creates them
@@ -335,10 +359,7 @@ impl Admin<'_> {
     /// # Errors
     /// HBase is unreachable.
     pub fn missing_tables(&self) -> Result<Vec<String>> {
-        match &self.store.backend {
-            Backend::Embedded { .. } => Ok(Vec::new()),
-            Backend::Hbase { cfg, .. } => Ok(admin::missing_tables(cfg, &self.store.tables)?),
-        }
+        self.0.missing_tables()
     }
 
     /// The tables as HBase has them: families and regions.
@@ -347,14 +368,7 @@ impl Admin<'_> {
     /// [`Error::Invalid`] for the embedded store, which has no regions to show; a missing
     /// table; HBase is unreachable.
     pub fn describe_tables(&self) -> Result<Vec<TableDescription>> {
-        match &self.store.backend {
-            Backend::Embedded { dir, .. } => Err(Error::Invalid(format!(
-                "describing tables shows HBase's regions; the embedded store at {} has none: \
-                 pass --hbase HOST:PORT",
-                dir.display()
-            ))),
-            Backend::Hbase { cfg, .. } => Ok(admin::describe_tables(cfg, &self.store.tables)?),
-        }
+        self.0.describe_tables()
     }
 
     /// Calls `each` on every visible row of `table`, in key order, and stops at its first
@@ -367,26 +381,17 @@ impl Admin<'_> {
         table: &str,
         mut each: impl FnMut(Row) -> Result<(), E>,
     ) -> Result<(), E> {
-        match &self.store.backend {
-            Backend::Embedded { store, .. } => {
-                for row in store.dump(table)? {
-                    each(row)?;
-                }
+        let mut failed = None;
+        self.0.dump_rows(table, &mut |row| match each(row) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failed = Some(e);
+                ControlFlow::Break(())
             }
-            Backend::Hbase { cfg, .. } => {
-                let mut failed = None;
-                HbaseStore::new(cfg)
-                    .scan_each(table, &ScanSpec::default(), |row| {
-                        if failed.is_none() {
-                            failed = each(row).err();
-                        }
-                    })
-                    .map_err(Error::from)?;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
-            }
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(())
     }
 }

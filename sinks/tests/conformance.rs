@@ -10,7 +10,6 @@
 //! It creates tables of its own, named after the process, and drops them when done.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sinks::config::{StoreConfig, StoreKind};
@@ -92,9 +91,8 @@ impl Tables {
     }
 }
 
-fn options(tables: &Tables) -> OpenOptions {
+fn options() -> OpenOptions {
     OpenOptions {
-        tables: tables.specs(),
         // HBase's rule, which the embedded store applies only when asked (see OpenOptions).
         newest_timestamp_wins: true,
         ..OpenOptions::default()
@@ -218,12 +216,10 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         .collect();
     let reader = store.reader();
     let calls = |reader: &sinks::Reader| {
-        reader.hbase_stats().map(|s| {
-            (
-                s.get_row_calls.load(Ordering::Relaxed),
-                s.get_rows_calls.load(Ordering::Relaxed),
-            )
-        })
+        Some((
+            reader.stat("get_row_calls")?,
+            reader.stat("get_rows_calls")?,
+        ))
     };
     let before = calls(&reader);
     let got = reader.get_many(t.data, &asked, None).expect("get_many");
@@ -538,11 +534,7 @@ fn scans(store: &Store, t: &Tables, now: i64) {
     // HBase, at 2 rows a call in this run: a scan its first call answers in full is one call;
     // a longer one goes on until a short answer (the embedded store has no calls to count).
     let reader = store.reader();
-    let scan_calls = || {
-        reader
-            .hbase_stats()
-            .map(|s| s.scan_calls.load(Ordering::Relaxed))
-    };
+    let scan_calls = || reader.stat("scan_calls");
     for (spec, rows, calls) in [
         (range("z1/bb", "z1/c", None), 0, 1),
         (ScanSpec::prefix(b"z2/"), 1, 1),
@@ -764,7 +756,7 @@ fn embedded_conforms(tables: &Tables) {
         dir: dir.path().join("store"),
         ..StoreConfig::default()
     };
-    let store = sinks::open(&cfg, &options(tables)).expect("opening the embedded store");
+    let store = sinks::open(&cfg, &tables.specs(), &options()).expect("opening the embedded store");
     store.ensure_tables().expect("every table exists");
     conforms(&store, tables);
 }
@@ -817,8 +809,9 @@ struct DropTables<'a> {
 
 impl Drop for DropTables<'_> {
     fn drop(&mut self) {
-        if let Some(cfg) = self.store.hbase_config() {
-            if let Err(e) = sinks::hbase::admin::drop_tables(cfg, &self.tables.names()) {
+        // Dropping tables is HBase's admin alone: the embedded store's go with its directory.
+        if let Some(hbase) = self.store.downcast_ref::<sinks::hbase::HbaseStorage>() {
+            if let Err(e) = sinks::hbase::admin::drop_tables(hbase.config(), &self.tables.names()) {
                 eprintln!("dropping the conformance tables: {e}");
             }
         }
@@ -841,7 +834,7 @@ fn hbase_conforms() {
     // Two rows per scan call, so the scans below take every path of the reader: one call that
     // is the whole answer, a first call then a scanner, a limit reached on a full answer.
     cfg.hbase_client.scan_caching = 2;
-    let store = sinks::open(&cfg, &options(&tables)).expect("opening HBase");
+    let store = sinks::open(&cfg, &tables.specs(), &options()).expect("opening HBase");
     let _drop = DropTables {
         store: &store,
         tables: &tables,
@@ -855,7 +848,7 @@ fn hbase_conforms() {
     store.admin().create_tables().expect("creating the tables");
     store.ensure_tables().expect("every table exists");
     assert!(
-        store.reader().hbase_stats().is_some(),
+        store.reader().stat("get_row_calls").is_some(),
         "an HBase reader counts its calls"
     );
     conforms(&store, &tables);

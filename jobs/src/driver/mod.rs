@@ -247,7 +247,7 @@ impl Job {
         cfg: &JobConfig,
         backend: &Backend,
     ) -> Result<S::Report> {
-        if let Some(writers) = backend.writer_stats() {
+        if let Some(writers) = backend.metrics() {
             self.metrics.attach_writers(writers);
         }
         let side = Arc::new(DeadLetters::new(

@@ -40,7 +40,8 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
         dir: dir.to_path_buf(),
         ..StoreConfig::default()
     };
-    let backend = sinks::open(&store, &options).expect("a new embedded store");
+    let backend = sinks::open(&store, &pipeline::schema::all_tables(), &options)
+        .expect("a new embedded store");
     let mut puts = Vec::new();
     let mut hours: BTreeMap<(String, i64), Vec<(i64, f64)>> = BTreeMap::new();
     let mut latest: BTreeMap<String, (i64, f64, String)> = BTreeMap::new();

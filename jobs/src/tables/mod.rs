@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use pipeline::config::JobConfig;
 use pipeline::schema::{self, TableSpec};
 use sinks::hbase::admin::{self, Created};
-use sinks::hbase::HbaseConfig;
+use sinks::hbase::{HbaseConfig, HbaseStorage};
 
 use crate::store::{Backend, BackendArgs};
 
@@ -43,12 +43,14 @@ impl HbaseArgs {
         Ok((schema::all_tables_split(&splits.ids), splits))
     }
 
-    /// The HBase settings of [`HbaseArgs::open`].
+    /// The HBase settings of [`HbaseArgs::open`]. `tables create` and `tables split` are
+    /// HBase's own admin (region split keys the flags choose, regions to compare and recreate),
+    /// so they ask for HBase by its type rather than through the generic [`sinks::Storage`].
     fn hbase(&self) -> Result<HbaseConfig> {
         let backend = self.open()?;
         backend
-            .hbase_config()
-            .cloned()
+            .downcast_ref::<HbaseStorage>()
+            .map(|hbase| hbase.config().clone())
             .context("the table admin commands need HBase")
     }
 

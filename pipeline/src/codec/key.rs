@@ -1,16 +1,16 @@
 //! What every row key shares: the separator, Java-compatible salt buckets and the device-id
 //! rule.
 //!
-//! The separator and a salt bucket's bytes are also where the tables are split, so they are
-//! defined once in the storage crate's schema ([`crate::schema::KEY_SEPARATOR`],
-//! [`crate::schema::push_salt_bucket`]), which cannot depend on this crate; the codec writes its
-//! keys with them.
+//! The separator and a salt bucket's bytes are also where the tables are split: the sensor
+//! tables ([`crate::tables`]) cut their split keys at this separator, and a salt bucket's bytes
+//! have their one definition in the storage crate's split policies
+//! ([`crate::schema::push_salt_bucket`]), which the codec writes its keys with.
 
 use crate::schema::SALT_BUCKETS;
 use crate::{Error, Result};
 
 /// The separator between row-key parts; device ids may not contain it.
-pub const SEPARATOR: u8 = crate::schema::KEY_SEPARATOR;
+pub const SEPARATOR: u8 = b'_';
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code units, wrapping.
 pub fn java_string_hash(s: &str) -> i32 {

@@ -4,6 +4,7 @@ mod codec;
 mod generations;
 mod journal;
 mod prepare;
+mod storage;
 mod store;
 mod ttl;
 mod writer;
@@ -13,6 +14,7 @@ mod tests;
 
 pub use generations::GENERATION_BYTES;
 pub use journal::JournalDamage;
+pub use storage::{EmbeddedConfig, EmbeddedStorage};
 pub(crate) use store::system_now_ms;
 pub use store::{EmbeddedStore, OpenMode};
 pub use writer::EmbeddedWriter;

@@ -6,6 +6,7 @@ mod client;
 mod config;
 mod retry;
 mod sink;
+mod storage;
 mod store;
 mod thrift2;
 mod wire;
@@ -16,6 +17,7 @@ mod tests;
 pub use config::{HbaseConfig, RetryPolicy};
 pub use retry::is_retriable;
 pub use sink::{HbaseWriter, WriterStats};
+pub use storage::HbaseStorage;
 pub use store::{HbaseStore, ReaderStats, GET_ROWS_CHUNK, PARALLEL_GETS};
 
 /// Why a call to HBase failed; each message says what to do about it.

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use crate::schema::{self, Bloom, Compression, FamilySpec};
+use crate::schema::{Bloom, Compression, FamilySpec};
 use crate::table::Cell;
+use crate::test_tables as schema;
 use hbase_thrift::hbase::{IOError, IllegalArgument};
 
 use super::admin::{schema_differences, FamilyDescription};

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::schema;
+use crate::test_tables as schema;
 
 /// One reading as the replay job writes it: a narrow row with `t:v` and `t:x`, and one cell of
 /// the device's hourly wide row.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::embedded::OpenMode;
-use crate::{schema, Error};
+use crate::{test_tables as schema, Error};
 
 #[test]
 fn writes_show_on_flush_and_survive_reopen_after_persist() {

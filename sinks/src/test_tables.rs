@@ -1,0 +1,66 @@
+//! Tables shaped like a time-series domain's, for this crate's own tests: storage knows no
+//! domain, and its unit tests cannot use one (the sensor tables are `pipeline::tables`).
+//!
+//! A salted narrow table of packed readings, a wide table of packed hours with its summary kept
+//! apart, and a small view, under the sensor tables' names, so that the tests exercise the
+//! layouts the sensor job writes.
+
+use crate::schema::{salt_split_keys, Bloom, Compression, FamilySpec, TableSpec};
+
+/// The narrow table.
+pub(crate) const NARROW_TABLE: &str = "ts_metric";
+/// The wide table, one row per id and hour.
+pub(crate) const HOURLY_TABLE: &str = "ts_metric_hourly";
+/// The view, one row per id.
+pub(crate) const ROOM_TABLE: &str = "ts_room_latest";
+/// The family of every table.
+pub(crate) const FAMILY: &str = "t";
+/// The family's TTL: 90 days.
+pub(crate) const RETENTION_SECS: u64 = 90 * 24 * 3600;
+/// The narrow table's salt buckets.
+pub(crate) const SALT_BUCKETS: u32 = 16;
+
+fn family() -> FamilySpec {
+    FamilySpec {
+        name: FAMILY,
+        ttl_secs: Some(RETENTION_SECS),
+        compression: Compression::Snappy,
+        bloom: Bloom::Row,
+        max_versions: 1,
+        packed: false,
+        packed_apart: &[],
+    }
+}
+
+/// The narrow table: packed, split per salt bucket.
+pub(crate) fn narrow_table() -> TableSpec {
+    TableSpec {
+        name: NARROW_TABLE,
+        families: vec![FamilySpec {
+            packed: true,
+            ..family()
+        }],
+        split_keys: salt_split_keys(SALT_BUCKETS),
+    }
+}
+
+/// The three tables.
+pub(crate) fn all_tables() -> Vec<TableSpec> {
+    vec![
+        narrow_table(),
+        TableSpec {
+            name: HOURLY_TABLE,
+            families: vec![FamilySpec {
+                packed: true,
+                packed_apart: &["n", "min", "max", "sum", "first", "last"],
+                ..family()
+            }],
+            split_keys: Vec::new(),
+        },
+        TableSpec {
+            name: ROOM_TABLE,
+            families: vec![family()],
+            split_keys: Vec::new(),
+        },
+    ]
+}
