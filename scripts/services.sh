@@ -252,31 +252,15 @@ require_free_ports() {
   done
 }
 
-# start_java NAME OUTFILE JAVA-ARGS...: background, detached, pid file written
+# start_java NAME OUTFILE JAVA-ARGS...: background, detached, pid file written; the JVM carries
+# its marker as -Dhourglass.service=NAME
 start_java() {
-  local name="$1" out="$2" pf pid
+  local name="$1" out="$2"
   shift 2
-  pf="$(pidfile "$name")"
-  mkdir -p "$(dirname "$pf")" "$(dirname "$out")"
-  {
-    echo "=== $(date '+%F %T') starting $name"
-  } >>"$out"
-  (cd "$(svc_dir "$name")" && exec setsid "$JAVA" "-Dhourglass.service=$name" "$@" >>"$out" 2>&1 </dev/null) &
-  pid=$!
-  echo "$pid" >"$pf"
-  # wait until the pid shows our marker (setsid has exec'ed java)
-  local i
-  for ((i = 0; i < 50; i++)); do
-    is_running "$name" && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    echo "$pid" >"$pf"
-    sleep 0.1
-  done
-  tail -n 30 "$out" >&2 || true
-  die "$name exited right after start (log: $out)"
+  start_native "$name" "$out" "$JAVA" "-Dhourglass.service=$name" "$@"
 }
 
-# start_native NAME OUTFILE CMD...: like start_java for a native server whose
+# start_native NAME OUTFILE CMD...: background, detached, pid file written, for a server whose
 # command line carries its marker (proc_marker)
 start_native() {
   local name="$1" out="$2" pf pid i

@@ -199,6 +199,19 @@ pub(crate) fn create_table_sql(options: &str) -> String {
     )
 }
 
+/// The `(tag_code, status)` rows of [`TABLE`] as statuses; a status no tag can have is an
+/// error naming the tag.
+fn statuses_of(rows: Vec<(String, String)>) -> Result<TagStatuses> {
+    rows.into_iter()
+        .map(|(code, status)| {
+            let status = status.parse().map_err(|e: Error| {
+                Error::Invalid(format!("stored tag '{code}': {e}: fix its row in {TABLE}"))
+            })?;
+            Ok((code, status))
+        })
+        .collect()
+}
+
 /// The columns of [`TABLE`] in [`Row`] order.
 pub(crate) const COLUMNS: &str =
     "tag_code, name, data_type, value_type, status, ttl_secs, category, owner, update_frequency";

@@ -154,14 +154,7 @@ impl TagRegistry for MysqlRegistry {
             .conn
             .query(format!("SELECT tag_code, status FROM {TABLE}"))
             .map_err(mysql_error(&self.url))?;
-        rows.into_iter()
-            .map(|(code, status)| {
-                let status = status.parse().map_err(|e: Error| {
-                    Error::Invalid(format!("stored tag '{code}': {e}: fix its row in {TABLE}"))
-                })?;
-                Ok((code, status))
-            })
-            .collect()
+        super::statuses_of(rows)
     }
 
     fn location(&self) -> String {

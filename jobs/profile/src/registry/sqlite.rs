@@ -185,14 +185,7 @@ impl TagRegistry for SqliteRegistry {
             .map_err(&err)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(&err)?;
-        rows.into_iter()
-            .map(|(code, status)| {
-                let status = status.parse().map_err(|e: Error| {
-                    Error::Invalid(format!("stored tag '{code}': {e}: fix its row in {TABLE}"))
-                })?;
-                Ok((code, status))
-            })
-            .collect()
+        super::statuses_of(rows)
     }
 
     fn location(&self) -> String {
