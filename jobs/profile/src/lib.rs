@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod event;
 pub mod import;
 pub mod key;
 pub mod registry;
@@ -10,6 +11,10 @@ pub mod tables;
 pub mod tag;
 
 pub use config::{ProfileConfig, RegistryConfig};
+pub use event::{
+    check_tag, check_value, check_writable, decode_event, CellValue, EventLimits,
+    Reason as RejectReason, RejectedEvent, TagEvent,
+};
 pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
