@@ -6,6 +6,7 @@ pub mod config;
 pub mod event;
 pub mod import;
 pub mod key;
+pub mod merge;
 pub mod registry;
 pub mod tables;
 pub mod tag;
@@ -17,6 +18,7 @@ pub use event::{
 };
 pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
+pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
 pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};
 pub use tag::{DataType, TagDef, TagStatus, ValueType};
