@@ -112,7 +112,9 @@ struct Buffered {
 /// newest event time, not the last to arrive (Kafka partitions and retried producers deliver
 /// out of order); of two with the same event time, the later arrival. Every distinct event
 /// time of a (user, tag) is a change, written to `user_tag_history`. Across flushes the store
-/// decides: each cell is stamped with its event time, and HBase shows the newest stamp.
+/// decides: each cell is stamped with its event time, and HBase shows the newest stamp (so does
+/// the embedded store for `behavior`, which keeps versions; its one-version families keep the
+/// last put, docs/ARCHITECTURE.md §7, so a late event in a later flush would win there).
 #[derive(Debug, Default)]
 pub struct UserMerge {
     config: MergeConfig,
