@@ -1,15 +1,26 @@
-//! The user-profile tag store's domain; for now its tag registry: definitions, CSV import and
-//! the registry backends (SQLite embedded, MySQL/MariaDB).
+//! The user-profile tag store's domain: its tag registry (definitions, CSV import, SQLite and
+//! MySQL backends), its tables and row keys, tag events and the per-user merge.
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod event;
 pub mod import;
+pub mod key;
+pub mod merge;
 pub mod registry;
+pub mod tables;
 pub mod tag;
 
 pub use config::{ProfileConfig, RegistryConfig};
+pub use event::{
+    check_tag, check_value, check_writable, decode_event, CellValue, EventLimits,
+    Reason as RejectReason, RejectedEvent, TagEvent,
+};
 pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
+pub use key::{profile_row, salt, validate_user_id, BadUserId};
+pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
+pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};
 pub use tag::{DataType, TagDef, TagStatus, ValueType};
 
 /// Errors of the profile crate.
