@@ -261,43 +261,42 @@ fn decode_text(text: &str, metric: &str) -> Result<Reading, Reason> {
 }
 
 fn parse_ts(v: &Value) -> Result<i64, Reason> {
+    event_time(v).map_err(|problem| bad("ts", problem))
+}
+
+/// An event time field: integer epoch seconds `0..=`[`MAX_TS`], or an RFC 3339 string
+/// (fractional seconds truncated); else what is wrong with it. Both jobs' decoders read `ts`
+/// with it.
+pub fn event_time(v: &Value) -> Result<i64, String> {
     let ts = match v {
         Value::Number(n) => match n.as_i64() {
             Some(ts) => ts,
             None if n.is_u64() => i64::MAX,
-            None => {
-                return Err(bad(
-                    "ts",
-                    format!("expected integer epoch seconds, got {n}"),
-                ))
-            }
+            None => return Err(format!("expected integer epoch seconds, got {n}")),
         },
         Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map_err(|e| bad("ts", format!("not RFC 3339 ({e}): {s:?}")))?
+            .map_err(|e| format!("not RFC 3339 ({e}): {s:?}"))?
             .timestamp(),
         other => {
-            return Err(bad(
-                "ts",
-                format!(
-                    "expected epoch seconds or an RFC 3339 string, got {}",
-                    kind(other)
-                ),
+            return Err(format!(
+                "expected epoch seconds or an RFC 3339 string, got {}",
+                kind(other)
             ))
         }
     };
     if ts < 0 {
-        return Err(bad("ts", format!("negative timestamp {ts}")));
+        return Err(format!("negative timestamp {ts}"));
     }
     if ts > MAX_TS {
-        return Err(bad(
-            "ts",
-            format!("{ts} is after year 2286: milliseconds instead of seconds?"),
+        return Err(format!(
+            "{ts} is after year 2286: milliseconds instead of seconds?"
         ));
     }
     Ok(ts)
 }
 
-fn kind(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages ("a string", "an array", …).
+pub fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -19,7 +19,7 @@ use crate::tag::{DataType, TagDef, TagStatus};
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
 /// milliseconds sent where seconds were expected (the sensor decoder's rule).
-pub const MAX_TS: i64 = 9_999_999_999;
+pub use pipeline::decode::MAX_TS;
 /// Longest stored value, in bytes of its cell text (a STRING, or a MULTI_VALUE's JSON array):
 /// a profile row is read whole by every recommendation request, so one tag must not make it
 /// large.
@@ -301,7 +301,7 @@ fn decode(raw: &[u8], limits: &EventLimits) -> Result<TagEvent, Reason> {
                 "tags",
                 format!(
                     "expected an object of tag code -> value, got {}",
-                    kind(&other)
+                    pipeline::decode::kind(&other)
                 ),
             ))
         }
@@ -336,7 +336,7 @@ fn parse_user_id(v: Value) -> Result<String, Reason> {
                 "user_id",
                 format!(
                     "expected a string or a non-negative integer, got {}",
-                    kind(&other)
+                    pipeline::decode::kind(&other)
                 ),
             ))
         }
@@ -346,40 +346,7 @@ fn parse_user_id(v: Value) -> Result<String, Reason> {
 }
 
 fn parse_ts(v: &Value) -> Result<i64, Reason> {
-    let ts = match v {
-        Value::Number(n) => match n.as_i64() {
-            Some(ts) => ts,
-            None if n.is_u64() => i64::MAX,
-            None => {
-                return Err(bad(
-                    "ts",
-                    format!("expected integer epoch seconds, got {n}"),
-                ))
-            }
-        },
-        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map_err(|e| bad("ts", format!("not RFC 3339 ({e}): {s:?}")))?
-            .timestamp(),
-        other => {
-            return Err(bad(
-                "ts",
-                format!(
-                    "expected epoch seconds or an RFC 3339 string, got {}",
-                    kind(other)
-                ),
-            ))
-        }
-    };
-    if ts < 0 {
-        return Err(bad("ts", format!("negative timestamp {ts}")));
-    }
-    if ts > MAX_TS {
-        return Err(bad(
-            "ts",
-            format!("{ts} is after year 2286: milliseconds instead of seconds?"),
-        ));
-    }
-    Ok(ts)
+    pipeline::decode::event_time(v).map_err(|problem| bad("ts", problem))
 }
 
 /// Checks one tag of an event for `user`: the code is defined (`def`, looked up by the
@@ -440,7 +407,7 @@ pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
         expected: def.data_type,
         problem,
     };
-    let got = || format!("got {}", kind(value));
+    let got = || format!("got {}", pipeline::decode::kind(value));
     let checked = match (def.data_type, value) {
         (DataType::Boolean, Value::Bool(b)) => CellValue::Boolean(*b),
         (DataType::Int, Value::Number(n)) => CellValue::Int(
@@ -461,7 +428,7 @@ pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
                     other => {
                         return Err(wrong(format!(
                             "expected an array of strings, it holds {}",
-                            kind(other)
+                            pipeline::decode::kind(other)
                         )))
                     }
                 }
@@ -491,17 +458,6 @@ fn bad(field: &str, problem: impl Into<String>) -> Reason {
     Reason::BadField {
         field: field.to_string(),
         problem: problem.into(),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
