@@ -8,15 +8,17 @@
 //! default settings, started with a soft file-descriptor limit of 256 so that it must raise it
 //! itself to hold 1,000 connections.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::{hourglass_bin, hourglass_ok, NOW};
+mod serve_common;
+
+use e2e::hourglass_ok;
 
 /// First second of the generated recording (2024-08-19T21:00:00Z); it spans two hours.
 const START: i64 = 1724101200;
@@ -83,36 +85,18 @@ impl Serve {
     /// `hourglass serve --store store` in `dir`, under a soft file-descriptor limit of 256 (the
     /// hard limit left as it is), with its default HTTP settings.
     fn start(dir: &Path) -> Self {
-        let stderr = dir.join("serve.err");
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg("ulimit -Sn 256 && exec \"$0\" \"$@\"")
-            .arg(hourglass_bin())
-            .args(["serve", "--store", "store", "--listen", "127.0.0.1:0"])
-            .args(extra_serve_args())
-            .current_dir(dir)
-            .env("HOURGLASS_NOW", NOW)
-            .env_remove("HOURGLASS_LOG")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
-            .spawn()
-            .expect("starting hourglass serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("reading serve's stdout");
-        let Some(url) = line.trim().strip_prefix("listening on http://") else {
-            let _ = child.wait();
-            panic!(
-                "hourglass serve did not start: {line:?}\n{}",
-                std::fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        };
-        let addr = url.parse().expect("listen address");
+        let mut args = vec!["--store".to_string(), "store".to_string()];
+        args.extend(extra_serve_args());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (child, url) = serve_common::spawn_serve(dir, &args, Some("ulimit -Sn 256"));
+        let addr = url
+            .strip_prefix("http://")
+            .and_then(|a| a.parse().ok())
+            .expect("listen address");
         Serve {
             child,
             addr,
-            stderr,
+            stderr: dir.join("serve.err"),
         }
     }
 

@@ -122,16 +122,24 @@ pub fn start_under(args: &[&str], with_store: bool, ulimit: Option<&str>) -> Ser
     if with_store {
         copy_dir(&scenario().join("store"), &dir.path().join("store"));
     }
-    let stderr = std::fs::File::create(dir.path().join("serve.err")).expect("stderr file");
+    let (child, url) = spawn_serve(dir.path(), args, ulimit);
+    Server { url, child, dir }
+}
+
+/// Starts `hourglass serve --listen 127.0.0.1:0 ARGS…` in `dir` (stderr to `dir/serve.err`),
+/// first running `ulimit` in a shell if given, and returns it with the URL it announced
+/// (`http://HOST:PORT`); panics with its stderr if it did not start.
+pub fn spawn_serve(dir: &Path, args: &[&str], ulimit: Option<&str>) -> (Child, String) {
+    let stderr = std::fs::File::create(dir.join("serve.err")).expect("stderr file");
     let mut command = match ulimit {
-        None => hourglass_command(dir.path(), NOW, &["serve"]),
+        None => hourglass_command(dir, NOW, &["serve"]),
         Some(ulimit) => {
             let mut c = std::process::Command::new("sh");
             c.arg("-c")
                 .arg(format!("{ulimit} && exec \"$0\" \"$@\""))
                 .arg(e2e::hourglass_bin())
                 .arg("serve")
-                .current_dir(dir.path())
+                .current_dir(dir)
                 .env("HOURGLASS_NOW", NOW)
                 .env_remove("HOURGLASS_LOG");
             c
@@ -152,14 +160,10 @@ pub fn start_under(args: &[&str], with_store: bool, ulimit: Option<&str>) -> Ser
         let _ = child.wait();
         panic!(
             "hourglass serve did not start: {line:?}\n{}",
-            std::fs::read_to_string(dir.path().join("serve.err")).unwrap_or_default()
+            std::fs::read_to_string(dir.join("serve.err")).unwrap_or_default()
         );
     };
-    Server {
-        url: url.to_string(),
-        child,
-        dir,
-    }
+    (child, url.to_string())
 }
 
 /// `hourglass serve --store store` on a copy of the scenario.
