@@ -4,6 +4,7 @@
 //! which builds the backend a store configuration names.
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod config;
 pub mod dead_letter;
 pub mod embedded;

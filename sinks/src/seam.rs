@@ -11,9 +11,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admin::{Created, TableDescription};
 use crate::config::StoreConfig;
 use crate::embedded::OpenMode;
-use crate::hbase::admin::{Created, TableDescription};
 use crate::schema::TableSpec;
 use crate::table::{Row, ScanSpec, TableReader, TableWriter, TimeRange};
 use crate::{Error, Result};

@@ -491,7 +491,9 @@ impl PrefixedTables {
             .collect();
         let created = admin::create_tables(&cfg, &specs).expect("creating the prefixed tables");
         assert!(
-            created.iter().all(|(_, c)| *c == admin::Created::Created),
+            created
+                .iter()
+                .all(|(_, c)| *c == sinks::admin::Created::Created),
             "{created:?}"
         );
         PrefixedTables {

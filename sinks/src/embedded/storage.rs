@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{EmbeddedStore, OpenMode};
+use crate::admin::{Created, TableDescription};
 use crate::config::StoreConfig;
-use crate::hbase::admin::{Created, TableDescription};
 use crate::schema::TableSpec;
 use crate::seam::{
     MetricsSource, OpenOptions, StatValue, Storage, StorageAdmin, StorageConfig, StorageReader,

@@ -6,8 +6,9 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::admin::{self, Created, TableDescription};
+use super::admin;
 use super::{HbaseConfig, HbaseStore, HbaseWriter, ReaderStats, WriterStats};
+use crate::admin::{Created, TableDescription};
 use crate::schema::TableSpec;
 use crate::seam::{
     MetricsSource, OpenOptions, StatValue, Storage, StorageAdmin, StorageConfig, StorageReader,

@@ -8,13 +8,14 @@ use crate::table::Cell;
 use crate::test_tables as schema;
 use hbase_thrift::hbase::{IOError, IllegalArgument};
 
-use super::admin::{schema_differences, FamilyDescription};
+use super::admin::schema_differences;
 use super::client::classify;
 use super::config::{default_thrift2, HbaseConfig, RetryPolicy};
 use super::retry::retrying;
 use super::sink::{Buffer, PlannedCall};
 use super::thrift2::{TDelete, TDeleteType};
 use super::{is_retriable, Error};
+use crate::admin::FamilyDescription;
 
 fn cell(qualifier: &str, ts_ms: i64, value: &str) -> Cell {
     Cell {
