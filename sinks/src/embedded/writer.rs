@@ -2,8 +2,8 @@
 //! bulk, ingested as sorted tables.
 
 use super::codec::{self, Column};
-use super::generations;
-use super::store::{EmbeddedStore, Lease, Table};
+use super::generations::{self, Lease};
+use super::store::{EmbeddedStore, Table};
 use crate::table::{Cell, Mutation, TableWriter};
 use crate::{Error, Result};
 use fjall::{OwnedWriteBatch, PersistMode, Slice};
@@ -299,8 +299,16 @@ impl fmt::Debug for EmbeddedWriter {
     }
 }
 
+impl EmbeddedStore {
+    /// A writer for one worker. It buffers mutations per table and writes them in bulk; see
+    /// [`EmbeddedWriter`].
+    pub fn writer(&self) -> EmbeddedWriter {
+        EmbeddedWriter::new(self.clone())
+    }
+}
+
 impl EmbeddedWriter {
-    pub(crate) fn new(store: EmbeddedStore) -> Self {
+    fn new(store: EmbeddedStore) -> Self {
         let batch = new_batch(&store, 0);
         let pending = store
             .inner
