@@ -6,7 +6,7 @@ use super::StoreError;
 use crate::Result;
 use std::path::Path;
 
-/// How [`EmbeddedStore::open_with_options`](super::EmbeddedStore::open_with_options) treats the directory and damage in its journals.
+/// How [`super::EmbeddedStore::open_with_options`] treats the directory and damage in its journals.
 ///
 /// Journal damage is handled as RocksDB's WAL recovery modes name it: by default
 /// `kTolerateCorruptedTailRecords` (an incomplete last write batch, as a crash leaves, is
