@@ -83,9 +83,10 @@ impl EmbeddedStore {
         Ok(purged)
     }
 
-    /// Sets the disk bytes at which a table's newest generation is closed and writes move on to
-    /// a new one (default [`GENERATION_BYTES`]; see the `generations` module). Small values are
-    /// for tests; a value smaller than one write makes every write start a generation.
+    /// Sets the disk bytes at which a table's newest generation is closed and writes move on to a
+    /// new one (default [`GENERATION_BYTES`](crate::embedded::GENERATION_BYTES); see the
+    /// `generations` module). Small values are for tests; a value smaller than one write makes
+    /// every write start a generation.
     pub fn set_generation_bytes(&self, bytes: u64) {
         self.inner.generation_bytes.store(bytes, Ordering::Relaxed);
     }
