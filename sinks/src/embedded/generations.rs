@@ -23,8 +23,9 @@
 //! existed opens as a table of one generation. Generation `n > 0` is the keyspace `table#n`
 //! (`#` is not allowed in table names, HBase's nor ours).
 
-use super::store::Lease;
-use fjall::{Iter, KvPair, OwnedWriteBatch, Slice};
+use fjall::{Iter, Keyspace, KeyspaceCreateOptions, KvPair, OwnedWriteBatch, Slice};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Bytes on disk of a generation at which writes move on to a new one.
 ///
@@ -39,6 +40,62 @@ use fjall::{Iter, KvPair, OwnedWriteBatch, Slice};
 /// each of them: a store kept for months of a large fleet wants larger generations
 /// (`store.generation_mb`, [`super::EmbeddedStore::set_generation_bytes`]).
 pub const GENERATION_BYTES: u64 = 64 << 20;
+
+/// Memtable size of a table's keyspace (fjall's default: 64 MiB).
+const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// L0 runs that start a compaction into L1 (fjall's default: 4).
+///
+/// A replay ingests a table of about 1–2.5 MB (8 MiB of cells and slots, lz4-compressed) per
+/// run. Each run's salted keys span the whole key space, so every L0 → L1 round rewrites all of
+/// L1: at 8, a 64 MiB generation was merged three times over (8, 16 and 24 runs' worth); at 24 it
+/// is merged about once. In a replay of 100,000 devices × 1 h that took fjall's worker from 90–96
+/// to 53–57 CPU s and the replay from 232–260 k to 273–304 k readings/s (docs/BENCHMARKS.md, "L0
+/// trigger"). A generation closes when this many tables were ingested into it
+/// ([`Generation::is_full`]), so the round is its only one. It stays below 30, where fjall halts
+/// memtable writes until a compaction ends; from 20 runs fjall slows them a little (a spin of at
+/// most 90 k empty iterations per batch), which replays, whose writes are ingested, rarely see.
+/// The cost is on reads: a Get or scan checks each L0 run of each generation it reads.
+pub(crate) const L0_COMPACTION_TRIGGER: u8 = 24;
+
+/// Options of a table's keyspace, stored with it when it is created.
+///
+/// Writers spend most of their time inserting into the memtable's skiplist, whose searches get
+/// slower as it grows; flushing smaller memtables, and compacting their tables in fewer, larger
+/// rounds, cut the process's CPU per cell by about 15% and the writer's by about 35% in
+/// `bench_writer_throughput` (2 writers, 6 M cells, 2 cores, jemalloc). A generation's reads merge
+/// at most [`L0_COMPACTION_TRIGGER`] L0 runs.
+///
+/// Blocks are lz4-compressed from L1 down (fjall's default: from L2). A generation's data lives
+/// in L1 and the top of the levels, so without it a replay of 100,000 devices × 20 min took
+/// 2.0–2.1 GB instead of 723–743 MB; compressing costs the compaction thread CPU (81 → 90 CPU s
+/// in all) but not the replay's speed, which the timely workers bound. The memtable's flushes
+/// into L0 stay uncompressed; ingested tables take L1's options (lsm-tree's
+/// `INITIAL_CANONICAL_LEVEL`), so the timely workers compress them.
+///
+/// Block indexes and bloom filters are partitioned from L1 down (fjall's default: from L3). An
+/// unpartitioned index is one block per table, which fjall pins in memory for L0 and L1, where a
+/// generation's data lives: in the first three quarters of a replay of 100,000 devices × 1 h they
+/// held 114 MB of the heap's 478 MB peak (heaptrack), and they grew with the data, so a 3 h replay
+/// peaked at 910 MB against 587 MB for 1 h. A partitioned index pins only its small top level and
+/// reads its partitions through the block cache. An unpartitioned filter's writer also holds a hash
+/// of every key of the table it writes (67 MB at that peak); a partitioned one writes a partition
+/// at a time. The options are stored with a keyspace: a store created before keeps its tables'
+/// unpartitioned indexes, and its new generations get these.
+pub(crate) fn table_options() -> KeyspaceCreateOptions {
+    let compaction = fjall::compaction::Leveled::default().with_l0_threshold(L0_COMPACTION_TRIGGER);
+    let compression = fjall::config::CompressionPolicy::new([
+        fjall::CompressionType::None,
+        fjall::CompressionType::Lz4,
+    ]);
+    let partitioned = || fjall::config::PartitioningPolicy::new([false, true]);
+    KeyspaceCreateOptions::default()
+        .max_memtable_size(MEMTABLE_BYTES)
+        .data_block_compression_policy(compression)
+        .index_block_partitioning_policy(partitioned())
+        .filter_block_partitioning_policy(partitioned())
+        .compaction_strategy(Arc::new(compaction))
+}
 
 /// Separates a table's name from its generation number in a keyspace name.
 pub(crate) const MARK: char = '#';
@@ -139,6 +196,74 @@ impl Span {
             lo: i64::from_be_bytes(*lo),
             hi: i64::from_be_bytes(hi),
         })
+    }
+}
+
+/// One generation of a table: its keyspace and the timestamps its cells carry.
+pub(crate) struct Generation {
+    pub(crate) keyspace: Keyspace,
+    pub(crate) span: Span,
+    /// Shared by every [`Lease`] of the generation: one with writes queued or under way holds
+    /// it, and an expired generation is dropped only when no lease does. Leases count the
+    /// tables ingested through them in it.
+    leases: Arc<Ingested>,
+}
+
+/// Tables ingested into a generation since it was opened, counted by the writers that ingest
+/// them through a [`Lease`].
+///
+/// fjall's L0 count cannot stand for it: a compaction may have merged the runs by the time the
+/// writer looks, and the first table goes straight to the last level.
+#[derive(Default)]
+struct Ingested(AtomicUsize);
+
+impl Generation {
+    pub(crate) fn new(keyspace: Keyspace, span: Span) -> Self {
+        Generation {
+            keyspace,
+            span,
+            leases: Arc::default(),
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        Lease {
+            keyspace: self.keyspace.clone(),
+            generation: self.leases.clone(),
+        }
+    }
+
+    /// Whether the generation takes no more writes: it holds more than `limit` bytes on disk,
+    /// or at least a quarter of that in enough ingested tables to start its first compaction.
+    ///
+    /// Each table a replay ingests spans the whole key space, so the compaction that
+    /// [`L0_COMPACTION_TRIGGER`] of them start merges them into one sorted run, and the next one
+    /// merges that run again with the next [`L0_COMPACTION_TRIGGER`]. A generation closed when
+    /// its first compaction starts is rewritten once. The quarter keeps a live job whose flushes
+    /// ingest small tables from starting a generation every few megabytes.
+    pub(crate) fn is_full(&self, limit: u64) -> bool {
+        let bytes = self.keyspace.disk_space();
+        let runs = self.leases.0.load(Ordering::Relaxed);
+        bytes > limit || (runs >= usize::from(L0_COMPACTION_TRIGGER) && bytes > limit / 4)
+    }
+
+    /// Whether a writer holds a [`Lease`] of the generation.
+    pub(crate) fn is_leased(&self) -> bool {
+        Arc::strong_count(&self.leases) > 1
+    }
+}
+
+/// A generation's keyspace, kept from being dropped (`Inner::drop_expired`) while held: hold
+/// it until the writes queued for the keyspace are committed.
+pub(crate) struct Lease {
+    pub(crate) keyspace: Keyspace,
+    generation: Arc<Ingested>,
+}
+
+impl Lease {
+    /// Counts a table ingested into the generation ([`Generation::is_full`]).
+    pub(crate) fn ingested(&self) {
+        self.generation.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 

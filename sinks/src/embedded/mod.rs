@@ -14,9 +14,10 @@ mod tests;
 
 pub use generations::GENERATION_BYTES;
 pub use journal::JournalDamage;
+pub use prepare::OpenMode;
 pub use storage::{EmbeddedConfig, EmbeddedStorage};
-pub(crate) use store::system_now_ms;
-pub use store::{EmbeddedStore, OpenMode};
+pub use store::EmbeddedStore;
+pub(crate) use ttl::system_now_ms;
 pub use writer::EmbeddedWriter;
 
 use std::path::{Path, PathBuf};

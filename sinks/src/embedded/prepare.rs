@@ -1,11 +1,32 @@
-//! Before fjall opens a store directory: refusing what is no store, checking and cutting the
-//! journals, and the snapshot a read-only open reads.
+//! Before fjall opens a store directory: how to open it, refusing what is no store, checking and
+//! cutting the journals, and the snapshot a read-only open reads.
 
 use super::journal::{self, JournalDamage, JournalScan};
-use super::store::OpenMode;
 use super::StoreError;
 use crate::Result;
 use std::path::Path;
+
+/// How [`super::EmbeddedStore::open_with_options`] treats the directory and damage in its journals.
+///
+/// Journal damage is handled as RocksDB's WAL recovery modes name it: by default
+/// `kTolerateCorruptedTailRecords` (an incomplete last write batch, as a crash leaves, is
+/// dropped; damage followed by intact batches fails the open), with [`OpenMode::Recover`]
+/// `kPointInTimeRecovery` within each journal file (replay stops at the damage and what follows
+/// in that file is dropped; later journal files are still replayed, as fjall does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenMode {
+    /// Open or create the store for writing; refuse a damaged journal.
+    #[default]
+    ReadWrite,
+    /// As `ReadWrite`, but truncate a damaged journal at the damage, dropping what follows.
+    Recover,
+    /// Read an existing store without changing a byte of it: refuse a directory that holds no
+    /// store or a damaged journal, and read a private snapshot (journals copied up to their
+    /// last intact batch, table files hard-linked, or copied across file systems). Writes
+    /// through such a handle go to the snapshot and are lost when it is dropped.
+    ReadOnly,
+}
 
 /// Checks the journals of the store in `dir` before fjall opens it. For `ReadOnly`, returns
 /// the snapshot fjall opens instead; otherwise cuts the journals that need it at their last

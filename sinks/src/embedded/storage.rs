@@ -6,7 +6,8 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{EmbeddedStore, OpenMode};
+use super::prepare::OpenMode;
+use super::store::EmbeddedStore;
 use crate::admin::{Created, TableDescription};
 use crate::config::StoreConfig;
 use crate::schema::TableSpec;

@@ -1,12 +1,24 @@
-//! A fjall compaction filter that drops expired cells, as HBase compactions do.
+//! The clock TTLs are measured against, and a fjall compaction filter that drops expired cells,
+//! as HBase compactions do.
 
 use super::codec;
-use super::store::Clock;
 use fjall::compaction::filter::{
     CompactionFilter, CompactionFilterResult, Context, Factory, ItemAccessor, Verdict,
 };
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The clock TTLs are measured against: milliseconds since the epoch.
+pub(crate) type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system's [`Clock`].
+pub(crate) fn system_now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// Family names and their TTLs in milliseconds (`None`: forever) of one table.
 pub(crate) type FamilyTtls = Arc<[(&'static str, Option<i64>)]>;

@@ -407,7 +407,7 @@ fn a_generation_whose_cells_have_all_expired_is_dropped_when_no_writer_holds_it(
 /// tables a second time; fewer tables, or tables too small, keep it open.
 #[test]
 fn a_generation_closes_when_its_ingested_tables_would_start_a_compaction() {
-    let trigger = usize::from(super::super::store::L0_COMPACTION_TRIGGER);
+    let trigger = usize::from(super::super::generations::L0_COMPACTION_TRIGGER);
     // Tables of 64 KiB that lz4 cannot shrink: `trigger` of them take 1.5 MiB.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut table_value = move || {

@@ -1,0 +1,144 @@
+//! Row deletes: a row's cells stamped at most the delete's stamp removed from every generation,
+//! a packed family's survivors written back.
+
+use super::put::is_apart;
+use super::read_before::{Visible, VisibleCell};
+use super::EmbeddedWriter;
+use crate::embedded::codec;
+use crate::embedded::generations::{self, Lease};
+use crate::embedded::store::Table;
+use crate::Result;
+use fjall::Slice;
+
+impl EmbeddedWriter {
+    /// Removes the row's cells stamped at most `ts_ms`. HBase would instead write a delete
+    /// marker that also hides later puts stamped at most `ts_ms` until a major compaction;
+    /// hourglass never puts a cell it has deleted, so removing what exists is the same.
+    pub(super) fn delete_row(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        ts_ms: i64,
+    ) -> Result<()> {
+        // The scan below reads written cells only, so write the puts buffered before it; the
+        // removals are committed at once, so that a later put of the row is not removed.
+        self.write_all()?;
+        codec::encode_row_prefix(&mut self.key, row);
+        let generations = table.leases();
+        // Per packed family: its stored key-values in the row, and its qualifiers' visible cells.
+        let mut packed: Vec<(&str, Vec<Slice>, Visible)> = Vec::new();
+        for item in table.prefix(&self.key, None) {
+            let (key, stored) = item.map_err(|e| self.store.inner.fjall_error("delete row", e))?;
+            let corrupt = || self.store.inner.corrupt(table.name, &key);
+            let (_, family, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
+            if let Some(family) = table.packed.iter().find(|f| f.as_bytes() == family) {
+                if packed.last().is_none_or(|(f, _, _)| f != family) {
+                    packed.push((family, Vec::new(), Visible::default()));
+                }
+                let (_, keys, visible) = packed.last_mut().expect("pushed above");
+                visible.add(column, &stored).ok_or_else(corrupt)?;
+                keys.push(key);
+                continue;
+            }
+            let Some(ts) = codec::decode_ts(&stored) else {
+                return Err(corrupt());
+            };
+            if ts <= ts_ms {
+                if let Some(queued_ts) = &mut self.queued_ts {
+                    queued_ts[table_index].insert(key.to_vec(), i64::MIN);
+                }
+                generations::remove_everywhere(&mut self.batch, &generations, &key);
+            }
+        }
+        for (family, keys, visible) in packed {
+            self.delete_packed(
+                table_index,
+                row,
+                family,
+                table.packed_apart(family),
+                &keys,
+                visible,
+                ts_ms,
+                &generations,
+            )?;
+        }
+        if self.queued_ts.is_none() {
+            self.commit()?;
+        } else {
+            self.leases.extend(generations);
+        }
+        Ok(())
+    }
+
+    /// Deletes a packed family's cells stamped at most `ts_ms` from `row`, given its stored
+    /// `keys` there and their `visible` cells: when any goes, every key is removed and the
+    /// visible cells that stay are written back as one put, so no cell an earlier put hid
+    /// shows again.
+    #[allow(clippy::too_many_arguments)]
+    fn delete_packed(
+        &mut self,
+        table_index: usize,
+        row: &[u8],
+        family: &str,
+        apart: &'static [&'static str],
+        keys: &[Slice],
+        visible: Visible,
+        ts_ms: i64,
+        generations: &[Lease],
+    ) -> Result<()> {
+        if visible
+            .0
+            .values()
+            .all(|cell| cell.ts > ts_ms && !cell.hidden)
+        {
+            return Ok(());
+        }
+        let mut kept: Vec<(Vec<u8>, VisibleCell)> = Vec::new();
+        for (qualifier, cell) in visible.0 {
+            if let Some(queued_ts) = &mut self.queued_ts {
+                codec::encode_key(&mut self.key, row, family, &qualifier);
+                let ts = if cell.ts > ts_ms && !cell.hidden {
+                    cell.ts
+                } else {
+                    i64::MIN
+                };
+                queued_ts[table_index].insert(self.key.clone(), ts);
+            }
+            if cell.ts > ts_ms && !cell.hidden {
+                kept.push((qualifier, cell));
+            }
+        }
+        // Written back as a put is, in the same key-values.
+        let apart = is_apart(apart);
+        codec::apart_last(&mut kept, |(q, _)| q, apart);
+        // `(keyspace, key)` of each key-value written back.
+        let mut written: Vec<(String, Vec<u8>)> = Vec::new();
+        for chunk in codec::packed_chunks(&kept, |(q, _)| q, apart) {
+            let (lo, hi) = self.encode_packed(
+                row,
+                family,
+                chunk.iter().map(|(q, c)| (&q[..], c.ts, &c.value[..])),
+            )?;
+            let lease = self.store.inner.covering(table_index, lo, hi)?;
+            self.batch
+                .insert(&lease.keyspace, self.key.as_slice(), self.value.as_slice());
+            written.push((lease.keyspace.name().to_string(), self.key.clone()));
+            self.leases.push(lease);
+        }
+        for key in keys {
+            for generation in generations {
+                // A batch that removes and inserts one key in one keyspace does not say which
+                // comes last: the insert replaces it there.
+                let rewritten = written.iter().any(|(keyspace, written)| {
+                    keyspace.as_str() == generation.keyspace.name().as_ref()
+                        && key.as_ref() == written.as_slice()
+                });
+                if !rewritten {
+                    self.batch.remove(&generation.keyspace, key.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,91 @@
+//! Writing what a writer holds: buffers ingested as sorted tables or queued, and the batch
+//! committed.
+
+use super::buffer::MAX_ARENA;
+use super::{new_batch, EmbeddedWriter};
+use crate::Result;
+use std::collections::HashMap;
+
+impl EmbeddedWriter {
+    /// Commits the queued batch, if any.
+    pub(super) fn commit(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            self.queued = 0;
+            return Ok(());
+        }
+        let next = new_batch(&self.store, self.batch.len());
+        let full = std::mem::replace(&mut self.batch, next);
+        self.queued = 0;
+        if let Some(queued_ts) = &mut self.queued_ts {
+            queued_ts.iter_mut().for_each(HashMap::clear);
+        }
+        let inner = &self.store.inner;
+        let committed = full.commit().map_err(|e| inner.fjall_error("write", e));
+        self.leases.clear();
+        committed?;
+        for index in 0..inner.tables.len() {
+            inner.close_full_generation(index)?;
+        }
+        Ok(())
+    }
+
+    /// Writes table `index`'s pending cells: ingested as a sorted table when there are at least
+    /// `min_ingest` bytes of them, else queued in the writer's batch for the next commit.
+    pub(super) fn write_pending(&mut self, index: usize, min_ingest: usize) -> Result<()> {
+        let pending = &mut self.pending[index];
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let inner = &self.store.inner;
+        let lease = inner.covering(index, pending.lo, pending.hi)?;
+        let keyspace = &lease.keyspace;
+        if pending.bytes() < min_ingest {
+            // Queued in the writer's batch, which `write_all` commits once for all tables.
+            for slot in &pending.cells {
+                self.batch.insert(
+                    keyspace,
+                    &pending.arena[slot.key()],
+                    &pending.arena[slot.value()],
+                );
+            }
+            pending.clear();
+            self.leases.push(lease);
+            return Ok(());
+        }
+        let mut ingestion = keyspace
+            .start_ingestion()
+            .map_err(|e| inner.fjall_error("ingest", e))?;
+        for (key, value) in pending.sorted() {
+            ingestion
+                .write(key, value)
+                .map_err(|e| inner.fjall_error("ingest", e))?;
+        }
+        ingestion
+            .finish()
+            .map_err(|e| inner.fjall_error("ingest", e))?;
+        lease.ingested();
+        pending.clear();
+        inner.close_full_generation(index)
+    }
+
+    /// Writes every table's pending cells and the queued batch: the small buffers of all tables
+    /// go in one write batch, so a live job's flush is one journal write, not one per table.
+    pub(super) fn write_all(&mut self) -> Result<()> {
+        for index in 0..self.pending.len() {
+            let bulk = std::mem::take(&mut self.pending[index].bulk);
+            self.write_pending(index, if bulk { 0 } else { self.min_ingest_bytes })?;
+        }
+        self.commit()
+    }
+
+    /// Makes room in table `index`'s buffer for `need` more bytes of arena.
+    pub(super) fn make_room(&mut self, index: usize, need: usize) -> Result<()> {
+        if self.pending[index].arena.len() + need > MAX_ARENA {
+            // Only a put of gigabytes gets here: its cells so far go out in bulk, as a full
+            // buffer's do, and the rest into an empty buffer.
+            self.pending[index].bulk = true;
+            self.write_pending(index, 0)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Puts: a mutation's cells encoded into a table's buffer, or, with `newest_timestamp_wins`,
+//! compared with the stored ones and queued in the batch.
+
+use super::buffer::Slot;
+use super::read_before::{version_key, visible_ts};
+use super::EmbeddedWriter;
+use crate::embedded::codec;
+use crate::embedded::store::Table;
+use crate::table::Cell;
+use crate::Result;
+
+impl EmbeddedWriter {
+    /// Encodes into `self.key` and `self.value` one put of a packed family's `cells`
+    /// (`(qualifier, timestamp, value)`, sorted by qualifier without repeats) under a new seq,
+    /// and returns the smallest and largest of their timestamps.
+    pub(super) fn encode_packed<'c>(
+        &mut self,
+        row: &[u8],
+        family: &str,
+        cells: impl Iterator<Item = (&'c [u8], i64, &'c [u8])> + Clone,
+    ) -> Result<(i64, i64)> {
+        let seq = self.store.inner.next_seq()?;
+        codec::encode_packed_key(&mut self.key, row, family, cells.clone().map(|(q, _, _)| q));
+        codec::encode_packed_value(
+            &mut self.value,
+            seq,
+            cells.clone().map(|(_, ts, v)| (ts, v)),
+        );
+        let (lo, hi) = cells.fold((i64::MAX, i64::MIN), |(lo, hi), (_, ts, _)| {
+            (lo.min(ts), hi.max(ts))
+        });
+        Ok((lo, hi))
+    }
+
+    pub(super) fn put(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        cells: &[Cell],
+    ) -> Result<()> {
+        if table.packed.is_empty() {
+            return self.put_cells(table_index, table, row, cells.iter());
+        }
+        if let [family] = table.packed[..] {
+            // A narrow row's put: all its cells in the one packed family.
+            if cells.iter().all(|c| c.family == family) {
+                return self.put_packed(table_index, table, row, family, cells.iter().collect());
+            }
+        }
+        let (packed, single): (Vec<&Cell>, Vec<&Cell>) =
+            cells.iter().partition(|c| table.is_packed(&c.family));
+        self.put_cells(table_index, table, row, single.into_iter())?;
+        for family in table.packed.iter().copied() {
+            let of_family: Vec<&Cell> = packed
+                .iter()
+                .copied()
+                .filter(|c| c.family == family)
+                .collect();
+            if !of_family.is_empty() {
+                self.put_packed(table_index, table, row, family, of_family)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a put's cells of one packed family, in the put's order, as one key-value (with
+    /// `newest_timestamp_wins`, those newer than the visible ones).
+    fn put_packed(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        family: &str,
+        mut cells: Vec<&Cell>,
+    ) -> Result<()> {
+        if let Some(queued_ts) = &mut self.queued_ts {
+            let visible = visible_ts(&self.store, table, row, family)?;
+            let queued = &mut queued_ts[table_index];
+            cells.retain(|cell| {
+                codec::encode_key(&mut self.key, row, family, &cell.qualifier);
+                let ts = queued
+                    .get(self.key.as_slice())
+                    .or_else(|| visible.get(&cell.qualifier))
+                    .copied();
+                // HBase keeps the newest timestamp; on a tie the later put wins.
+                let wins = ts.is_none_or(|ts| cell.ts_ms >= ts);
+                if wins {
+                    queued.insert(self.key.clone(), cell.ts_ms);
+                }
+                wins
+            });
+            if cells.is_empty() {
+                return Ok(());
+            }
+        }
+        // By qualifier, the last of a qualifier's cells in the put winning, as it would were
+        // they stored one by one; then by kind (`codec::packed_chunks`).
+        let apart = is_apart(table.packed_apart(family));
+        cells.reverse();
+        cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+        // Stable: among a qualifier's cells the put's last comes first, and stays.
+        cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
+        codec::apart_last(&mut cells, |c| &c.qualifier, apart);
+        for chunk in codec::packed_chunks(&cells, |c| &c.qualifier, apart) {
+            let (lo, hi) = self.encode_packed(
+                row,
+                family,
+                chunk
+                    .iter()
+                    .map(|c| (&c.qualifier[..], c.ts_ms, &c.value[..])),
+            )?;
+            if self.queued_ts.is_some() {
+                self.leases
+                    .push(self.store.inner.covering(table_index, lo, hi)?);
+                let newest = &self.leases[self.leases.len() - 1].keyspace;
+                self.batch
+                    .insert(newest, self.key.as_slice(), self.value.as_slice());
+                continue;
+            }
+            self.make_room(table_index, Slot::stored_bytes(&self.key, &self.value))?;
+            self.pending[table_index].push_stored(
+                &self.key,
+                &self.value,
+                (lo, hi),
+                self.ingest_bytes,
+            );
+            if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.pending[table_index].bulk = true;
+                self.write_pending(table_index, self.ingest_bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn put_cells<'c>(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        cells: impl Iterator<Item = &'c Cell>,
+    ) -> Result<()> {
+        let Some(queued_ts) = &mut self.queued_ts else {
+            for cell in cells {
+                if table.is_versioned(&cell.family) {
+                    let (batch, leases) = (&mut self.batch, &mut self.leases);
+                    if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
+                        continue;
+                    }
+                } else {
+                    codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+                }
+                self.make_room(table_index, Slot::arena_bytes(&self.key, &cell.value))?;
+                self.pending[table_index].push(
+                    &self.key,
+                    cell.ts_ms,
+                    &cell.value,
+                    self.ingest_bytes,
+                );
+            }
+            if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.pending[table_index].bulk = true;
+                self.write_pending(table_index, self.ingest_bytes)?;
+            }
+            return Ok(());
+        };
+        let queued = &mut queued_ts[table_index];
+        let cells: Vec<&Cell> = cells.collect();
+        if cells.is_empty() {
+            return Ok(());
+        }
+        let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
+        let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
+        let lease = self.store.inner.covering(table_index, lo, hi)?;
+        let newest = lease.keyspace.clone();
+        self.leases.push(lease);
+        for cell in cells {
+            if table.is_versioned(&cell.family) {
+                // Every version is kept, whatever its stamp: no read of the visible one.
+                let (batch, leases) = (&mut self.batch, &mut self.leases);
+                if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
+                    continue;
+                }
+                codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
+                self.batch
+                    .insert(&newest, self.key.as_slice(), self.value.as_slice());
+                continue;
+            }
+            codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
+            let visible = match queued.get(self.key.as_slice()) {
+                Some(&ts) => Some(ts),
+                None => table
+                    .get_cell(&self.key)
+                    .map_err(|e| self.store.inner.fjall_error("read before write", e))?
+                    .and_then(|stored| codec::decode_ts(&stored)),
+            };
+            // HBase keeps the newest timestamp; on a tie the later put wins.
+            if visible.is_some_and(|ts| cell.ts_ms < ts) {
+                continue;
+            }
+            queued.insert(self.key.clone(), cell.ts_ms);
+            codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
+            self.batch
+                .insert(&newest, self.key.as_slice(), self.value.as_slice());
+        }
+        Ok(())
+    }
+}
+
+/// Whether a qualifier is one of `apart` ([`crate::schema::FamilySpec::packed_apart`]).
+pub(super) fn is_apart(apart: &'static [&'static str]) -> impl Fn(&[u8]) -> bool + Copy {
+    move |qualifier| apart.iter().any(|a| a.as_bytes() == qualifier)
+}
