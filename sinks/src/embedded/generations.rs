@@ -31,7 +31,7 @@ use std::sync::Arc;
 ///
 /// Within a generation leveled compaction costs what it costs for a table of this size; across
 /// generations reads merge one more iterator each, except scans with a time range, which skip the
-/// generations whose [`Span`] lies outside it. A replay of 100,000 devices × 1 h (36 M readings)
+/// generations whose span lies outside it. A replay of 100,000 devices × 1 h (36 M readings)
 /// ran 3.05× as fast with 600 MiB generations as in one keyspace (its compaction thread took
 /// 98.5 CPU s instead of 360.8), and with spans to skip by, 1.4–1.7× as fast again with 64 MiB
 /// generations as with 600 MiB ones: its compaction thread took 94–97 CPU s instead of 153–189,

@@ -220,7 +220,7 @@ impl HbaseStore {
     /// each column, newest first.
     ///
     /// # Errors
-    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_row(
         &self,
         table: &str,
@@ -248,7 +248,7 @@ impl HbaseStore {
     /// region server work on one chunk while this reader decodes another.
     ///
     /// # Errors
-    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_rows(
         &self,
         table: &str,
@@ -323,7 +323,7 @@ impl HbaseStore {
     /// rows. Returns the number of rows passed to `each`.
     ///
     /// # Errors
-    /// [`Error::TableNotFound`], or a failure retrying did not cure.
+    /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
     pub fn scan_each(
         &self,
         table: &str,
