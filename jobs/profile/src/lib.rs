@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod event;
+pub mod generate;
 pub mod import;
 pub mod key;
 pub mod merge;
