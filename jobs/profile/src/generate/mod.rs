@@ -233,8 +233,8 @@ impl EventGenerator {
     ) {
         line.extend_from_slice(b"{\"user_id\":");
         self.write_user(style, line);
-        line.extend_from_slice(b",\"ts\":");
-        line.extend_from_slice(ts.to_string().as_bytes());
+        // Writing to a Vec cannot fail.
+        let _ = write!(line, ",\"ts\":{ts}");
         line.extend_from_slice(b",\"tags\":{");
         for n in 0..self.chosen.len() {
             if n > 0 {
@@ -273,16 +273,21 @@ impl EventGenerator {
 
 /// A value of `values` as JSON.
 fn write_value(rng: &mut impl Rng, values: Values, line: &mut Vec<u8>) {
-    let text = match values {
-        Values::Bool(p) => rng.random_bool(p).to_string(),
+    // Writing to a Vec cannot fail.
+    let _ = match values {
+        Values::Bool(p) => write!(line, "{}", rng.random_bool(p)),
         // u^3: most counts small, a few large.
-        Values::Count(max) => ((max as f64 * rng.random::<f64>().powi(3)) as i64).to_string(),
-        Values::Range(min, max) => rng.random_range(min..=max).to_string(),
-        Values::Amount(max) => format!("{:.2}", max * rng.random::<f64>().powi(2)),
-        Values::Ratio => format!("{:.4}", rng.random::<f64>()),
+        Values::Count(max) => write!(
+            line,
+            "{}",
+            (max as f64 * rng.random::<f64>().powi(3)) as i64
+        ),
+        Values::Range(min, max) => write!(line, "{}", rng.random_range(min..=max)),
+        Values::Amount(max) => write!(line, "{:.2}", max * rng.random::<f64>().powi(2)),
+        Values::Ratio => write!(line, "{:.4}", rng.random::<f64>()),
         Values::Choice(words) => {
             write_string(line, words[rng.random_range(0..words.len())]);
-            return;
+            Ok(())
         }
         Values::Multi(words, most) => {
             let count = rng.random_range(1..=most.min(words.len()));
@@ -295,10 +300,9 @@ fn write_value(rng: &mut impl Rng, values: Values, line: &mut Vec<u8>) {
                 write_string(line, words[(start + n) % words.len()]);
             }
             line.push(b']');
-            return;
+            Ok(())
         }
     };
-    line.extend_from_slice(text.as_bytes());
 }
 
 /// `s` as a JSON string. The catalog's words and the ids need no escapes (a test checks
