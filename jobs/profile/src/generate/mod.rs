@@ -1,11 +1,4 @@
 //! Realistic tag traffic for the profile job: a registry CSV and JSON Lines tag events, deterministic for a seed.
-//!
-//! Users are drawn by a power law (a few users make most events), with ids shaped as in
-//! production (mostly 11-digit mobile numbers sharing their leading digits, then account numbers
-//! sent as JSON integers, then other systems' string ids). Each event carries a few tags of the
-//! generated registry ([`registry`]), popular tags more often, with values of the tag's type: a
-//! user's dimension tags keep their value across events, counts and amounts vary. Optionally a
-//! share of events is bad, one dead-letter kind ([`crate::RejectReason::KINDS`]) each.
 
 mod bad;
 mod catalog;
@@ -122,6 +115,14 @@ const MAX_TAGS: usize = 8;
 const TAG_ZIPF: f64 = 0.8;
 
 /// The event stream of one [`GenerateConfig`], a line at a time, in O(1) memory.
+///
+/// Users are drawn by a power law (a few users make most events), with ids shaped as in
+/// production (mostly 11-digit mobile numbers sharing their leading digits, then account
+/// numbers sent as JSON integers, then other systems' string ids). Each event carries a few
+/// tags of the generated registry ([`registry`]), popular tags more often, with values of the
+/// tag's type: a user's dimension tags keep their value across events, counts and amounts
+/// vary. At [`GenerateConfig::bad_ratio`] an event is bad, of one dead-letter kind
+/// ([`crate::RejectReason::KINDS`]).
 #[derive(Debug)]
 pub struct EventGenerator {
     config: GenerateConfig,

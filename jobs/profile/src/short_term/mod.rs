@@ -1,10 +1,4 @@
 //! The short-term tags' store: Redis when configured, else a SQLite file, behind one batched trait.
-//!
-//! A short-term tag's value lives `ttl_secs` counted from its event time, not from its write:
-//! a value written late lives only what is left of its life, and one already expired at its
-//! event time plus TTL is not written at all. Of two values of one (user, tag), the one with
-//! the newer event time stays, whatever the order of the writes (a late event in a later flush
-//! does not replace a newer value), as HBase keeps the newest cell of the other tags.
 
 mod redis;
 mod sqlite;
@@ -47,6 +41,12 @@ pub fn expires_at(value: &ShortTermValue, now: i64) -> Option<i64> {
 }
 
 /// A store of short-term tag values, written and read in batches (one round trip a call).
+///
+/// A value lives `ttl_secs` counted from its event time, not from its write: a value written
+/// late lives only what is left of its life, and one already expired at its event time plus
+/// TTL is not written at all. Of two values of one (user, tag), the one with the newer event
+/// time stays, whatever the order of the writes (a late event in a later flush does not
+/// replace a newer value), as HBase keeps the newest cell of the other tags.
 ///
 /// Implementations: [`RedisStore`] (`short:{user}:{code}` = the value's JSON, expiring at event
 /// time plus TTL) and [`SqliteStore`] (the same semantics in one local table).

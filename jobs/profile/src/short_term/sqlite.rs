@@ -1,10 +1,4 @@
 //! The short-term tags without Redis: one SQLite table, each value with its expiry.
-//!
-//! Why SQLite and not a table of the embedded store (`sinks`): that store's TTL is one per
-//! table, counted from the cell's timestamp, where each short-term tag has its own; its files
-//! are held by the one process that writes them, where a reader (`profile get`) must be able to
-//! read while the job writes (SQLite's WAL allows it); and "keep the newer event" is one
-//! `ON CONFLICT … WHERE` here. rusqlite is already the registry's.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,6 +35,12 @@ WHERE excluded.ts >= short_term_tag.ts OR short_term_tag.expires_at <= ?6";
 
 /// The short-term tags in a local SQLite file, with Redis's semantics: an expired value is
 /// never returned, and is deleted by the next write batch.
+///
+/// Why SQLite and not a table of the embedded store (`sinks`): that store's TTL is one per
+/// table, counted from the cell's timestamp, where each short-term tag has its own; its files
+/// are held by the one process that writes them, where a reader (`profile get`) must be able
+/// to read while the job writes (SQLite's WAL allows it); and "keep the newer event" is one
+/// `ON CONFLICT … WHERE` here. rusqlite is already the registry's.
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
