@@ -23,7 +23,7 @@ return 1";
 /// The short-term tags in a Redis server (or a Redis-protocol one: Valkey, KeyDB).
 ///
 /// Each value is `SET short:{user}:{code} <JSON> EXAT <event time + TTL>` inside a small Lua
-/// script that keeps a value of a newer event time ([`SET_NEWEST`]), all of a batch's scripts
+/// script that keeps a value of a newer event time (the later expiry), all of a batch's scripts
 /// sent in one pipeline: one round trip per flush. The script is loaded once per connection
 /// (`SCRIPT LOAD`) and called by its digest. A lost connection is dropped and made again on the
 /// next call.
