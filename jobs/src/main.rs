@@ -10,6 +10,7 @@ mod http_thread;
 mod job_metrics;
 mod landing;
 mod produce;
+mod profile;
 mod query;
 mod replay;
 mod report;
@@ -116,6 +117,9 @@ enum Command {
     /// The profile job's tag registry: import definitions from CSV, list them, set a status.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
+    /// The profile job: generate its tag traffic.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
 }
 
 fn main() -> ExitCode {
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => report::run(&args),
         Command::Tags(cmd) => tags::run(cmd),
+        Command::Profile(cmd) => profile::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,4 @@
-//! The profile job's configuration file (TOML); for now its `[registry]` table.
+//! The profile job's configuration file (TOML): its `[registry]` and `[redis]` tables.
 
 use std::path::Path;
 
@@ -18,6 +18,19 @@ pub struct ProfileConfig {
     /// The tag registry.
     #[serde(default)]
     pub registry: RegistryConfig,
+    /// Where the short-term tags go: Redis when given (default none: the embedded SQLite file
+    /// [`crate::short_term::DEFAULT_EMBEDDED_PATH`]).
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
+}
+
+/// `[redis]`: the Redis server of the short-term tags.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[:password@]host:port/db`, e.g. `redis://127.0.0.1:6379/0`. Required in the
+    /// table: a `[redis]` without a URL is a mistake, not a default server.
+    pub url: String,
 }
 
 /// `[registry]`: where the tag definitions are.
@@ -95,5 +108,23 @@ mod tests {
         );
         let e = ProfileConfig::parse("p.toml", "[registry]\nuri = \"x\"\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `uri`"), "{e}");
+    }
+
+    #[test]
+    fn redis_is_none_by_default_and_needs_its_url() {
+        assert_eq!(ProfileConfig::default().redis, None);
+        let c = ProfileConfig::parse("p.toml", "[redis]\nurl = \"redis://127.0.0.1:6379/0\"\n")
+            .unwrap();
+        assert_eq!(
+            c.redis,
+            Some(RedisConfig {
+                url: "redis://127.0.0.1:6379/0".into()
+            })
+        );
+        let e = ProfileConfig::parse("p.toml", "[redis]\n").unwrap_err();
+        assert!(e.to_string().contains("missing field `url`"), "{e}");
+        let e =
+            ProfileConfig::parse("p.toml", "[redis]\nurl = \"redis://h\"\ndb = 1\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `db`"), "{e}");
     }
 }

@@ -1,17 +1,20 @@
 //! The user-profile tag store's domain: its tag registry (definitions, CSV import, SQLite and
-//! MySQL backends), its tables and row keys, tag events and the per-user merge.
+//! MySQL backends), its tables and row keys, tag events, the per-user merge, the short-term
+//! tags' store (Redis or SQLite) and a generator of realistic tag traffic.
 #![deny(missing_docs)]
 
 pub mod config;
 pub mod event;
+pub mod generate;
 pub mod import;
 pub mod key;
 pub mod merge;
 pub mod registry;
+pub mod short_term;
 pub mod tables;
 pub mod tag;
 
-pub use config::{ProfileConfig, RegistryConfig};
+pub use config::{ProfileConfig, RedisConfig, RegistryConfig};
 pub use event::{
     check_tag, check_value, check_writable, decode_event, CellValue, EventLimits,
     Reason as RejectReason, RejectedEvent, TagEvent,
@@ -20,6 +23,7 @@ pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
 pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
+pub use short_term::{ShortTermStore, Written};
 pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};
 pub use tag::{DataType, TagDef, TagStatus, ValueType};
 
@@ -75,8 +79,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The SQLite registry failed.
-    #[error("SQLite registry {path}")]
+    /// A SQLite file failed: the registry's, or the embedded short-term tags'.
+    #[error("SQLite database {path}")]
     Sqlite {
         /// The database file.
         path: String,
@@ -92,6 +96,16 @@ pub enum Error {
         /// The cause.
         #[source]
         source: mysql::Error,
+    },
+    /// The short-term tags' Redis failed ([`short_term::is_retriable`] tells whether to try
+    /// again).
+    #[error("Redis {url}")]
+    Redis {
+        /// The URL, its password hidden.
+        url: String,
+        /// The cause.
+        #[source]
+        source: redis::RedisError,
     },
 }
 
