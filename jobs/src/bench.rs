@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use pipeline::codec::hourly::HOUR_SECS;
+use sensor::codec::hourly::HOUR_SECS;
 
 use crate::driver::JobArgs;
 use crate::generate::{self, GenerateArgs};
@@ -77,7 +77,7 @@ fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
     serde_json::json!({ "n": samples.len(), "p50_ms": at(0.5), "p99_ms": at(0.99) })
 }
 
-fn time_ms<T>(f: impl FnOnce() -> pipeline::Result<T>) -> Result<(f64, T)> {
+fn time_ms<T>(f: impl FnOnce() -> sensor::Result<T>) -> Result<(f64, T)> {
     let start = std::time::Instant::now();
     let out = f()?;
     Ok((start.elapsed().as_secs_f64() * 1000.0, out))
@@ -88,9 +88,9 @@ fn bench_queries(
     devices: u32,
     iterations: u32,
 ) -> Result<serde_json::Value> {
-    use pipeline::query::{self, CurveSource};
     use rand::{Rng, SeedableRng};
-    let mut cfg = pipeline::config::JobConfig::default();
+    use sensor::query::{self, CurveSource};
+    let mut cfg = sensor::config::JobConfig::default();
     backend.apply(&mut cfg);
     let db = crate::store::open(&cfg, backend, false, false)?.reader();
     let scheme = cfg.key_scheme;
@@ -123,10 +123,10 @@ fn bench_queries(
         );
         let room = query::latest(&db, scheme, &device)?.and_then(|r| r.room());
         if let Some(room) = room {
-            let (ms, entries) = time_ms(|| pipeline::room::room(&db, &room))?;
+            let (ms, entries) = time_ms(|| sensor::room::room(&db, &room))?;
             view.push(ms);
             let members: Vec<String> = entries.into_iter().map(|e| e.device).collect();
-            fanout.push(time_ms(|| pipeline::room::room_fanout(&db, scheme, &members))?.0);
+            fanout.push(time_ms(|| sensor::room::room_fanout(&db, scheme, &members))?.0);
         }
     }
     Ok(serde_json::json!({

@@ -16,7 +16,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use pipeline::control::JobControl;
-use pipeline::decode::Reason;
 use pipeline::source::kafka::KafkaShared;
 use pipeline::stats::{Stats, BATCH_SIZE_BOUNDS};
 use prometheus_client::collector::Collector;
@@ -25,6 +24,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use sensor::decode::Reason;
 use sinks::MetricsSource;
 
 use crate::http_thread::{HttpLimits, HttpThread};

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use pipeline::codec::hourly::{hour_start, HOUR_SECS};
-use pipeline::config::{JobConfig, WindowConfig};
+use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
-use pipeline::schema::RETENTION_SECS;
 use pipeline::source::replay::input::{self, LineReader};
 use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
+use sensor::codec::hourly::{hour_start, HOUR_SECS};
+use sensor::config::JobConfig;
+use sensor::decode::SensorDecoder;
+use sensor::tables::RETENTION_SECS;
 use timely::dataflow::ProbeHandle;
 
 use crate::driver::{self, Cluster, Job, JobArgs, JobOptions, Progress, Source, WorkerInput};
@@ -76,7 +78,7 @@ fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64>
     let now = pipeline::time::now_ms() / 1000;
     let mut guard = FutureGuard::new(window.future_skew_secs(), window.watermark_bound_secs);
     while let Some(line) = lines.next_line(&mut buf)? {
-        if let Ok(r) = pipeline::decode::decode_line(line.number, &line.bytes, metric) {
+        if let Ok(r) = sensor::decode::decode_line(line.number, &line.bytes, metric) {
             guard.check(&r.device, r.ts, || now);
         }
         buf = line.bytes;
@@ -102,7 +104,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
     }
     if let Some(path) = &cfg.registry {
         // Fail at start on a missing or malformed registry; later reload errors only warn.
-        pipeline::registry::load(path)?;
+        sensor::registry::load(path)?;
     }
     cfg.validate()?;
     Ok(cfg)
@@ -145,9 +147,11 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         cluster: &cluster,
     })?;
     let source = RecordingSource {
+        decoder: SensorDecoder {
+            metric: cfg.metric.clone(),
+        },
         base: ReplayOptions {
             path: args.file.clone(),
-            metric: cfg.metric.clone(),
             watermark_bound: cfg.window.watermark_bound_secs,
             speed,
             shift,
@@ -171,6 +175,8 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
 
 /// A recording, read by every worker (each keeps its share of the lines).
 struct RecordingSource {
+    /// The readings' decoder.
+    decoder: SensorDecoder,
     /// Worker 0's options; the others differ by `worker`.
     base: ReplayOptions,
     /// Worker threads of this process.
@@ -184,7 +190,7 @@ struct RecordingSource {
 }
 
 impl Source for RecordingSource {
-    type Feed = ReplayFeed;
+    type Feed = ReplayFeed<SensorDecoder>;
     type Watch = Progress;
     type Report = Summary;
 
@@ -222,19 +228,20 @@ impl Source for RecordingSource {
         worker: usize,
         _probe: &ProbeHandle<u64>,
         backend: &Backend,
-    ) -> Result<WorkerInput<ReplayFeed>, String> {
+    ) -> Result<WorkerInput<ReplayFeed<SensorDecoder>>, String> {
         let mut opts = self.base.clone();
         opts.worker = worker;
         let (stats, control) = (self.stats.clone(), self.control.clone());
+        let decoder = self.decoder.clone();
         let feed = if self.stdin {
             opts.peers = 1;
             if worker == 0 {
-                ReplayFeed::open(opts, stats, control)
+                ReplayFeed::open(decoder, opts, stats, control)
             } else {
-                Ok(ReplayFeed::empty(opts, stats, control))
+                Ok(ReplayFeed::empty(decoder, opts, stats, control))
             }
         } else {
-            ReplayFeed::open(opts, stats, control)
+            ReplayFeed::open(decoder, opts, stats, control)
         };
         Ok(WorkerInput {
             feed: feed.map_err(|e| e.to_string())?,

@@ -14,11 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use pipeline::config::{JobConfig, EXAMPLE};
 use pipeline::control::JobControl;
-use pipeline::schema::RETENTION_SECS;
 use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
+use sensor::codec::hourly::hourly_window;
+use sensor::config::{JobConfig, EXAMPLE};
+use sensor::decode::SensorDecoder;
+use sensor::tables::{NARROW_TABLE, RETENTION_SECS};
 use timely::dataflow::ProbeHandle;
 
 use crate::driver::{
@@ -93,7 +95,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(registry) = &cfg.registry {
         // As replay: fail at start on a missing or malformed registry (later reload errors
         // only warn and keep the previous one, and at start there is none to keep).
-        pipeline::registry::load(registry)
+        sensor::registry::load(registry)
             .with_context(|| format!("registry = {:?} in {}", registry, path.display()))?;
     }
     if let Some(addr) = args.job.checked_metrics_listen()? {
@@ -178,11 +180,14 @@ fn run_job(
     ));
     job.metrics().attach_kafka(shared.clone());
     let topic = TopicSource {
+        decoder: SensorDecoder {
+            metric: cfg.metric.clone(),
+        },
         base: KafkaOptions {
             source: source.clone(),
-            metric: cfg.metric.clone(),
             watermark_bound: cfg.window.watermark_bound_secs,
-            allowed_lateness: cfg.window.allowed_lateness_secs,
+            window: hourly_window(cfg.window.allowed_lateness_secs, None),
+            record_table: NARROW_TABLE,
             exit_on_idle,
             ttl_secs: RETENTION_SECS,
             partitions,
@@ -208,6 +213,8 @@ fn run_job(
 /// A Kafka topic: worker `i` (over every process of a cluster) reads the partitions
 /// `p % peers == i` and commits their offsets once what every worker read before them is durable.
 struct TopicSource {
+    /// The readings' decoder.
+    decoder: SensorDecoder,
     /// Worker 0's options; the others differ by `worker`.
     base: KafkaOptions,
     shared: Arc<KafkaShared>,
@@ -224,7 +231,7 @@ struct TopicSource {
 }
 
 impl Source for TopicSource {
-    type Feed = KafkaFeed;
+    type Feed = KafkaFeed<SensorDecoder>;
     type Watch = KafkaStatus;
     type Report = RunSummary;
 
@@ -266,12 +273,13 @@ impl Source for TopicSource {
         worker: usize,
         probe: &ProbeHandle<u64>,
         backend: &Backend,
-    ) -> Result<WorkerInput<KafkaFeed>, String> {
+    ) -> Result<WorkerInput<KafkaFeed<SensorDecoder>>, String> {
         let opts = KafkaOptions {
             worker,
             ..self.base.clone()
         };
         let feed = KafkaFeed::open(
+            self.decoder.clone(),
             opts,
             self.shared.clone(),
             self.stats.clone(),
@@ -358,11 +366,14 @@ mod tests {
             ..Default::default()
         };
         let topic = TopicSource {
+            decoder: SensorDecoder {
+                metric: "temp".into(),
+            },
             base: KafkaOptions {
                 source,
-                metric: "temp".into(),
                 watermark_bound: 30,
-                allowed_lateness: 3600,
+                window: hourly_window(3600, None),
+                record_table: NARROW_TABLE,
                 exit_on_idle: None,
                 ttl_secs: RETENTION_SECS,
                 partitions: 1,

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use pipeline::config::{JobConfig, StoreKind};
-use pipeline::room::PreviousView;
-use pipeline::schema;
+use pipeline::config::StoreKind;
+use sensor::config::JobConfig;
+use sensor::room::PreviousView;
+use sensor::tables;
 use sinks::embedded::OpenMode;
 use sinks::OpenOptions;
 
@@ -58,7 +59,7 @@ pub fn previous_view(backend: &Backend) -> Result<PreviousView> {
     let view = PreviousView::read(&backend.reader()).with_context(|| {
         format!(
             "reading the room view a previous run left in {} ({})",
-            schema::ROOM_TABLE,
+            tables::ROOM_TABLE,
             backend.location()
         )
     })?;
@@ -117,7 +118,7 @@ pub fn open_with(
         retry_limit,
         ..OpenOptions::new(mode)
     };
-    let store = sinks::open(&cfg.store, &schema::all_tables(), &options)?;
+    let store = sinks::open(&cfg.store, &tables::all_tables(), &options)?;
     for warning in store.open_warnings() {
         eprintln!("warning: {warning}");
     }

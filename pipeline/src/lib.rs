@@ -1,32 +1,13 @@
-//! Domain types, row-key codec, job configuration and the dataflow graph of hourglass.
+//! The engine of hourglass: sources (Kafka, replay) generic over a job's line decoder, job
+//! control, counters, time and the engine's configuration; it knows no domain.
 #![deny(missing_docs)]
 
-pub mod codec;
 pub mod config;
 pub mod control;
-pub mod dead_letter;
-pub mod decode;
-pub mod graph;
-pub mod query;
-pub mod reading;
-pub mod registry;
-pub mod room;
+pub mod json;
 pub mod source;
 pub mod stats;
-pub mod summary;
-pub mod tables;
 pub mod time;
-
-// The table model belongs to the storage crate; this path keeps `pipeline::table::…` working
-// for the dataflow and its users.
-pub use sinks::table;
-
-/// The sensor tables ([`tables`]) and the generic table model they are declared with
-/// (`sinks::schema`: [`TableSpec`](sinks::schema::TableSpec), split policies), under one path.
-pub mod schema {
-    pub use crate::tables::*;
-    pub use sinks::schema::*;
-}
 
 /// Errors of the pipeline crate.
 #[derive(Debug, thiserror::Error)]

@@ -733,7 +733,7 @@ mod tests {
             "early_fire_secs = 5",
         ]);
         let text = job_config(&cli.live, Path::new("/tmp/d"), "t");
-        let cfg = pipeline::config::JobConfig::parse(&text).unwrap();
+        let cfg = sensor::config::JobConfig::parse(&text).unwrap();
         assert_eq!(cfg.source.topic, "t");
         assert_eq!(cfg.window.early_fire_secs, 5);
         assert_eq!(cfg.store.hbase.as_deref(), Some("h:9090"));

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use operators::{EventFeed, Poll};
-use pipeline::config::JobConfig;
 use pipeline::control::JobControl;
-use pipeline::graph::{self, GraphConfig, SideOutput};
-use pipeline::source::Decoded;
 use pipeline::stats::{Stats, Summary};
-use pipeline::table::TableWriter;
+use sensor::config::JobConfig;
+use sensor::decode::Decoded;
+use sensor::graph::{self, GraphConfig, SideOutput};
 use sinks::dead_letter::DeadLetters;
+use sinks::table::TableWriter;
 use timely::dataflow::ProbeHandle;
 
 use crate::http_thread::HttpLimits;
@@ -126,7 +126,7 @@ pub trait Source: Send + Sync + 'static {
     }
 
     /// Whether hours the wall clock has left fire early too
-    /// (`pipeline::graph::GraphConfig::early_fire_past_hours`): a source that commits offsets
+    /// (`sensor::graph::GraphConfig::early_fire_past_hours`): a source that commits offsets
     /// past what is durable needs it.
     fn early_fire_past_hours(&self) -> bool {
         false

@@ -1,9 +1,9 @@
 //! The validated arguments of a run, and the RNG streams it draws from.
 
 use anyhow::{bail, ensure, Context as _};
-use pipeline::codec::hourly::{hour_start, HOUR_SECS};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use sensor::codec::hourly::{hour_start, HOUR_SECS};
 
 use super::format::digits;
 use super::GenerateArgs;

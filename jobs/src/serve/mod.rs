@@ -23,9 +23,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use pipeline::codec::narrow::KeyScheme;
-use pipeline::config::JobConfig;
-use pipeline::schema;
+use sensor::codec::narrow::KeyScheme;
+use sensor::config::JobConfig;
+use sensor::tables;
 use subtle::ConstantTimeEq;
 
 use crate::http_thread::{self, HttpLimits, HttpThread};
@@ -121,10 +121,10 @@ impl ApiError {
     /// A failed store call: 503 when the store is unreachable or refuses, 400 for an argument
     /// the query refuses, 500 otherwise (a malformed row is a bug or a foreign writer, not
     /// something a retry cures).
-    fn from_store(e: &pipeline::Error) -> Self {
+    fn from_store(e: &sensor::Error) -> Self {
         match e {
-            pipeline::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            pipeline::Error::Store(_) => ApiError {
+            sensor::Error::Invalid(message) => ApiError::bad_request(message.clone()),
+            sensor::Error::Store(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },
@@ -181,12 +181,12 @@ where
     result
 }
 
-/// `pipeline::Result` → [`ApiError`], for closures run by [`blocking`].
+/// `sensor::Result` → [`ApiError`], for closures run by [`blocking`].
 trait StoreResult<T> {
     fn store(self) -> Result<T, ApiError>;
 }
 
-impl<T> StoreResult<T> for pipeline::Result<T> {
+impl<T> StoreResult<T> for sensor::Result<T> {
     fn store(self) -> Result<T, ApiError> {
         self.map_err(|e| ApiError::from_store(&e))
     }
@@ -353,9 +353,9 @@ fn state_for(
         reader: backend.reader(),
         scheme: cfg.key_scheme,
         metric: cfg.metric.clone(),
-        room_table: schema::all_tables()
+        room_table: tables::all_tables()
             .iter()
-            .any(|t| t.name == schema::ROOM_TABLE),
+            .any(|t| t.name == tables::ROOM_TABLE),
         token,
         metrics: metrics::Metrics::new(),
         devices: Mutex::new(None),

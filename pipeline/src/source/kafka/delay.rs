@@ -5,8 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::metadata::KafkaShared;
-use crate::schema::NARROW_TABLE;
-use crate::table::{Mutation, TableWriter};
+use sinks::table::{Mutation, TableWriter};
 
 /// Produce-to-durable delays, in milliseconds, with 1 ms buckets up to 10 minutes.
 #[derive(Debug)]
@@ -106,12 +105,13 @@ impl DelayHistogram {
     }
 }
 
-/// A [`TableWriter`] that measures produce → durable delays of narrow rows (see
-/// [`KafkaFeed::timed_writer`](super::KafkaFeed::timed_writer)). Narrow rows reach a worker's
-/// writer in the order its feed read them, so the n-th narrow row flushed belongs to the n-th
-/// reading read.
+/// A [`TableWriter`] that measures produce → durable delays of the rows of the job's record
+/// table, one per record read (see [`KafkaFeed::timed_writer`](super::KafkaFeed::timed_writer)).
+/// Those rows reach a worker's writer in the order its feed read them, so the n-th row flushed
+/// belongs to the n-th record read.
 pub struct TimedWriter {
     inner: Box<dyn TableWriter>,
+    table: &'static str,
     arrivals: Arc<Mutex<VecDeque<i64>>>,
     shared: Arc<KafkaShared>,
     unflushed: usize,
@@ -121,11 +121,13 @@ impl TimedWriter {
     /// Wraps `inner`; `arrivals` holds the produce times (ms) of the readings read, in order.
     pub(super) fn new(
         inner: Box<dyn TableWriter>,
+        table: &'static str,
         arrivals: Arc<Mutex<VecDeque<i64>>>,
         shared: Arc<KafkaShared>,
     ) -> Self {
         TimedWriter {
             inner,
+            table,
             arrivals,
             shared,
             unflushed: 0,
@@ -145,7 +147,7 @@ impl TableWriter for TimedWriter {
     fn write(&mut self, mutations: Vec<Mutation>) -> sinks::Result<()> {
         self.unflushed += mutations
             .iter()
-            .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == NARROW_TABLE))
+            .filter(|m| matches!(m, Mutation::Put { table, .. } if *table == self.table))
             .count();
         let started = std::time::Instant::now();
         let written = self.inner.write(mutations);

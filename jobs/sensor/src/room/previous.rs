@@ -6,9 +6,9 @@ use super::RoomRow;
 use crate::codec::key::validate_device;
 use crate::codec::room::{latest_of, own_room_of, parse_room_key};
 use crate::reading::Reading;
-use crate::schema::ROOM_TABLE;
-use crate::table::{ScanSpec, TableReader};
+use crate::tables::ROOM_TABLE;
 use crate::{registry, Result};
+use sinks::table::{ScanSpec, TableReader};
 
 /// The room view a previous run left in `ts_room_latest`, read when a job starts.
 ///

@@ -19,10 +19,12 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::client::{admin_config, block_on, registry_config, rejected_setting};
-use super::metadata::{partition_count, TopicProblem};
-use super::retry::{ErrorNote, ADMIN_TIMEOUT};
-use crate::config::SourceConfig;
+use pipeline::config::SourceConfig;
+use pipeline::source::kafka::{
+    admin_config, block_on, partition_count, registry_config, rejected_setting, ErrorNote,
+    TopicProblem, ADMIN_TIMEOUT,
+};
+
 use crate::registry::{parse_record, Registry, RejectedRecord};
 use crate::{Error, Result};
 
@@ -32,7 +34,7 @@ pub const PARTITION_CHECK_EVERY: Duration = Duration::from_secs(10);
 const PARTITION_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn topic_error(brokers: &str, topic: &str, message: String) -> Error {
-    super::client::topic_error("registry topic", topic, brokers, message)
+    pipeline::source::kafka::topic_error("registry topic", topic, brokers, message).into()
 }
 
 /// The topic's `cleanup.policy` as the brokers report it (`None`: not reported).

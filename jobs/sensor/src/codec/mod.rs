@@ -10,9 +10,9 @@ pub mod key;
 pub mod narrow;
 pub mod room;
 
-use crate::schema::FAMILY;
-use crate::table::Cell;
+use crate::tables::FAMILY;
 use crate::{Error, Result};
+use sinks::table::Cell;
 
 /// A cell of the single family, as every table's codec writes it.
 fn cell(qualifier: Vec<u8>, ts_ms: i64, value: Vec<u8>) -> Cell {
@@ -26,7 +26,7 @@ fn cell(qualifier: Vec<u8>, ts_ms: i64, value: Vec<u8>) -> Cell {
 
 /// A row's cells as `(qualifier, timestamp, value)`, for tests comparing them with literals.
 #[cfg(test)]
-fn cell_parts(row: &crate::table::Row) -> Vec<(&[u8], i64, &[u8])> {
+fn cell_parts(row: &sinks::table::Row) -> Vec<(&[u8], i64, &[u8])> {
     row.cells
         .iter()
         .map(|c| (c.qualifier.as_slice(), c.ts_ms, c.value.as_slice()))

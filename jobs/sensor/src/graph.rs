@@ -33,16 +33,18 @@ use timely::dataflow::{ProbeHandle, Scope};
 
 use crate::codec::narrow::KeyScheme;
 use crate::codec::{hourly, narrow};
-use crate::config::WindowConfig;
-use crate::control::JobControl;
 use crate::decode::Rejected;
 use crate::registry::RegistrySource;
 use crate::room;
-use crate::schema::{NARROW_TABLE, ROOM_TABLE};
-use crate::source::{Clock, Decoded};
-use crate::stats::{add, Stats};
+use crate::tables::{NARROW_TABLE, ROOM_TABLE};
+use pipeline::config::WindowConfig;
+use pipeline::control::JobControl;
+use pipeline::source::Clock;
+
+use crate::decode::Decoded;
 use crate::summary::HourAccumulator;
-use crate::table::{Mutation, TableWriter};
+use pipeline::stats::{add, Stats};
+use sinks::table::{Mutation, TableWriter};
 
 /// Where rejected lines and readings beyond the allowed lateness go.
 pub trait SideOutput: Send + Sync + 'static {
@@ -162,7 +164,7 @@ impl BatchWriter<Box<Rejected>> for SideWriter {
 
     fn write(&mut self, batch: Vec<Box<Rejected>>) -> crate::Result<()> {
         for r in batch {
-            add(&self.stats.rejected_by_kind[r.reason.kind_index()], 1);
+            self.stats.count_rejected(&r.reason);
             self.side.rejected(&r)?;
         }
         Ok(())
@@ -406,7 +408,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::table::{Cell, Row};
+    use sinks::table::{Cell, Row};
 
     struct NoWriter;
 
@@ -433,7 +435,7 @@ mod tests {
         // Cells of a row that hourglass does not write: neither points nor summary cells.
         for q in ["3600", "9x", "05"] {
             cells.push(Cell {
-                family: crate::schema::FAMILY.into(),
+                family: crate::tables::FAMILY.into(),
                 qualifier: q.into(),
                 ts_ms: 0,
                 value: b"1".to_vec(),

@@ -18,7 +18,7 @@ use super::registry_source::{registry_source, RegistryInput};
 use super::RoomRow;
 use crate::codec::room::{room_delete, room_put};
 use crate::reading::{format_value, Reading};
-use crate::table::Mutation;
+use sinks::table::Mutation;
 
 /// A device's latest reading: event time, metric text, the reading's own `room` field.
 type Latest = (i64, String, Option<String>);

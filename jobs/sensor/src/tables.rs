@@ -3,8 +3,7 @@
 //!
 //! Storage (`sinks`) knows no domain: it is opened with these [`TableSpec`]s
 //! (`sinks::open(&cfg, &all_tables(), &options)`). Adding a sensor table touches this file, and
-//! its codec, and nothing in storage. `crate::schema` re-exports this module together with the
-//! generic table model of `sinks::schema`, under the paths callers already use.
+//! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
 
 use sinks::schema::{
     pattern_split_keys, quantile_split_keys, salt_split_keys, Bloom, Compression, FamilySpec,

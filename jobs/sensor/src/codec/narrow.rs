@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::key::{salt_bucket, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::{format_value, room_of_extra, Reading};
-use crate::schema::{push_salt_bucket, FAMILY, NARROW_TABLE, SALT_BUCKETS};
-use crate::table::{prefix_successor, Cell, Mutation, Row};
+use crate::tables::{FAMILY, NARROW_TABLE, SALT_BUCKETS};
 use crate::{Error, Result};
+use sinks::schema::push_salt_bucket;
+use sinks::table::{prefix_successor, Cell, Mutation, Row};
 
 /// `Long.MAX_VALUE`, the base of reversed timestamps.
 pub const LONG_MAX: i64 = i64::MAX;
@@ -397,7 +398,7 @@ mod tests {
             let range = bucket_range(bucket);
             prop_assert_eq!(key >= range.start && key < range.stop, salt_bucket(&d) == bucket);
             // The narrow table's split keys give the bucket's keys the bucket's region.
-            let splits = crate::schema::narrow_table().split_keys;
+            let splits = crate::tables::narrow_table().split_keys;
             let region = splits.partition_point(|s| s.as_slice() <= key.as_slice());
             prop_assert_eq!(region as u32, salt_bucket(&d));
         }

@@ -4,9 +4,9 @@
 //! The separator and a salt bucket's bytes are also where the tables are split: the sensor
 //! tables ([`crate::tables`]) cut their split keys at this separator, and a salt bucket's bytes
 //! have their one definition in the storage crate's split policies
-//! ([`crate::schema::push_salt_bucket`]), which the codec writes its keys with.
+//! ([`sinks::schema::push_salt_bucket`]), which the codec writes its keys with.
 
-use crate::schema::SALT_BUCKETS;
+use crate::tables::SALT_BUCKETS;
 use crate::{Error, Result};
 
 /// The separator between row-key parts; device ids may not contain it.

@@ -13,13 +13,9 @@ use crate::Result;
 
 /// The dead-letter record of a rejected line.
 pub fn rejected_record(r: &Rejected) -> serde_json::Value {
-    let kind = serde_json::to_value(&r.reason)
-        .ok()
-        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
-        .unwrap_or_default();
     let mut record = json!({
         "line": r.line,
-        "kind": kind,
+        "kind": r.reason.kind(),
         "reason": r.reason.to_string(),
         "raw": String::from_utf8_lossy(&r.raw),
     });

@@ -7,8 +7,8 @@
 
 use super::cell;
 use super::key::SEPARATOR;
-use crate::schema::{FAMILY, ROOM_TABLE};
-use crate::table::{Mutation, Row};
+use crate::tables::{FAMILY, ROOM_TABLE};
+use sinks::table::{Mutation, Row};
 
 /// The qualifier of the view's value cell.
 pub const VALUE_QUALIFIER: &[u8] = b"v";

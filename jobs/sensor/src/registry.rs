@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::codec::key::validate_device;
-use crate::config::SourceConfig;
 use crate::{Error, Result};
+use pipeline::config::SourceConfig;
 
 /// Device → room.
 pub type Registry = BTreeMap<String, String>;

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant, SystemTime};
 use timely::dataflow::operators::generic::operator::source;
 use timely::dataflow::{ProbeHandle, StreamVec};
 
-use crate::control::JobControl;
 use crate::graph::SideOutput;
 use crate::registry::{self, Registry, RegistrySource};
-use crate::source::kafka::RegistryTopic;
-use crate::stats::{add, Stats};
+use crate::registry_topic::RegistryTopic;
+use pipeline::control::JobControl;
+use pipeline::stats::{add, Stats};
 
 /// A change of the registry: (device, room), +1 or -1.
 type RegistryChange = ((String, String), isize);

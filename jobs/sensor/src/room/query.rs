@@ -5,9 +5,9 @@ use serde::Serialize;
 use crate::codec::key::salt_bucket;
 use crate::codec::narrow::KeyScheme;
 use crate::codec::room::{latest_of, parse_room_key, room_prefix};
-use crate::schema::{ROOM_TABLE, SALT_BUCKETS};
-use crate::table::{ScanSpec, TableReader};
+use crate::tables::{ROOM_TABLE, SALT_BUCKETS};
 use crate::{query, registry, Result};
+use sinks::table::{ScanSpec, TableReader};
 
 /// One device's current value in a room.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -3,14 +3,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use pipeline::json::{event_time, kind};
+use pipeline::source::{LineDecoder, Refusal, MAX_LINE_BYTES};
+
 use crate::codec::key::validate_device;
 use crate::reading::Reading;
-
-/// Longest accepted input line, in bytes.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
-/// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
-/// milliseconds sent where seconds were expected.
-pub const MAX_TS: i64 = 9_999_999_999;
 
 /// Why a line was rejected. `Display` gives the message written to the dead-letter file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -47,8 +44,8 @@ pub enum Reason {
         "ts {ts} ({}) is more than {limit_secs} s ahead of {reference} {reference_ts} ({}): \
          fix the device's clock, or raise window.max_future_skew_secs if readings really \
          arrive this early",
-        crate::time::format_time(*.ts),
-        crate::time::format_time(*.reference_ts)
+        pipeline::time::format_time(*.ts),
+        pipeline::time::format_time(*.reference_ts)
     )]
     Future {
         /// The reading's event time, epoch seconds.
@@ -94,19 +91,70 @@ impl Reason {
     }
 }
 
-/// A line that could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rejected {
-    /// 1-based line number in the input, or the record's offset in its Kafka partition.
-    pub line: u64,
-    /// The Kafka partition the record came from (`None` for a file).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<i32>,
-    /// Why it was rejected.
-    pub reason: Reason,
-    /// The raw line (without its newline).
-    pub raw: Vec<u8>,
+impl Refusal for Reason {
+    const KINDS: &'static [&'static str] = &Reason::KINDS;
+
+    fn kind_index(&self) -> usize {
+        Reason::kind_index(self)
+    }
+
+    fn too_long(bytes: usize) -> Self {
+        Reason::TooLong(bytes)
+    }
+
+    fn future(ts: i64, reference: &str, reference_ts: i64, limit_secs: u64) -> Self {
+        Reason::Future {
+            ts,
+            reference: reference.to_string(),
+            reference_ts,
+            limit_secs,
+        }
+    }
 }
+
+/// The sensor job's [`LineDecoder`]: [`decode_line`] with the job's primary metric, routing
+/// a replay's lines by [`device_hint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SensorDecoder {
+    /// Name of the primary metric field.
+    pub metric: String,
+}
+
+impl LineDecoder for SensorDecoder {
+    type Record = Reading;
+    type Reason = Reason;
+
+    #[inline]
+    fn decode(&self, line: u64, raw: &[u8]) -> Decoded {
+        decode_line(line, raw, &self.metric)
+    }
+
+    #[inline]
+    fn event_time(record: &Reading) -> i64 {
+        record.ts
+    }
+
+    #[inline]
+    fn set_event_time(record: &mut Reading, ts: i64) {
+        record.ts = ts;
+    }
+
+    #[inline]
+    fn key(record: &Reading) -> &str {
+        &record.device
+    }
+
+    #[inline]
+    fn route_hint(raw: &[u8]) -> Option<&str> {
+        device_hint(raw)
+    }
+}
+
+/// A line that could not be decoded, or a reading refused by its source.
+pub type Rejected = pipeline::source::Rejected<Reason>;
+
+/// What a source of the sensor job emits: a reading, or a rejected line.
+pub type Decoded = pipeline::source::Decoded<Reading, Reason>;
 
 /// Decodes one input line (without its trailing newline) whose primary metric is `metric`.
 ///
@@ -161,12 +209,7 @@ pub fn decode_line_reference(
 }
 
 fn rejected(line: u64, raw: &[u8], reason: Reason) -> Box<Rejected> {
-    Box::new(Rejected {
-        line,
-        partition: None,
-        reason,
-        raw: raw.to_vec(),
-    })
+    pipeline::source::rejected(line, raw, reason)
 }
 
 fn bad(field: &str, problem: impl Into<String>) -> Reason {
@@ -264,49 +307,6 @@ fn parse_ts(v: &Value) -> Result<i64, Reason> {
     event_time(v).map_err(|problem| bad("ts", problem))
 }
 
-/// An event time field: integer epoch seconds `0..=`[`MAX_TS`], or an RFC 3339 string
-/// (fractional seconds truncated); else what is wrong with it. Both jobs' decoders read `ts`
-/// with it.
-pub fn event_time(v: &Value) -> Result<i64, String> {
-    let ts = match v {
-        Value::Number(n) => match n.as_i64() {
-            Some(ts) => ts,
-            None if n.is_u64() => i64::MAX,
-            None => return Err(format!("expected integer epoch seconds, got {n}")),
-        },
-        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map_err(|e| format!("not RFC 3339 ({e}): {s:?}"))?
-            .timestamp(),
-        other => {
-            return Err(format!(
-                "expected epoch seconds or an RFC 3339 string, got {}",
-                kind(other)
-            ))
-        }
-    };
-    if ts < 0 {
-        return Err(format!("negative timestamp {ts}"));
-    }
-    if ts > MAX_TS {
-        return Err(format!(
-            "{ts} is after year 2286: milliseconds instead of seconds?"
-        ));
-    }
-    Ok(ts)
-}
-
-/// What kind of JSON value `v` is, for messages ("a string", "an array", …).
-pub fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn compact_json(fields: &Map<String, Value>) -> String {
     // Serializing a map of JSON values cannot fail.
     serde_json::to_string(fields).unwrap_or_else(|_| "{}".to_string())
@@ -321,10 +321,10 @@ fn compact_json(fields: &Map<String, Value>) -> String {
 mod fast {
     use serde::Serializer as _;
 
-    use super::MAX_TS;
     use crate::codec::key::validate_device;
     use crate::reading::Reading;
     use crate::registry::validate_room;
+    use pipeline::json::MAX_TS;
 
     /// More fields than this go to the reference decoder (sensor lines carry about ten).
     const MAX_FIELDS: usize = 16;
@@ -622,6 +622,8 @@ mod fast {
 
 #[cfg(test)]
 mod tests {
+    use pipeline::json::MAX_TS;
+
     use super::*;
 
     const GOOD: &str = r#"{"device":"dev00786","ts":1724102400,"temp":25.5,"room":"room031","humidity":41.2,"battery":3.61,"rssi":-67,"fw":"2.4.1","seq":1234}"#;

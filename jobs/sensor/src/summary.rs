@@ -445,7 +445,7 @@ mod tests {
             HourSummary::of_points(&[(3605, 1.0), (3610, 5.0), (3620, 7.0)]),
             Some(s)
         );
-        let row = crate::table::Row {
+        let row = sinks::table::Row {
             key: b"d_3600".to_vec(),
             cells: s.cells(3600),
         };

@@ -19,16 +19,16 @@ use operators::WindowSpec;
 use super::key::SEPARATOR;
 use super::{cell, parse_value};
 use crate::reading::format_value;
-use crate::schema::{FAMILY, HOURLY_TABLE};
 use crate::summary::HourSummary;
-use crate::table::{Cell, Mutation, Row};
+use crate::tables::{FAMILY, HOURLY_TABLE};
 use crate::Result;
+use sinks::table::{Cell, Mutation, Row};
 
 /// The width of a wide row and of the window that fills it: one hour, in seconds.
 pub const HOUR_SECS: i64 = 3600;
 
 /// The summary cells' qualifiers, in the order written.
-pub const SUMMARY_QUALIFIERS: [&str; 6] = crate::schema::HOURLY_SUMMARY_QUALIFIERS;
+pub const SUMMARY_QUALIFIERS: [&str; 6] = crate::tables::HOURLY_SUMMARY_QUALIFIERS;
 
 /// Start of the hour containing `ts` (epoch seconds).
 pub fn hour_start(ts: i64) -> i64 {

@@ -7,10 +7,10 @@ use crate::codec::key::validate_device;
 use crate::codec::narrow::KeyScheme;
 use crate::codec::{hourly, narrow};
 use crate::reading::Reading;
-use crate::schema::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
 use crate::summary::HourSummary;
-use crate::table::{Column, Row, ScanSpec, TableReader, TimeRange};
+use crate::tables::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
 use crate::Result;
+use sinks::table::{Column, Row, ScanSpec, TableReader, TimeRange};
 
 /// The readings of `device` with `from <= ts < to`, oldest first: one scan of the narrow table.
 ///
@@ -189,7 +189,7 @@ pub fn latest(store: &dyn TableReader, scheme: KeyScheme, device: &str) -> Resul
             .map(|row| narrow::reading_from_narrow(scheme, row))
             .transpose();
     }
-    let now_ms = crate::time::now_ms();
+    let now_ms = pipeline::time::now_ms();
     let mut upper = i64::MAX;
     let lowers = LATEST_LOOKBACK_SECS
         .iter()
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn latest_finds_the_newest_reading_in_the_first_window_back_from_now_that_has_one() {
-        let now = crate::time::now_ms() / 1000;
+        let now = pipeline::time::now_ms() / 1000;
         let (min, day) = (60, 24 * HOUR_SECS);
         let mut store = Narrow::default();
         let cases: [(&str, &[i64], usize); 6] = [
