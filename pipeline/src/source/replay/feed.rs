@@ -36,6 +36,12 @@ pub struct ReplayOptions {
     pub max_future_skew: u64,
 }
 
+/// A reading held by the guard, with the rejection it becomes unless the next confirms it.
+type Held<D> = (
+    Box<Rejected<<D as LineDecoder>::Reason>>,
+    <D as LineDecoder>::Record,
+);
+
 /// An [`EventFeed`] over one worker's share of a recording, decoded by `D`.
 pub struct ReplayFeed<D: LineDecoder> {
     decoder: D,
@@ -51,7 +57,7 @@ pub struct ReplayFeed<D: LineDecoder> {
     guard: FutureGuard,
     clock: Clock,
     /// A reading held by the guard, with the rejection it becomes unless the next confirms it.
-    ahead: Option<(Box<Rejected<D::Reason>>, D::Record)>,
+    ahead: Option<Held<D>>,
     /// The second reading of a confirmed pair, emitted after the first.
     ready: Option<Decoded<D::Record, D::Reason>>,
 }
