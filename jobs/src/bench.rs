@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use sensor::codec::hourly::HOUR_SECS;
 
-use crate::driver::JobArgs;
 use crate::generate::{self, GenerateArgs};
-use crate::http_thread::HttpLimits;
 use crate::replay::{self, ReplayArgs};
-use crate::store::BackendArgs;
+use pipeline::driver::JobArgs;
+use pipeline::http_thread::HttpLimits;
+use pipeline::store::BackendArgs;
 
 mod live;
 
@@ -91,8 +91,15 @@ fn bench_queries(
     use rand::{Rng, SeedableRng};
     use sensor::query::{self, CurveSource};
     let mut cfg = sensor::config::JobConfig::default();
-    backend.apply(&mut cfg);
-    let db = crate::store::open(&cfg, backend, false, false)?.reader();
+    backend.apply(&mut cfg.store);
+    let db = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        backend,
+        false,
+        false,
+    )?
+    .reader();
     let scheme = cfg.key_scheme;
     let width = devices.saturating_sub(1).max(1).to_string().len().max(5);
     let name = |i: u32| format!("dev{i:0width$}");
@@ -212,7 +219,13 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 },
             };
             let cfg = replay::job_config(&args)?;
-            let backend = crate::store::open(&cfg, &args.backend, false, true)?;
+            let backend = pipeline::store::open(
+                &cfg.store,
+                &sensor::tables::all_tables(),
+                &args.backend,
+                false,
+                true,
+            )?;
             backend.admin().create_tables()?;
             let summary = replay::replay_into(&args, &cfg, &backend)?;
             // The writers' statistics as the backend names them (HBase's `putMultiple` calls;

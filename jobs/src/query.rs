@@ -14,7 +14,7 @@ use sinks::table::TableReader;
 
 use sinks::Reader;
 
-use crate::store::BackendArgs;
+use pipeline::store::BackendArgs;
 
 /// Output format of query answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,8 +136,14 @@ fn open(args: &StoreArgs) -> Result<(JobConfig, Reader)> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
-    let backend = crate::store::open(&cfg, &args.backend, true, false)?;
+    args.backend.apply(&mut cfg.store);
+    let backend = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        true,
+        false,
+    )?;
     Ok((cfg, backend.reader()))
 }
 

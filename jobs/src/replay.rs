@@ -13,11 +13,14 @@ use pipeline::stats::{Stats, Summary};
 use sensor::codec::hourly::{hour_start, HOUR_SECS};
 use sensor::config::JobConfig;
 use sensor::decode::SensorDecoder;
+use sensor::job::SensorJob;
 use sensor::tables::RETENTION_SECS;
 use timely::dataflow::ProbeHandle;
 
-use crate::driver::{self, Cluster, Job, JobArgs, JobOptions, Progress, Source, WorkerInput};
-use crate::store::{Backend, BackendArgs};
+use pipeline::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, Pace, Progress, Source, WorkerInput,
+};
+use pipeline::store::{Backend, BackendArgs};
 
 /// Arguments of `hourglass replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -94,8 +97,8 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
-    args.job.cluster.apply(&mut cfg);
+    args.backend.apply(&mut cfg.store);
+    args.job.cluster.apply(&mut cfg.cluster);
     if let Some(workers) = args.workers {
         pipeline::config::check_workers("--workers", workers)?;
     }
@@ -114,8 +117,13 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
 pub fn run(args: &ReplayArgs) -> Result<Summary> {
     let cfg = job_config(args)?;
     // Before the store opens: a cluster refuses the embedded store.
-    Cluster::from_config(&cfg)?;
-    let backend = crate::store::open_for_writing(&cfg, &args.backend, args.job.recover)?;
+    Cluster::from_config(&cfg.cluster, &cfg.store)?;
+    let backend = pipeline::store::open_for_writing(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        args.job.recover,
+    )?;
     backend.ensure_tables()?;
     replay_into(args, &cfg, &backend)
 }
@@ -123,7 +131,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
 /// Replays `args.file` into `backend`, one writer per worker, and reports.
 pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
     let speed = parse_speed(&args.speed)?;
-    let cluster = Cluster::from_config(cfg)?;
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let workers = args.workers.unwrap_or_else(driver::default_workers);
     let shift = if args.rebase_time {
         rebase_shift(&args.file, &cfg.metric, &cfg.window)?
@@ -145,6 +153,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         stop_on_signals: false,
         quiet: args.quiet,
         cluster: &cluster,
+        reject_kinds: &sensor::decode::Reason::KINDS,
     })?;
     let source = RecordingSource {
         decoder: SensorDecoder {
@@ -170,7 +179,8 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         stats: job.stats().clone(),
         control: job.control().clone(),
     };
-    job.run(source, cfg, backend)
+    let sensor = SensorJob::new(cfg, Pace::of(&source), backend)?;
+    Ok(job.run(source, sensor, &cfg.window, &cfg.store, backend)?)
 }
 
 /// A recording, read by every worker (each keeps its share of the lines).
@@ -250,7 +260,7 @@ impl Source for RecordingSource {
         })
     }
 
-    fn watch(&self) -> Result<Progress> {
+    fn watch(&self) -> pipeline::Result<Progress> {
         Ok(Progress::start(self.stats.clone(), self.total_bytes))
     }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod decode;
 pub mod graph;
+pub mod job;
 pub mod query;
 pub mod reading;
 pub mod registry;
@@ -38,6 +39,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The engine failed, as it says.
+    #[error(transparent)]
+    Engine(pipeline::Error),
 }
 
 /// Result with the sensor [`Error`].
@@ -59,7 +63,7 @@ impl From<pipeline::Error> for Error {
             pipeline::Error::Config(message) => Error::Config(message),
             pipeline::Error::Invalid(message) => Error::Invalid(message),
             pipeline::Error::Io { path, source } => Error::Io { path, source },
-            other => Error::Invalid(other.to_string()),
+            other => Error::Engine(other),
         }
     }
 }

@@ -367,8 +367,8 @@ pub fn run(args: &LiveArgs) -> Result<()> {
         args.rate
     );
     anyhow::ensure!(args.devices > 0, "--devices: use at least 1");
-    let duration = crate::run::parse_duration(&args.duration)?;
-    let warmup = crate::run::parse_duration(&args.warmup)?;
+    let duration = pipeline::time::parse_duration(&args.duration)?;
+    let warmup = pipeline::time::parse_duration(&args.warmup)?;
     let tmp = tempfile::tempdir()?;
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;

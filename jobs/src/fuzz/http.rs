@@ -18,7 +18,7 @@ use sensor::summary::HourSummary;
 
 use super::{lines, run, Verdict};
 use crate::serve::DashboardServer;
-use crate::store::Backend;
+use pipeline::store::Backend;
 
 /// "Now" for the store's TTLs: the day after the scenario, as the end-to-end tests fix it.
 const NOW_MS: i64 = 1_724_200_000_000;
@@ -182,7 +182,7 @@ fn http() {
         &backend,
         &JobConfig::default(),
         None,
-        &crate::http_thread::HttpLimits::default(),
+        &pipeline::http_thread::HttpLimits::default(),
     )
     .expect("dashboard server");
     let last =

@@ -17,8 +17,8 @@ use chrono::{Datelike, NaiveDate};
 use sensor::config::JobConfig;
 use serde::Serialize;
 
-use crate::store::BackendArgs;
 pub use figures::MonthFigures;
+use pipeline::store::BackendArgs;
 
 /// Arguments of `hourglass report`.
 #[derive(Debug, Clone, clap::Args)]
@@ -184,13 +184,25 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
     let workers = args
         .workers
         .or(cfg.workers)
-        .unwrap_or_else(crate::driver::default_workers);
+        .unwrap_or_else(pipeline::driver::default_workers);
     pipeline::config::check_workers("--workers", workers)?;
     if let Some(devices) = args.bench_fill {
-        let db = crate::store::open(&cfg, &args.backend, true, true)?;
+        let db = pipeline::store::open(
+            &cfg.store,
+            &sensor::tables::all_tables(),
+            &args.backend,
+            true,
+            true,
+        )?;
         bench::fill(&db, devices, from, to, args.interval.unwrap_or(600))?;
     }
-    let db = crate::store::open(&cfg, &args.backend, true, false)?;
+    let db = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        true,
+        false,
+    )?;
     let reader = db.reader();
     let (room_of, rooms_from) = rooms(args, &cfg, &reader)?;
     let scope = match (&args.device, &args.room) {

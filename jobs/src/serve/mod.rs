@@ -28,8 +28,8 @@ use sensor::config::JobConfig;
 use sensor::tables;
 use subtle::ConstantTimeEq;
 
-use crate::http_thread::{self, HttpLimits, HttpThread};
-use crate::store::{self, Backend, BackendArgs};
+use pipeline::http_thread::{self, HttpLimits, HttpThread};
+use pipeline::store::{self, Backend, BackendArgs};
 use sinks::embedded::OpenMode;
 use sinks::Reader;
 
@@ -310,10 +310,11 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
+    args.backend.apply(&mut cfg.store);
     // Requests wait for HBase a few seconds at most: a dashboard retries on its own.
     let backend = store::open_with(
-        &cfg,
+        &cfg.store,
+        &tables::all_tables(),
         &args.backend,
         OpenMode::ReadOnly,
         Some(HBASE_REQUEST_RETRY),

@@ -14,7 +14,7 @@ use sinks::hbase::admin::{self, Created};
 use sinks::hbase::{HbaseConfig, HbaseStorage};
 use sinks::schema::TableSpec;
 
-use crate::store::{Backend, BackendArgs};
+use pipeline::store::{Backend, BackendArgs};
 
 pub use splits::{Fleet, SplitArgs, Splits};
 
@@ -67,7 +67,13 @@ impl HbaseArgs {
             backend.hbase.is_some(),
             "store.kind = \"hbase\" needs an address: pass --hbase HOST:PORT or set store.hbase"
         );
-        crate::store::open(&cfg, &backend, true, false)
+        Ok(pipeline::store::open(
+            &cfg.store,
+            &sensor::tables::all_tables(),
+            &backend,
+            true,
+            false,
+        )?)
     }
 }
 
@@ -236,7 +242,13 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                 .find(|t| t.name == table)
                 .with_context(|| unknown_table(&table))?;
             let cfg = load_config(config.as_ref())?;
-            let db = crate::store::open(&cfg, &backend, true, false)?;
+            let db = pipeline::store::open(
+                &cfg.store,
+                &sensor::tables::all_tables(),
+                &backend,
+                true,
+                false,
+            )?;
             db.admin().dump(spec.name, |row| -> Result<()> {
                 for c in &row.cells {
                     writeln!(

@@ -5,13 +5,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::stats::Stats;
 use indicatif::{ProgressBar, ProgressStyle};
-use pipeline::stats::Stats;
 
 /// Draws the bar from the job's counters until dropped.
 pub struct Progress {
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress").finish_non_exhaustive()
+    }
 }
 
 impl Progress {

@@ -1,16 +1,16 @@
-//! The flags that choose the store, and the one call that opens it through [`sinks::open`].
+//! The flags that choose the store, and the one call that opens it through [`sinks::open`]
+//! with a job's tables.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use pipeline::config::StoreKind;
-use sensor::config::JobConfig;
-use sensor::room::PreviousView;
-use sensor::tables;
 use sinks::embedded::OpenMode;
+use sinks::schema::TableSpec;
 use sinks::OpenOptions;
+
+use crate::config::{StoreConfig, StoreKind};
+use crate::{Error, Result};
 
 /// An open store: the embedded one or HBase, behind [`sinks::Store`].
 pub type Backend = sinks::Store;
@@ -36,50 +36,32 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
-    /// Applies the flags to `cfg.store`: `--store` selects the embedded store, `--hbase` HBase,
-    /// `--thrift2` the HBase gateway for reads, writes and admin.
-    pub fn apply(&self, cfg: &mut JobConfig) {
+    /// Applies the flags to a config's `[store]`: `--store` selects the embedded store,
+    /// `--hbase` HBase, `--thrift2` the HBase gateway for reads, writes and admin.
+    pub fn apply(&self, store: &mut StoreConfig) {
         if let Some(dir) = &self.store {
-            cfg.store.kind = StoreKind::Embedded;
-            cfg.store.dir = dir.clone();
+            store.kind = StoreKind::Embedded;
+            store.dir = dir.clone();
         }
         if let Some(addr) = &self.hbase {
-            cfg.store.kind = StoreKind::Hbase;
-            cfg.store.hbase = Some(addr.clone());
+            store.kind = StoreKind::Hbase;
+            store.hbase = Some(addr.clone());
         }
         if let Some(addr) = &self.thrift2 {
-            cfg.store.hbase_client.thrift2 = Some(addr.clone());
+            store.hbase_client.thrift2 = Some(addr.clone());
         }
     }
 }
 
-/// The room view a previous run left in `backend` (see [`PreviousView`]), which a job continues
-/// from; says so when there is one.
-pub fn previous_view(backend: &Backend) -> Result<PreviousView> {
-    let view = PreviousView::read(&backend.reader()).with_context(|| {
-        format!(
-            "reading the room view a previous run left in {} ({})",
-            tables::ROOM_TABLE,
-            backend.location()
-        )
-    })?;
-    if !view.is_empty() {
-        tracing::info!(
-            rows = view.len(),
-            "room view: continuing from the stored rows"
-        );
-    }
-    Ok(view)
-}
-
-/// Opens the store `cfg.store` names after applying `args`. `interactive` bounds HBase
+/// Opens the store `cfg` names, with `tables`, after applying `args`. `interactive` bounds HBase
 /// retries to a minute (queries, admin); otherwise they go on as `[store.hbase_client]` says
 /// (by default forever: a streaming job waits for HBase to come back, blocking its workers).
 /// Without `create` (read-only commands) the embedded store must exist and is never changed
 /// (see [`OpenMode::ReadOnly`]); with it, it is opened for writing and a damaged journal is
 /// refused.
 pub fn open(
-    cfg: &JobConfig,
+    cfg: &StoreConfig,
+    tables: &[TableSpec],
     args: &BackendArgs,
     interactive: bool,
     create: bool,
@@ -89,24 +71,36 @@ pub fn open(
     } else {
         OpenMode::ReadOnly
     };
-    open_with(cfg, args, mode, interactive.then_some(INTERACTIVE_RETRY))
+    open_with(
+        cfg,
+        tables,
+        args,
+        mode,
+        interactive.then_some(INTERACTIVE_RETRY),
+    )
 }
 
 /// [`open`] for a writing job: `recover` (its `--recover` flag) keeps the writes before damage
 /// in an embedded store's journal and drops the rest, saying what it drops.
-pub fn open_for_writing(cfg: &JobConfig, args: &BackendArgs, recover: bool) -> Result<Backend> {
+pub fn open_for_writing(
+    cfg: &StoreConfig,
+    tables: &[TableSpec],
+    args: &BackendArgs,
+    recover: bool,
+) -> Result<Backend> {
     let mode = if recover {
         OpenMode::Recover
     } else {
         OpenMode::ReadWrite
     };
-    open_with(cfg, args, mode, None)
+    open_with(cfg, tables, args, mode, None)
 }
 
 /// Opens the store as `mode` says, HBase retries bounded by `retry_limit`, measuring the
-/// embedded store's TTLs against [`pipeline::time::now_ms`] (so `HOURGLASS_NOW` applies).
+/// embedded store's TTLs against [`crate::time::now_ms`] (so `HOURGLASS_NOW` applies).
 pub fn open_with(
-    cfg: &JobConfig,
+    cfg: &StoreConfig,
+    tables: &[TableSpec],
     args: &BackendArgs,
     mode: OpenMode,
     retry_limit: Option<Duration>,
@@ -114,11 +108,11 @@ pub fn open_with(
     let mut cfg = cfg.clone();
     args.apply(&mut cfg);
     let options = OpenOptions {
-        clock: Arc::new(pipeline::time::now_ms),
+        clock: Arc::new(crate::time::now_ms),
         retry_limit,
         ..OpenOptions::new(mode)
     };
-    let store = sinks::open(&cfg.store, &tables::all_tables(), &options)?;
+    let store = sinks::open(&cfg, tables, &options).map_err(Error::Storage)?;
     for warning in store.open_warnings() {
         eprintln!("warning: {warning}");
     }

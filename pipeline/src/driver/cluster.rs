@@ -10,10 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use pipeline::config::StoreKind;
-use pipeline::control::JobControl;
-use sensor::config::JobConfig;
 use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
 use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
 use timely::communication::{Hooks, WorkerGuards};
@@ -22,6 +18,10 @@ use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Input, Inspect, Probe};
 use timely::dataflow::{InputHandle, ProbeHandle};
 use timely::worker::Worker;
+
+use crate::config::{ClusterConfig, StoreConfig, StoreKind, WindowConfig};
+use crate::control::JobControl;
+use crate::{Context, Error, Result};
 
 /// Cluster flags of `hourglass run` and `hourglass replay`; they override the config's
 /// `[cluster]` table.
@@ -42,25 +42,25 @@ pub struct ClusterArgs {
     /// How long the processes may take to connect to each other at start (`30s`, `2m`; whole
     /// seconds, rounded up); past it every process still waiting stops with an error naming
     /// the processes it misses [default: the config's cluster.connect_timeout_secs, 60 s].
-    #[arg(long, value_name = "DURATION", value_parser = crate::run::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::time::parse_duration)]
     pub connect_timeout: Option<Duration>,
 }
 
 impl ClusterArgs {
-    /// Applies the flags to `cfg.cluster`.
-    pub fn apply(&self, cfg: &mut JobConfig) {
+    /// Applies the flags to a config's `[cluster]`.
+    pub fn apply(&self, cluster: &mut ClusterConfig) {
         if let Some(n) = self.processes {
-            cfg.cluster.processes = n;
+            cluster.processes = n;
         }
         if let Some(i) = self.process {
-            cfg.cluster.process = Some(i);
+            cluster.process = Some(i);
         }
         if let Some(path) = &self.hosts {
-            cfg.cluster.hosts = Some(path.clone());
-            cfg.cluster.addresses.clear();
+            cluster.hosts = Some(path.clone());
+            cluster.addresses.clear();
         }
         if let Some(timeout) = self.connect_timeout {
-            cfg.cluster.connect_timeout_secs =
+            cluster.connect_timeout_secs =
                 timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
         }
     }
@@ -87,38 +87,38 @@ impl Cluster {
         }
     }
 
-    /// The cluster `cfg` describes (after [`ClusterArgs::apply`] and `JobConfig::validate`).
+    /// The cluster a config's `[cluster]` describes (after [`ClusterArgs::apply`] and
+    /// [`ClusterConfig::validate`]), for a job storing into `store`.
     ///
     /// # Errors
     /// The process index is missing, the addresses are missing or do not match the number of
     /// processes, or the store is the embedded one.
-    pub fn from_config(cfg: &JobConfig) -> Result<Self> {
-        let c = &cfg.cluster;
+    pub fn from_config(c: &ClusterConfig, store: &StoreConfig) -> Result<Self> {
         if c.processes <= 1 {
             return Ok(Cluster::single());
         }
         let Some(process) = c.process else {
-            bail!(
+            return Err(Error::Failed(format!(
                 "a cluster of {} processes: give each its index with --process 0..={} (or \
                  cluster.process)",
                 c.processes,
                 c.processes - 1
-            );
+            )));
         };
         if process >= c.processes {
-            bail!(
+            return Err(Error::Failed(format!(
                 "--process {process}: process indices run from 0 to --processes - 1 = {}",
                 c.processes - 1
-            );
+            )));
         }
-        if cfg.store.kind == StoreKind::Embedded {
-            bail!(
+        if store.kind == StoreKind::Embedded {
+            return Err(Error::Failed(format!(
                 "the embedded store cannot be used by a cluster of {} processes: each process \
                  would write a store of its own on its own host, with only its share of the \
                  readings, and queries would see a fraction of them. Use HBase, which every \
                  process reaches (store.kind = \"hbase\" or --hbase HOST:PORT)",
                 c.processes
-            );
+            )));
         }
         Ok(Cluster {
             process,
@@ -154,7 +154,7 @@ impl Cluster {
         T: Send + 'static,
         F: Fn(&mut Worker) -> T + Send + Sync + 'static,
     {
-        let started = |e: String| anyhow!("starting timely workers failed: {e}");
+        let started = |e: String| Error::Failed(format!("starting timely workers failed: {e}"));
         if !self.is_cluster() {
             return timely::execute(timely::Config::process(threads), func).map_err(started);
         }
@@ -256,10 +256,13 @@ pub fn connect_peers(
         }
         let now = Instant::now();
         if now >= deadline {
-            bail!(
-                "{}",
-                timeout_message(addresses, me, timeout, &missing, &last_error)
-            );
+            return Err(Error::Failed(timeout_message(
+                addresses,
+                me,
+                timeout,
+                &missing,
+                &last_error,
+            )));
         }
         std::thread::sleep(CONNECT_RETRY.min(deadline - now));
     }
@@ -344,14 +347,17 @@ fn timeout_message(
 /// that disagree would split the input two ways, or write two layouts into one store.
 pub type Settings = Vec<(String, String)>;
 
-/// The job settings in [`Settings`] that do not depend on the source.
-pub fn job_settings(cfg: &JobConfig, threads: usize, processes: usize) -> Settings {
-    let w = &cfg.window;
+/// The engine's settings in [`Settings`], sorted: the cluster's shape, the event-time window
+/// and the store; a job adds its own ([`super::Dataflow::settings`]) and a source its own.
+pub fn job_settings(
+    w: &WindowConfig,
+    store: &StoreConfig,
+    threads: usize,
+    processes: usize,
+) -> Settings {
     let mut s: Settings = vec![
         ("processes".into(), processes.to_string()),
         ("workers".into(), threads.to_string()),
-        ("metric".into(), cfg.metric.clone()),
-        ("key_scheme".into(), format!("{:?}", cfg.key_scheme)),
         (
             "window.watermark_bound_secs".into(),
             w.watermark_bound_secs.to_string(),
@@ -372,18 +378,10 @@ pub fn job_settings(cfg: &JobConfig, threads: usize, processes: usize) -> Settin
             "window.max_future_skew_secs".into(),
             w.future_skew_secs().to_string(),
         ),
-        (
-            "room_write_interval_secs".into(),
-            cfg.room_write_interval_secs.to_string(),
-        ),
-        ("store.kind".into(), format!("{:?}", cfg.store.kind)),
+        ("store.kind".into(), format!("{:?}", store.kind)),
         (
             "store.hbase".into(),
-            cfg.store.hbase.clone().unwrap_or_default(),
-        ),
-        (
-            "registry_topic".into(),
-            cfg.registry_topic.clone().unwrap_or_default(),
+            store.hbase.clone().unwrap_or_default(),
         ),
     ];
     s.sort();
@@ -534,9 +532,8 @@ mod tests {
 
     #[test]
     fn workers_of_one_process_agree() {
-        let cfg = JobConfig::default();
         let results = timely::execute(timely::Config::process(3), move |worker| {
-            let mut mine = job_settings(&cfg, 3, 1);
+            let mut mine = job_settings(&WindowConfig::default(), &StoreConfig::default(), 3, 1);
             assert_eq!(disagreement(worker, &mine), None);
             // The second exchange: worker 2 now differs from the others.
             if worker.index() == 2 {
@@ -559,7 +556,8 @@ mod tests {
 
     #[test]
     fn the_embedded_store_is_refused_in_a_cluster() {
-        let mut cfg = JobConfig::default();
+        let mut cfg = crate::config::ClusterConfig::default();
+        let mut store = StoreConfig::default();
         ClusterArgs {
             processes: Some(2),
             process: Some(1),
@@ -567,21 +565,21 @@ mod tests {
             connect_timeout: Some(Duration::from_millis(1500)),
         }
         .apply(&mut cfg);
-        assert_eq!(cfg.cluster.connect_timeout_secs, 2);
-        cfg.cluster.addresses = vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()];
-        let e = Cluster::from_config(&cfg).unwrap_err().to_string();
+        assert_eq!(cfg.connect_timeout_secs, 2);
+        cfg.addresses = vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()];
+        let e = Cluster::from_config(&cfg, &store).unwrap_err().to_string();
         assert!(
             e.contains("embedded store cannot be used") && e.contains("HBase"),
             "{e}"
         );
-        cfg.store.kind = StoreKind::Hbase;
-        cfg.store.hbase = Some("h:9090".into());
-        let c = Cluster::from_config(&cfg).unwrap();
+        store.kind = StoreKind::Hbase;
+        store.hbase = Some("h:9090".into());
+        let c = Cluster::from_config(&cfg, &store).unwrap();
         assert_eq!((c.process, c.processes(), c.peers(3)), (1, 2, 6));
         assert_eq!(c.connect_timeout, Duration::from_secs(2));
         assert_eq!(c.label().as_deref(), Some("process 1"));
-        cfg.cluster.process = None;
-        let e = Cluster::from_config(&cfg).unwrap_err().to_string();
+        cfg.process = None;
+        let e = Cluster::from_config(&cfg, &store).unwrap_err().to_string();
         assert!(e.contains("--process"), "{e}");
     }
 

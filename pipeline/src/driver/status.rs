@@ -5,8 +5,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pipeline::source::kafka::{self, KafkaShared};
-use pipeline::stats::Stats;
+use crate::source::kafka::{self, KafkaShared};
+use crate::stats::Stats;
 use rdkafka::consumer::BaseConsumer;
 
 /// Refreshes the partitions' offsets every second (the feeds' idle test needs them) and prints
@@ -14,6 +14,12 @@ use rdkafka::consumer::BaseConsumer;
 pub struct KafkaStatus {
     done: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KafkaStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaStatus").finish_non_exhaustive()
+    }
 }
 
 impl KafkaStatus {
@@ -84,10 +90,8 @@ impl KafkaStatus {
                     "[{tag}] {per_s:.0} records/s, lag {}, watermark {} ({} behind wall clock), \
                      {rejected} rejected, {late} late",
                     lag.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
-                    watermark.map_or_else(
-                        || "-".to_string(),
-                        |w| pipeline::time::format_time(w as i64)
-                    ),
+                    watermark
+                        .map_or_else(|| "-".to_string(), |w| crate::time::format_time(w as i64)),
                     delay.map_or_else(|| "-".to_string(), format_secs),
                 );
             }

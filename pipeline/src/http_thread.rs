@@ -16,7 +16,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::{Context, Result};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -475,7 +475,7 @@ pub async fn serve(
                 evictions.count(max_connections);
             }
             tokio::select! {
-                permit = permits.clone().acquire_owned() => break permit?,
+                permit = permits.clone().acquire_owned() => break permit.context("the connection limit's semaphore closed")?,
                 () = tokio::time::sleep(EVICTION_RETRY) => {},
                 () = &mut shutdown => break 'serve,
             }

@@ -1,10 +1,12 @@
-//! The job driver of `hourglass replay` and `hourglass run`: one source in, the tables out.
+//! The job driver of `hourglass replay` and `hourglass run`: one source in, a job's dataflow,
+//! the tables out.
 //!
-//! The source (a recording, a Kafka topic) is the parameter: it says how many workers read,
-//! opens each worker's feed and turns the counters into its end-of-run report. The driver owns
-//! the rest, the same for both: the counters, job control (a failure anywhere, and for `run`
-//! SIGINT/SIGTERM), the dead-letter and late outputs, `/metrics`, the timely workers, the
-//! status or progress line, and the end-of-run report with `--stats-json`.
+//! The source (a recording, a Kafka topic) and the job ([`Dataflow`]) are the parameters: the
+//! source says how many workers read, opens each worker's feed and turns the counters into its
+//! end-of-run report; the job builds each worker's dataflow. The driver owns the rest, the same
+//! for every job: the counters, job control (a failure anywhere, and for `run` SIGINT/SIGTERM),
+//! the dead-letter and late outputs, `/metrics`, the timely workers, the status or progress
+//! line, and the end-of-run report with `--stats-json`.
 
 mod cluster;
 mod progress;
@@ -15,22 +17,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use operators::{EventFeed, Poll};
-use pipeline::control::JobControl;
-use pipeline::stats::{Stats, Summary};
-use sensor::config::JobConfig;
-use sensor::decode::Decoded;
-use sensor::graph::{self, GraphConfig, SideOutput};
 use sinks::dead_letter::DeadLetters;
 use sinks::table::TableWriter;
-use timely::dataflow::ProbeHandle;
+use timely::dataflow::{ProbeHandle, Scope};
 
+use crate::config::{StoreConfig, WindowConfig};
+use crate::control::JobControl;
 use crate::http_thread::HttpLimits;
 use crate::job_metrics::{JobMetrics, MetricsServer};
+use crate::stats::{Stats, Summary};
 use crate::store::Backend;
+use crate::{Context, Error, Result};
 
-pub use cluster::{lost_peer_message, Cluster, ClusterArgs, Settings};
+pub use cluster::{job_settings, lost_peer_message, Cluster, ClusterArgs, Settings};
 pub use progress::Progress;
 pub use report::{Report, RunSummary};
 pub use status::KafkaStatus;
@@ -67,6 +67,14 @@ pub struct JobArgs {
     pub cluster: ClusterArgs,
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
 impl JobArgs {
     /// `--metrics-listen`, checked.
     ///
@@ -74,7 +82,7 @@ impl JobArgs {
     /// The address is not `HOST:PORT`.
     pub fn checked_metrics_listen(&self) -> Result<Option<&str>> {
         if let Some(addr) = &self.metrics_listen {
-            pipeline::config::check_listen_address("--metrics-listen", addr)?;
+            crate::config::check_listen_address("--metrics-listen", addr)?;
         }
         Ok(self.metrics_listen.as_deref())
     }
@@ -84,7 +92,7 @@ impl JobArgs {
 pub fn default_workers() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(pipeline::config::MAX_WORKERS)
+        .min(crate::config::MAX_WORKERS)
 }
 
 /// What one worker reads, and how it writes.
@@ -98,10 +106,66 @@ pub struct WorkerInput<F> {
     pub finish: Option<Box<dyn FnOnce() -> Result<(), String>>>,
 }
 
-/// Where a job's readings come from: the driver's one parameter.
+impl<F> std::fmt::Debug for WorkerInput<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerInput").finish_non_exhaustive()
+    }
+}
+
+/// A job the driver runs: the dataflow each worker builds over its feed, and the job's settings
+/// every process of a cluster must share.
+pub trait Dataflow: Send + Sync + 'static {
+    /// What the job's feeds emit (a record, or a rejected one).
+    type Item: 'static;
+
+    /// The job's settings in [`Settings`] (its own config; the engine adds the cluster's and
+    /// the store's, see [`job_settings`]).
+    fn settings(&self) -> Settings;
+
+    /// Builds the dataflow on one worker over `feed`, writing with `writer`, rejected and late
+    /// records to `side`. `probe`'s frontier must pass watermark `t` once every record the feed
+    /// emitted before `t` is durably written (a Kafka feed commits the offsets it passed).
+    #[allow(clippy::too_many_arguments)]
+    fn build<'scope, F>(
+        &self,
+        scope: Scope<'scope, u64>,
+        feed: F,
+        writer: Box<dyn TableWriter>,
+        side: Arc<DeadLetters>,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+        probe: &ProbeHandle<u64>,
+    ) where
+        F: EventFeed<Item = Self::Item> + 'static;
+}
+
+/// How a source wants a job's writes paced (see [`Source::flush_every`],
+/// [`Source::flush_min_gap`], [`Source::early_fire_past_hours`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Longest time written data may wait in a worker's writer buffer.
+    pub flush_every: Duration,
+    /// Shortest time between two flushes caused by event-time progress.
+    pub flush_min_gap: Duration,
+    /// Whether windows the wall clock has left fire early too.
+    pub early_fire_past_hours: bool,
+}
+
+impl Pace {
+    /// The pace `source` asks for.
+    pub fn of(source: &impl Source) -> Self {
+        Pace {
+            flush_every: source.flush_every(),
+            flush_min_gap: source.flush_min_gap(),
+            early_fire_past_hours: source.early_fire_past_hours(),
+        }
+    }
+}
+
+/// Where a job's records come from: the driver's other parameter.
 pub trait Source: Send + Sync + 'static {
     /// One worker's feed.
-    type Feed: EventFeed<Item = Decoded> + 'static;
+    type Feed: EventFeed + 'static;
     /// What watches the job while it runs (a progress bar, a status line); dropped once the
     /// workers have stopped.
     type Watch;
@@ -125,9 +189,9 @@ pub trait Source: Send + Sync + 'static {
         Duration::ZERO
     }
 
-    /// Whether hours the wall clock has left fire early too
-    /// (`sensor::graph::GraphConfig::early_fire_past_hours`): a source that commits offsets
-    /// past what is durable needs it.
+    /// Whether hours the wall clock has left fire early too (a job's window, e.g. the sensor
+    /// job's `GraphConfig::early_fire_past_hours`): a source that commits offsets past what is
+    /// durable needs it.
     fn early_fire_past_hours(&self) -> bool {
         false
     }
@@ -169,6 +233,9 @@ pub struct JobOptions<'a> {
     pub quiet: bool,
     /// This process's place in a cluster ([`Cluster::single`] for one process).
     pub cluster: &'a Cluster,
+    /// The kinds of refusal of the job's records ([`crate::source::Refusal::KINDS`]), the
+    /// labels of `/metrics`' `rejected` counter.
+    pub reject_kinds: &'static [&'static str],
 }
 
 /// A job started but not yet reading: counters, control and metrics exist, so that the source
@@ -193,7 +260,11 @@ impl Job {
     pub fn start(opts: JobOptions<'_>) -> Result<Self> {
         let stats = Arc::new(Stats::default());
         let control = Arc::new(JobControl::default());
-        let metrics = Arc::new(JobMetrics::new(stats.clone(), control.clone()));
+        let metrics = Arc::new(JobMetrics::new(
+            stats.clone(),
+            control.clone(),
+            opts.reject_kinds,
+        ));
         if opts.cluster.is_cluster() {
             metrics.set_process(opts.cluster.process);
         }
@@ -236,17 +307,25 @@ impl Job {
         &self.metrics
     }
 
-    /// Runs `source` into `backend` until it is done, stopped or failed, then prints the
-    /// report (and writes `--stats-json`).
+    /// Runs `job` over `source` into `backend` until it is done, stopped or failed, then
+    /// prints the report (and writes `--stats-json`). `window` and `store` are the engine's
+    /// settings every process of a cluster must share, beside the job's and the source's.
     ///
     /// # Errors
     /// A worker failed, the job failed (the first error), or an output cannot be written.
-    pub fn run<S: Source>(
+    pub fn run<S, D>(
         self,
         source: S,
-        cfg: &JobConfig,
+        job: D,
+        window: &WindowConfig,
+        store: &StoreConfig,
         backend: &Backend,
-    ) -> Result<S::Report> {
+    ) -> Result<S::Report>
+    where
+        S: Source,
+        D: Dataflow,
+        S::Feed: EventFeed<Item = D::Item>,
+    {
         if let Some(writers) = backend.metrics() {
             self.metrics.attach_writers(writers);
         }
@@ -254,20 +333,12 @@ impl Job {
             self.args.dead_letter.clone(),
             self.args.late_output.clone(),
         ));
-        let graph_cfg = GraphConfig {
-            scheme: cfg.key_scheme,
-            window: cfg.window,
-            flush_every: source.flush_every(),
-            flush_min_gap: source.flush_min_gap(),
-            registry: cfg.registry_source(),
-            previous_view: crate::store::previous_view(backend)?,
-            clock: pipeline::source::Clock::start(),
-            early_fire_past_hours: source.early_fire_past_hours(),
-            room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
-        };
         let workers = source.workers();
-        let mut settings = cluster::job_settings(cfg, workers, self.cluster.processes());
+        let mut settings = job_settings(window, store, workers, self.cluster.processes());
+        settings.extend(job.settings());
+        settings.sort();
         settings.extend(source.settings());
+        let job = Arc::new(job);
         let in_cluster = self.cluster.is_cluster();
         if in_cluster {
             eprintln!(
@@ -282,7 +353,8 @@ impl Job {
         let source = Arc::new(source);
         let started = Instant::now();
 
-        let (w_source, w_stats, w_control, w_side, w_backend) = (
+        let (w_job, w_source, w_stats, w_control, w_side, w_backend) = (
+            job,
             source.clone(),
             self.stats.clone(),
             self.control.clone(),
@@ -291,7 +363,7 @@ impl Job {
         );
         let guards = self.cluster.execute(workers, move |worker| {
             let probe = ProbeHandle::new();
-            let side: Arc<dyn SideOutput> = w_side.clone();
+            let side = w_side.clone();
             let (stats, control) = (w_stats.clone(), w_control.clone());
             // Before any worker opens its share of the input: a process that disagrees would
             // read another split of it, or write another layout into the shared store.
@@ -305,10 +377,9 @@ impl Job {
             match opened {
                 Ok(input) => {
                     worker.dataflow::<u64, _, _>(|scope| {
-                        graph::build(
+                        w_job.build(
                             scope,
                             input.feed,
-                            &graph_cfg,
                             input.writer,
                             side,
                             stats,
@@ -324,10 +395,9 @@ impl Job {
                 Err(e) => {
                     w_control.fail(e);
                     worker.dataflow::<u64, _, _>(|scope| {
-                        graph::build(
+                        w_job.build(
                             scope,
-                            NoInput,
-                            &graph_cfg,
+                            NoInput::<D::Item>(std::marker::PhantomData),
                             w_backend.writer(),
                             side,
                             stats,
@@ -339,7 +409,7 @@ impl Job {
             }
         })?;
         for result in guards.join() {
-            result.map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
+            result.map_err(|e| Error::Failed(format!("a worker failed: {e}")))?;
         }
         drop(fail_together);
         let elapsed = started.elapsed().as_secs_f64();
@@ -348,10 +418,10 @@ impl Job {
         if let Some(signals) = self.signals {
             signals.close();
         }
-        side.flush()?;
-        backend.persist()?;
+        side.flush().map_err(Error::Storage)?;
+        backend.persist().map_err(Error::Storage)?;
         if let Some(e) = self.control.error() {
-            bail!("{e}");
+            return Err(Error::Failed(e));
         }
 
         let report = source.report(self.stats.summary(elapsed), &self.stats);
@@ -359,8 +429,8 @@ impl Job {
             eprintln!("{line}");
         }
         if let Some(path) = &self.args.stats_json {
-            std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            let json = serde_json::to_vec_pretty(&report).context("serializing the report")?;
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         }
         if !self.quiet {
             eprintln!("{}", report.headline(&backend.location()));
@@ -371,11 +441,11 @@ impl Job {
 
 /// The feed of a worker whose source could not open: the job is failing, but every worker must
 /// build the same dataflow.
-struct NoInput;
+struct NoInput<T>(std::marker::PhantomData<T>);
 
-impl EventFeed for NoInput {
-    type Item = Decoded;
-    fn poll(&mut self) -> Poll<Decoded> {
+impl<T: 'static> EventFeed for NoInput<T> {
+    type Item = T;
+    fn poll(&mut self) -> Poll<T> {
         Poll::Done
     }
     fn watermark(&self) -> u64 {

@@ -10,24 +10,23 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use anyhow::{Context, Result};
+use crate::control::JobControl;
+use crate::source::kafka::KafkaShared;
+use crate::stats::{Stats, BATCH_SIZE_BOUNDS};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use pipeline::control::JobControl;
-use pipeline::source::kafka::KafkaShared;
-use pipeline::stats::{Stats, BATCH_SIZE_BOUNDS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use sensor::decode::Reason;
 use sinks::MetricsSource;
 
 use crate::http_thread::{HttpLimits, HttpThread};
+use crate::{Context, Result};
 
 /// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
 /// HBase writers' counters are attached once they exist (the server starts before both, so
@@ -36,6 +35,8 @@ use crate::http_thread::{HttpLimits, HttpThread};
 pub struct JobMetrics {
     stats: Arc<Stats>,
     control: Arc<JobControl>,
+    /// The job's kinds of refusal, in the order of [`Stats::rejected_by_kind`].
+    reject_kinds: &'static [&'static str],
     kafka: OnceLock<Arc<KafkaShared>>,
     writers: OnceLock<Arc<dyn MetricsSource>>,
     /// The process index of a cluster's process, a `process` label on every sample.
@@ -43,11 +44,17 @@ pub struct JobMetrics {
 }
 
 impl JobMetrics {
-    /// Metrics of a job counting into `stats`, failing through `control`.
-    pub fn new(stats: Arc<Stats>, control: Arc<JobControl>) -> Self {
+    /// Metrics of a job counting into `stats`, failing through `control`, whose refusals are
+    /// of `reject_kinds` ([`crate::source::Refusal::KINDS`]).
+    pub fn new(
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+        reject_kinds: &'static [&'static str],
+    ) -> Self {
         JobMetrics {
             stats,
             control,
+            reject_kinds,
             kafka: OnceLock::new(),
             writers: OnceLock::new(),
             process: OnceLock::new(),
@@ -162,7 +169,7 @@ impl Collector for JobMetrics {
             None,
             MetricType::Counter,
         )?;
-        for (kind, n) in Reason::KINDS.iter().zip(&s.rejected_by_kind) {
+        for (kind, n) in self.reject_kinds.iter().zip(&s.rejected_by_kind) {
             ConstCounter::new(n.load(Relaxed))
                 .encode(rejected.encode_family(&[("reason", *kind)])?)?;
         }
@@ -282,7 +289,7 @@ impl Collector for JobMetrics {
                 "watermark_delay_seconds",
                 "Now - watermark, seconds (HOURGLASS_NOW fixes now): how far event time lags \
                  behind the clock",
-                pipeline::time::now_ms() / 1000 - watermark,
+                crate::time::now_ms() / 1000 - watermark,
             )?;
         }
         Ok(())
@@ -362,9 +369,20 @@ async fn healthz(State(st): State<Arc<Served>>) -> Response {
 mod tests {
     use super::*;
 
+    /// The sensor job's kinds of refusal, `invalid_json` at index 2.
+    const KINDS: &[&str] = &[
+        "too_long",
+        "not_utf8",
+        "invalid_json",
+        "not_an_object",
+        "missing_field",
+        "bad_field",
+        "future",
+    ];
+
     #[test]
     fn produce_to_durable_is_a_histogram_of_every_recorded_delay() {
-        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default()));
+        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default(), KINDS));
         let kafka = Arc::new(KafkaShared::new(1, 1));
         kafka.delays.record([20, 80, 80, 400, 1_500, 90_000]);
         metrics.attach_kafka(kafka);
@@ -394,11 +412,10 @@ mod tests {
     fn every_metric_has_help_and_type() {
         let stats = Arc::new(Stats::default());
         stats.read.store(7, std::sync::atomic::Ordering::Relaxed);
-        stats.rejected_by_kind[Reason::InvalidJson(String::new()).kind_index()]
-            .store(2, std::sync::atomic::Ordering::Relaxed);
+        stats.rejected_by_kind[2].store(2, std::sync::atomic::Ordering::Relaxed);
         stats.sink_batches.observe(3);
         stats.sink_batches.observe(5000);
-        let metrics = Arc::new(JobMetrics::new(stats, Arc::default()));
+        let metrics = Arc::new(JobMetrics::new(stats, Arc::default(), KINDS));
         metrics.attach_kafka(Arc::new(KafkaShared::new(2, 1)));
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
@@ -431,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_cluster_process_labels_every_sample() {
-        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default()));
+        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default(), KINDS));
         metrics.set_process(1);
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())

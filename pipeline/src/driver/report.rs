@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use pipeline::stats::{Stats, Summary};
+use crate::stats::{Stats, Summary};
 use serde::Serialize;
 use sinks::dead_letter::DeadLetters;
 
