@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use sensor::codec::hourly::HOUR_SECS;
+use pipeline::time::HOUR_SECS;
 
 use crate::generate::{self, GenerateArgs};
 use crate::replay::{self, ReplayArgs};

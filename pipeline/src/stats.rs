@@ -4,9 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::source::{Refusal, FUTURE_KIND};
-
-/// Most kinds of refusal a job may count ([`Refusal::KINDS`]).
+/// Most kinds of refusal a job may count (its `source::Refusal::KINDS`).
 pub const MAX_REJECT_KINDS: usize = 16;
 
 /// Counters shared by every worker of a job.
@@ -35,11 +33,12 @@ pub struct Stats {
     pub bytes: AtomicU64,
     /// Registry topic records refused (bad key or value) and sent to the dead-letter output.
     pub registry_rejected: AtomicU64,
-    /// Rejected lines by [`Refusal::kind_index`], counted when they reach the dead-letter
-    /// output ([`Stats::count_rejected`]); their sum equals `rejected` once the job has drained
-    /// (sources publish `rejected` in batches, so the two may differ while it runs).
+    /// Rejected lines by their kind's index (`source::Refusal::kind_index`), counted when they
+    /// reach the dead-letter output ([`Stats::count_rejected`]); their sum equals `rejected`
+    /// once the job has drained (sources publish `rejected` in batches, so the two may differ
+    /// while it runs).
     pub rejected_by_kind: [AtomicU64; MAX_REJECT_KINDS],
-    /// Of those, the ones of kind [`FUTURE_KIND`].
+    /// Of those, the ones of kind `future` (`source::FUTURE_KIND`): a clock running ahead.
     pub rejected_future: AtomicU64,
     /// Mutations per flush of a worker's table writer.
     pub sink_batches: BatchSizes,
@@ -100,13 +99,14 @@ pub fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Stats {
-    /// Counts a rejection that reached the dead-letter output, by its kind.
+    /// Counts a rejection that reached the dead-letter output, by its kind's index; `future`
+    /// if it is of the `future` kind.
     ///
     /// # Panics
-    /// If the job gives more than [`MAX_REJECT_KINDS`] kinds.
-    pub fn count_rejected<R: Refusal>(&self, reason: &R) {
-        add(&self.rejected_by_kind[reason.kind_index()], 1);
-        if reason.kind() == FUTURE_KIND {
+    /// If `kind_index` is [`MAX_REJECT_KINDS`] or more.
+    pub fn count_rejected(&self, kind_index: usize, future: bool) {
+        add(&self.rejected_by_kind[kind_index], 1);
+        if future {
             add(&self.rejected_future, 1);
         }
     }

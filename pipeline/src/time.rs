@@ -2,6 +2,9 @@
 
 use crate::{Context, Error, Result};
 
+/// One hour, in seconds: the width of the sensor job's wide rows and of its window.
+pub const HOUR_SECS: i64 = 3600;
+
 /// Earliest time a user may name: 0000-01-01T00:00:00Z, the first instant RFC 3339 can write.
 pub const MIN_TIME: i64 = -62_167_219_200;
 /// Latest time a user may name: 9999-12-31T23:59:59Z, the last second RFC 3339 can write.

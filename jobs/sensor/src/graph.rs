@@ -164,7 +164,10 @@ impl BatchWriter<Box<Rejected>> for SideWriter {
 
     fn write(&mut self, batch: Vec<Box<Rejected>>) -> crate::Result<()> {
         for r in batch {
-            self.stats.count_rejected(&r.reason);
+            self.stats.count_rejected(
+                r.reason.kind_index(),
+                matches!(r.reason, crate::decode::Reason::Future { .. }),
+            );
             self.side.rejected(&r)?;
         }
         Ok(())

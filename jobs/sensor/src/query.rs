@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::codec::hourly::{wide_cell_ts_ms, HOUR_SECS};
+use crate::codec::hourly::wide_cell_ts_ms;
 use crate::codec::key::validate_device;
 use crate::codec::narrow::KeyScheme;
 use crate::codec::{hourly, narrow};
@@ -10,6 +10,7 @@ use crate::reading::Reading;
 use crate::summary::HourSummary;
 use crate::tables::{FAMILY, HOURLY_TABLE, NARROW_TABLE};
 use crate::Result;
+use pipeline::time::HOUR_SECS;
 use sinks::table::{Column, Row, ScanSpec, TableReader, TimeRange};
 
 /// The readings of `device` with `from <= ts < to`, oldest first: one scan of the narrow table.

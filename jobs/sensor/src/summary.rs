@@ -11,7 +11,7 @@
 use operators::Accumulate;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::hourly::HOUR_SECS;
+use pipeline::time::HOUR_SECS;
 
 const WORDS: usize = (HOUR_SECS as usize).div_ceil(64);
 

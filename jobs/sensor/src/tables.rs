@@ -5,6 +5,7 @@
 //! (`sinks::open(&cfg, &all_tables(), &options)`). Adding a sensor table touches this file, and
 //! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
 
+use crate::codec::key::{SALT_BUCKETS, SEPARATOR};
 use sinks::schema::{
     pattern_split_keys, quantile_split_keys, salt_split_keys, Bloom, Compression, FamilySpec,
     TableSpec,
@@ -20,8 +21,6 @@ pub const ROOM_TABLE: &str = "ts_room_latest";
 pub const FAMILY: &str = "t";
 /// Retention of readings: 90 days, in seconds.
 pub const RETENTION_SECS: u64 = 90 * 24 * 3600;
-/// Number of salt buckets of the narrow table (and of its regions).
-pub const SALT_BUCKETS: u32 = 16;
 /// Regions `ts_metric_hourly` and `ts_room_latest` are pre-split into unless told otherwise:
 /// as many as the narrow table's, so that the three tables spread over the same servers.
 pub const DEFAULT_ID_REGIONS: u32 = SALT_BUCKETS;
@@ -34,10 +33,6 @@ pub const DEFAULT_ROOM_PATTERN: (&str, u32) = ("room", 3);
 /// The qualifiers of a wide row's summary cells in `ts_metric_hourly`, in the order written;
 /// its other cells are points, one per second offset.
 pub const HOURLY_SUMMARY_QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
-
-/// The byte between an id and the rest of a row key, where the id-keyed tables are split
-/// ([`crate::codec::key::SEPARATOR`]).
-pub const KEY_SEPARATOR: u8 = crate::codec::key::SEPARATOR;
 
 /// The split keys of the tables whose row keys start with an id: `ts_metric_hourly`
 /// (`<device>_<hour>`) and `ts_room_latest` (`<room>_<device>`).
@@ -76,8 +71,8 @@ impl IdSplits {
     /// as without a pre-split: give the fleet's ids instead ([`IdSplits::from_weights`]).
     pub fn generator_default(regions: u32) -> Self {
         IdSplits {
-            devices: pattern_split_keys(DEFAULT_DEVICE_PATTERN, regions, KEY_SEPARATOR),
-            rooms: pattern_split_keys(DEFAULT_ROOM_PATTERN, regions, KEY_SEPARATOR),
+            devices: pattern_split_keys(DEFAULT_DEVICE_PATTERN, regions, SEPARATOR),
+            rooms: pattern_split_keys(DEFAULT_ROOM_PATTERN, regions, SEPARATOR),
         }
     }
 
@@ -91,8 +86,8 @@ impl IdSplits {
         regions: u32,
     ) -> Self {
         IdSplits {
-            devices: quantile_split_keys(devices, regions, KEY_SEPARATOR),
-            rooms: quantile_split_keys(rooms, regions, KEY_SEPARATOR),
+            devices: quantile_split_keys(devices, regions, SEPARATOR),
+            rooms: quantile_split_keys(rooms, regions, SEPARATOR),
         }
     }
 }

@@ -4,8 +4,9 @@
 use std::cmp::Reverse;
 
 use pipeline::json::MAX_TS;
+use pipeline::time::HOUR_SECS;
 use sensor::codec::hourly::{
-    hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier, HOUR_SECS,
+    hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier,
 };
 use sensor::codec::key::{salt_bucket, validate_device};
 use sensor::codec::narrow::{

@@ -34,14 +34,14 @@ pub struct LandingArgs {
     /// Split points of ts_metric_hourly and ts_room_latest to predict over, for a file, as
     /// `tables create` would make them with the same flags.
     #[command(flatten)]
-    pub split: crate::tables::SplitArgs,
+    pub split: crate::tables::splits::SplitArgs,
     /// Row-key scheme: `salted` (`<bucket>_<device>_<reversed ts>`) or `plain`
     /// (`<device>_<ts>`).
     #[arg(long, value_enum, default_value = "salted")]
     pub scheme: SchemeArg,
     /// Salt buckets (salted) or regions (plain) to predict over, for a file [default: 16, as
     /// `tables create` pre-splits].
-    #[arg(long, default_value_t = sensor::tables::SALT_BUCKETS)]
+    #[arg(long, default_value_t = sensor::codec::key::SALT_BUCKETS)]
     pub buckets: u32,
     /// Largest acceptable max ÷ mean rows per bucket/region; above it the check fails (exit 1).
     #[arg(long, default_value_t = 1.5)]

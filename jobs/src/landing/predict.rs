@@ -12,7 +12,7 @@ use sensor::decode::decode_line;
 use sinks::schema::salt_bucket_key;
 
 use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
-use crate::tables::{Fleet, Splits};
+use crate::tables::splits::{Fleet, Splits};
 
 /// Reads `file` and predicts where its rows land under `scheme` over `n` buckets or regions.
 ///

@@ -2,7 +2,8 @@
 //! replay).
 
 use anyhow::Result;
-use sensor::codec::hourly::{wide_put, HOUR_SECS};
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::wide_put;
 use sensor::summary::HourSummary;
 
 /// Puts per writer call.

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use sensor::codec::hourly::{hourly_window, point_offset, HOUR_SECS};
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::{hourly_window, point_offset};
 use sensor::summary::HourSummary;
 use serde::Serialize;
 use sinks::table::Row;

@@ -276,7 +276,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         from,
         to,
         now: window.now,
-        provisional: window.provisional(to - sensor::codec::hourly::HOUR_SECS),
+        provisional: window.provisional(to - pipeline::time::HOUR_SECS),
         rows_read: out.rows,
         bad_rows: out.bad,
         rooms_from,

@@ -2,7 +2,8 @@
 //! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
 
 use anyhow::Result;
-use sensor::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix, HOUR_SECS};
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix};
 use sensor::codec::narrow::KeyScheme;
 use sensor::query::narrow_points;
 use sensor::tables::HOURLY_TABLE;

@@ -1,7 +1,7 @@
 //! `hourglass tables`: the schema as HBase shell DDL, table creation, description and splits
 //! in HBase, and dumps of stored tables.
 
-mod splits;
+pub(crate) mod splits;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use sinks::schema::TableSpec;
 
 use pipeline::store::{Backend, BackendArgs};
 
-pub use splits::{Fleet, SplitArgs, Splits};
+use splits::{SplitArgs, Splits};
 
 /// Where HBase is, for the admin commands.
 #[derive(Debug, Clone, clap::Args)]

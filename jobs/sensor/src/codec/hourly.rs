@@ -22,10 +22,8 @@ use crate::reading::format_value;
 use crate::summary::HourSummary;
 use crate::tables::{FAMILY, HOURLY_TABLE};
 use crate::Result;
+use pipeline::time::HOUR_SECS;
 use sinks::table::{Cell, Mutation, Row};
-
-/// The width of a wide row and of the window that fills it: one hour, in seconds.
-pub const HOUR_SECS: i64 = 3600;
 
 /// The summary cells' qualifiers, in the order written.
 pub const SUMMARY_QUALIFIERS: [&str; 6] = crate::tables::HOURLY_SUMMARY_QUALIFIERS;

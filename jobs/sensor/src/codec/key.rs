@@ -2,15 +2,17 @@
 //! rule.
 //!
 //! The separator and a salt bucket's bytes are also where the tables are split: the sensor
-//! tables ([`crate::tables`]) cut their split keys at this separator, and a salt bucket's bytes
+//! tables (`tables.rs`) cut their split keys at this separator, and a salt bucket's bytes
 //! have their one definition in the storage crate's split policies
 //! ([`sinks::schema::push_salt_bucket`]), which the codec writes its keys with.
 
-use crate::tables::SALT_BUCKETS;
 use crate::{Error, Result};
 
-/// The separator between row-key parts; device ids may not contain it.
+/// The separator between row-key parts; device ids may not contain it. The id-keyed tables are
+/// split at it.
 pub const SEPARATOR: u8 = b'_';
+/// Number of salt buckets of the narrow table's keys (and of its regions).
+pub const SALT_BUCKETS: u32 = 16;
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code units, wrapping.
 pub fn java_string_hash(s: &str) -> i32 {

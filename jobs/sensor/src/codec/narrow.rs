@@ -8,10 +8,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::key::SALT_BUCKETS;
 use super::key::{salt_bucket, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::{format_value, room_of_extra, Reading};
-use crate::tables::{FAMILY, NARROW_TABLE, SALT_BUCKETS};
+use crate::tables::{FAMILY, NARROW_TABLE};
 use crate::{Error, Result};
 use sinks::schema::push_salt_bucket;
 use sinks::table::{prefix_successor, Cell, Mutation, Row};

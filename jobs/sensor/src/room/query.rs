@@ -3,9 +3,10 @@
 use serde::Serialize;
 
 use crate::codec::key::salt_bucket;
+use crate::codec::key::SALT_BUCKETS;
 use crate::codec::narrow::KeyScheme;
 use crate::codec::room::{latest_of, parse_room_key, room_prefix};
-use crate::tables::{ROOM_TABLE, SALT_BUCKETS};
+use crate::tables::ROOM_TABLE;
 use crate::{query, registry, Result};
 use sinks::table::{ScanSpec, TableReader};
 

@@ -9,11 +9,8 @@
 //! open hour's wide row). With `--backlog N` it measures a catch-up instead: N readings are
 //! published first, then the job consumes them as fast as it goes.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,8 +19,14 @@ use anyhow::{bail, Context, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
+use child::{finish_job, job_config, start_job};
+use probe::{narrow_visible, now_ms, poll_samples, wide_visible, Sample, GIVE_UP};
+
 use crate::generate::LiveFleet;
 use crate::produce::{self, create_topic, flush_all, Deliveries};
+
+mod child;
+mod probe;
 
 /// The bench's producer: delivery failures are counted, so that none goes unnoticed.
 type Producer = BaseProducer<Deliveries>;
@@ -94,14 +97,6 @@ const NARROW_POLL: Duration = Duration::from_millis(20);
 const WIDE_POLL: Duration = Duration::from_millis(100);
 /// Rooms the fleet's devices are spread over.
 const ROOMS: u32 = 500;
-/// A sample not visible after this long is counted as missing.
-const GIVE_UP: Duration = Duration::from_secs(60);
-
-/// Wall clock, epoch milliseconds: the Kafka record timestamp and the job's delay histogram
-/// use the same.
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 /// CPU seconds (user + system) a live process has used, from `/proc/PID/stat` (Linux; clock
 /// ticks taken as 100 per second, the kernel's `USER_HZ`).
@@ -134,34 +129,6 @@ fn distribution(mut ms: Vec<i64>) -> serde_json::Value {
     })
 }
 
-/// One GET of `path` on `addr`; the body parsed as JSON.
-fn get_json(addr: &str, path: &str) -> Result<serde_json::Value> {
-    let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = Vec::new();
-    s.read_to_end(&mut text)?;
-    let text = String::from_utf8_lossy(&text);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP answer")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("GET {path}: {head}");
-    }
-    Ok(serde_json::from_str(body)?)
-}
-
-/// A reading whose visibility is polled.
-#[derive(Debug, Clone)]
-struct Sample {
-    device: String,
-    ts: i64,
-    produced_ms: i64,
-}
-
 /// Publishes the fleet's readings to the bench's topic.
 struct Publisher<'a> {
     producer: &'a Producer,
@@ -180,183 +147,6 @@ impl Publisher<'_> {
         produce::send(self.producer, record, self.topic)?;
         Ok(device)
     }
-}
-
-/// How long a sample waits before its next poll: `every`, or a fiftieth of its age once that is
-/// longer. A delay is then measured to within `every` or 2 %, and a job that falls behind is not
-/// buried under more polls: at a fixed interval, 4 samples a second of readings 15 s late make
-/// 750 narrow requests a second, each a read of the store, which push the job further behind.
-fn poll_interval(every: Duration, age_ms: i64) -> Duration {
-    every.max(Duration::from_millis(
-        u64::try_from(age_ms / 50).unwrap_or(0),
-    ))
-}
-
-/// Polls `check` for each sample from `rx` (every `every`, then less often as it ages: see
-/// [`poll_interval`]) until it says visible; returns the delays (ms), the samples given up on
-/// and the polls that failed.
-fn poll_samples(
-    addr: &str,
-    rx: mpsc::Receiver<Sample>,
-    every: Duration,
-    check: impl Fn(&str, &Sample) -> Result<bool>,
-) -> (Vec<i64>, u64, u64) {
-    // Each sample with the time of its next poll.
-    let mut pending: VecDeque<(Sample, Instant)> = VecDeque::new();
-    let (mut delays, mut missing, mut errors) = (Vec::new(), 0u64, 0u64);
-    let mut closed = false;
-    loop {
-        loop {
-            match rx.try_recv() {
-                Ok(s) => pending.push_back((s, Instant::now())),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
-        if closed && pending.is_empty() {
-            return (delays, missing, errors);
-        }
-        let round = Instant::now();
-        pending.retain_mut(|(s, due)| {
-            if *due > round {
-                return true;
-            }
-            let visible = check(addr, s);
-            let age = now_ms() - s.produced_ms;
-            let given_up = age > GIVE_UP.as_millis() as i64;
-            match visible {
-                Ok(true) => {
-                    delays.push(age);
-                    return false;
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    errors += 1;
-                    if errors == 1 {
-                        eprintln!("bench live: polling the job: {e:#}");
-                    }
-                }
-            }
-            // A job that stopped answering must not keep the bench polling forever.
-            if given_up {
-                missing += 1;
-                return false;
-            }
-            *due = Instant::now() + poll_interval(every, age);
-            true
-        });
-        std::thread::sleep(every.saturating_sub(round.elapsed()));
-    }
-}
-
-fn narrow_visible(addr: &str, s: &Sample) -> Result<bool> {
-    let v = get_json(addr, &format!("/api/v1/latest?device={}", s.device))?;
-    Ok(v["ts"].as_i64().is_some_and(|ts| ts >= s.ts))
-}
-
-fn wide_visible(addr: &str, s: &Sample) -> Result<bool> {
-    let v = get_json(
-        addr,
-        &format!("/api/v1/hour?device={}&hour={}", s.device, s.ts),
-    )?;
-    Ok(v["points"]
-        .as_array()
-        .is_some_and(|p| p.iter().any(|p| p[0].as_i64() == Some(s.ts))))
-}
-
-/// The child job, its dashboard address once it printed it, and its stderr copied to a log.
-struct JobChild {
-    child: Child,
-    addr: mpsc::Receiver<String>,
-}
-
-fn start_job(dir: &Path, config: &Path, exit_on_idle: &str) -> Result<JobChild> {
-    let exe = std::env::current_exe().context("finding the hourglass binary")?;
-    let mut child = Command::new(exe)
-        .arg("run")
-        .arg("--config")
-        .arg(config)
-        .args(["--serve", "127.0.0.1:0", "--exit-on-idle", exit_on_idle])
-        .arg("--dead-letter")
-        .arg(dir.join("dead.jsonl"))
-        .arg("--late-output")
-        .arg(dir.join("late.jsonl"))
-        .arg("--stats-json")
-        .arg(dir.join("stats.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting hourglass run")?;
-    let stderr = child.stderr.take().context("the job's stderr")?;
-    let mut log = std::fs::File::create(dir.join("job.log"))?;
-    let (tx, addr) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            if let Some(a) = line
-                .strip_prefix("dashboards: http://")
-                .and_then(|a| a.strip_suffix('/'))
-            {
-                let _ = tx.send(a.to_string());
-            }
-            let _ = writeln!(log, "{line}");
-        }
-    });
-    Ok(JobChild { child, addr })
-}
-
-/// Waits for the job to exit on its own (`--exit-on-idle`) and reads its `--stats-json`.
-fn finish_job(mut job: JobChild, dir: &Path) -> Result<serde_json::Value> {
-    let status = job.child.wait()?;
-    if !status.success() {
-        bail!(
-            "hourglass run failed ({status}); see {}",
-            dir.join("job.log").display()
-        );
-    }
-    let stats = std::fs::read(dir.join("stats.json")).context("reading the job's stats")?;
-    let mut stats: serde_json::Value = serde_json::from_slice(&stats)?;
-    // `run` prints its writers' flush times (the store's call time) when it stops.
-    let log = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
-    for what in ["flushes", "writes"] {
-        let prefix = format!("store {what}: ");
-        if let Some(line) = log.lines().find_map(|l| l.strip_prefix(prefix.as_str())) {
-            stats[format!("store_{what}")] = line.into();
-        }
-    }
-    Ok(stats)
-}
-
-fn job_config(args: &LiveArgs, dir: &Path, topic: &str) -> String {
-    let mut cfg = String::new();
-    if let Some(w) = args.workers {
-        cfg += &format!("workers = {w}\n");
-    }
-    match &args.hbase {
-        Some(hbase) => {
-            cfg += &format!("[store]\nkind = \"hbase\"\nhbase = \"{hbase}\"\n");
-            if let Some(t2) = &args.thrift2 {
-                cfg += &format!("[store.hbase_client]\nthrift2 = \"{t2}\"\n");
-            }
-        }
-        None => {
-            cfg += &format!(
-                "[store]\nkind = \"embedded\"\ndir = \"{}\"\n",
-                dir.join("store").display()
-            );
-        }
-    }
-    cfg += &format!(
-        "[source]\nbrokers = \"{}\"\ntopic = \"{topic}\"\ngroup_id = \"{topic}\"\n",
-        args.brokers
-    );
-    for line in &args.config_line {
-        cfg += line;
-        cfg.push('\n');
-    }
-    cfg
 }
 
 /// Runs `hourglass bench live` and prints its result.
@@ -684,6 +474,7 @@ fn print_text(r: &serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    use super::probe::poll_interval;
     use super::*;
 
     #[test]
