@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use pipeline::codec::hourly::HOUR_SECS;
+use pipeline::time::HOUR_SECS;
 
-use crate::driver::JobArgs;
 use crate::generate::{self, GenerateArgs};
-use crate::http_thread::HttpLimits;
 use crate::replay::{self, ReplayArgs};
-use crate::store::BackendArgs;
+use pipeline::driver::JobArgs;
+use pipeline::http_thread::HttpLimits;
+use pipeline::store::BackendArgs;
 
 mod live;
 
@@ -77,7 +77,7 @@ fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
     serde_json::json!({ "n": samples.len(), "p50_ms": at(0.5), "p99_ms": at(0.99) })
 }
 
-fn time_ms<T>(f: impl FnOnce() -> pipeline::Result<T>) -> Result<(f64, T)> {
+fn time_ms<T>(f: impl FnOnce() -> sensor::Result<T>) -> Result<(f64, T)> {
     let start = std::time::Instant::now();
     let out = f()?;
     Ok((start.elapsed().as_secs_f64() * 1000.0, out))
@@ -88,11 +88,18 @@ fn bench_queries(
     devices: u32,
     iterations: u32,
 ) -> Result<serde_json::Value> {
-    use pipeline::query::{self, CurveSource};
     use rand::{Rng, SeedableRng};
-    let mut cfg = pipeline::config::JobConfig::default();
-    backend.apply(&mut cfg);
-    let db = crate::store::open(&cfg, backend, false, false)?.reader();
+    use sensor::query::{self, CurveSource};
+    let mut cfg = sensor::config::JobConfig::default();
+    backend.apply(&mut cfg.store);
+    let db = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        backend,
+        false,
+        false,
+    )?
+    .reader();
     let scheme = cfg.key_scheme;
     let width = devices.saturating_sub(1).max(1).to_string().len().max(5);
     let name = |i: u32| format!("dev{i:0width$}");
@@ -123,10 +130,10 @@ fn bench_queries(
         );
         let room = query::latest(&db, scheme, &device)?.and_then(|r| r.room());
         if let Some(room) = room {
-            let (ms, entries) = time_ms(|| pipeline::room::room(&db, &room))?;
+            let (ms, entries) = time_ms(|| sensor::room::room(&db, &room))?;
             view.push(ms);
             let members: Vec<String> = entries.into_iter().map(|e| e.device).collect();
-            fanout.push(time_ms(|| pipeline::room::room_fanout(&db, scheme, &members))?.0);
+            fanout.push(time_ms(|| sensor::room::room_fanout(&db, scheme, &members))?.0);
         }
     }
     Ok(serde_json::json!({
@@ -212,7 +219,13 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 },
             };
             let cfg = replay::job_config(&args)?;
-            let backend = crate::store::open(&cfg, &args.backend, false, true)?;
+            let backend = pipeline::store::open(
+                &cfg.store,
+                &sensor::tables::all_tables(),
+                &args.backend,
+                false,
+                true,
+            )?;
             backend.admin().create_tables()?;
             let summary = replay::replay_into(&args, &cfg, &backend)?;
             // The writers' statistics as the backend names them (HBase's `putMultiple` calls;

@@ -2,12 +2,9 @@
 //! dashboard queries, manage tables and measure throughput.
 
 mod bench;
-mod driver;
 #[cfg(test)]
 mod fuzz;
 mod generate;
-mod http_thread;
-mod job_metrics;
 mod landing;
 mod produce;
 mod profile;
@@ -16,7 +13,6 @@ mod replay;
 mod report;
 mod run;
 mod serve;
-mod store;
 mod tables;
 mod tags;
 
@@ -139,12 +135,12 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(move |info| {
         // A peer process of a cluster is gone: not a bug (no backtrace), and the way out is a
         // restart of every process.
-        if let Some(message) = driver::lost_peer_message(info) {
+        if let Some(message) = pipeline::driver::lost_peer_message(info) {
             eprintln!("{message}");
             std::process::exit(101);
         }
         default_hook(info);
-        if http_thread::on_http_thread() {
+        if pipeline::http_thread::on_http_thread() {
             eprintln!("error: an HTTP request failed with an internal error (above) and was answered 500; please report it");
             return;
         }

@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pipeline::config::SourceConfig;
-use pipeline::registry::Registry;
-use pipeline::source::kafka::{block_on, RegistryTopic};
+use pipeline::source::kafka::block_on;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use sensor::registry::Registry;
+use sensor::registry_topic::RegistryTopic;
 
 /// Longest record published: longer lines are cut (the job rejects them as too long anyway;
 /// brokers refuse records over 1 MB by default).
@@ -292,7 +293,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
         buf.truncate(MAX_RECORD_BYTES);
         // Implausible times (milliseconds, year 2286+) would stall the pacing; the job rejects
         // those lines anyway.
-        if let Some(ts) = event_time(&buf).filter(|&ts| ts <= pipeline::decode::MAX_TS) {
+        if let Some(ts) = event_time(&buf).filter(|&ts| ts <= pipeline::json::MAX_TS) {
             newest = Some(newest.map_or(ts, |m| m.max(ts)));
         }
         if let Some(due) = pace.due(sent, newest) {
@@ -334,13 +335,13 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            pipeline::registry::parse_entries(&text)
+            sensor::registry::parse_entries(&text)
                 .with_context(|| format!("registry {}", path.display()))?
         }
         None => Vec::new(),
     };
     for device in &args.delete {
-        pipeline::codec::key::validate_device(device)
+        sensor::codec::key::validate_device(device)
             .with_context(|| format!("--delete {device}"))?;
     }
     let mut cfg = ClientConfig::new();
@@ -353,7 +354,7 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
     anyhow::ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
     let created = create_topic(&cfg, &args.topic, partitions, true)?;
     if !created {
-        let policy = pipeline::source::kafka::cleanup_policy(&cfg, &args.topic)?;
+        let policy = sensor::registry_topic::cleanup_policy(&cfg, &args.topic)?;
         if !policy
             .as_deref()
             .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))

@@ -5,17 +5,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use pipeline::codec::hourly::{hour_start, HOUR_SECS};
-use pipeline::config::{JobConfig, WindowConfig};
+use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
-use pipeline::schema::RETENTION_SECS;
 use pipeline::source::replay::input::{self, LineReader};
 use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::hour_start;
+use sensor::config::JobConfig;
+use sensor::decode::SensorDecoder;
+use sensor::job::SensorJob;
+use sensor::tables::RETENTION_SECS;
 use timely::dataflow::ProbeHandle;
 
-use crate::driver::{self, Cluster, Job, JobArgs, JobOptions, Progress, Source, WorkerInput};
-use crate::store::{Backend, BackendArgs};
+use pipeline::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, Pace, Progress, Source, WorkerInput,
+};
+use pipeline::store::{Backend, BackendArgs};
 
 /// Arguments of `hourglass replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -76,7 +82,7 @@ fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64>
     let now = pipeline::time::now_ms() / 1000;
     let mut guard = FutureGuard::new(window.future_skew_secs(), window.watermark_bound_secs);
     while let Some(line) = lines.next_line(&mut buf)? {
-        if let Ok(r) = pipeline::decode::decode_line(line.number, &line.bytes, metric) {
+        if let Ok(r) = sensor::decode::decode_line(line.number, &line.bytes, metric) {
             guard.check(&r.device, r.ts, || now);
         }
         buf = line.bytes;
@@ -92,8 +98,8 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
-    args.job.cluster.apply(&mut cfg);
+    args.backend.apply(&mut cfg.store);
+    args.job.cluster.apply(&mut cfg.cluster);
     if let Some(workers) = args.workers {
         pipeline::config::check_workers("--workers", workers)?;
     }
@@ -102,7 +108,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
     }
     if let Some(path) = &cfg.registry {
         // Fail at start on a missing or malformed registry; later reload errors only warn.
-        pipeline::registry::load(path)?;
+        sensor::registry::load(path)?;
     }
     cfg.validate()?;
     Ok(cfg)
@@ -112,8 +118,13 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
 pub fn run(args: &ReplayArgs) -> Result<Summary> {
     let cfg = job_config(args)?;
     // Before the store opens: a cluster refuses the embedded store.
-    Cluster::from_config(&cfg)?;
-    let backend = crate::store::open_for_writing(&cfg, &args.backend, args.job.recover)?;
+    Cluster::from_config(&cfg.cluster, &cfg.store)?;
+    let backend = pipeline::store::open_for_writing(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        args.job.recover,
+    )?;
     backend.ensure_tables()?;
     replay_into(args, &cfg, &backend)
 }
@@ -121,7 +132,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
 /// Replays `args.file` into `backend`, one writer per worker, and reports.
 pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
     let speed = parse_speed(&args.speed)?;
-    let cluster = Cluster::from_config(cfg)?;
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let workers = args.workers.unwrap_or_else(driver::default_workers);
     let shift = if args.rebase_time {
         rebase_shift(&args.file, &cfg.metric, &cfg.window)?
@@ -143,11 +154,14 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         stop_on_signals: false,
         quiet: args.quiet,
         cluster: &cluster,
+        reject_kinds: &sensor::decode::Reason::KINDS,
     })?;
     let source = RecordingSource {
+        decoder: SensorDecoder {
+            metric: cfg.metric.clone(),
+        },
         base: ReplayOptions {
             path: args.file.clone(),
-            metric: cfg.metric.clone(),
             watermark_bound: cfg.window.watermark_bound_secs,
             speed,
             shift,
@@ -166,11 +180,14 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         stats: job.stats().clone(),
         control: job.control().clone(),
     };
-    job.run(source, cfg, backend)
+    let sensor = SensorJob::new(cfg, Pace::of(&source), backend)?;
+    Ok(job.run(source, sensor, &cfg.window, &cfg.store, backend)?)
 }
 
 /// A recording, read by every worker (each keeps its share of the lines).
 struct RecordingSource {
+    /// The readings' decoder.
+    decoder: SensorDecoder,
     /// Worker 0's options; the others differ by `worker`.
     base: ReplayOptions,
     /// Worker threads of this process.
@@ -184,7 +201,7 @@ struct RecordingSource {
 }
 
 impl Source for RecordingSource {
-    type Feed = ReplayFeed;
+    type Feed = ReplayFeed<SensorDecoder>;
     type Watch = Progress;
     type Report = Summary;
 
@@ -222,19 +239,20 @@ impl Source for RecordingSource {
         worker: usize,
         _probe: &ProbeHandle<u64>,
         backend: &Backend,
-    ) -> Result<WorkerInput<ReplayFeed>, String> {
+    ) -> Result<WorkerInput<ReplayFeed<SensorDecoder>>, String> {
         let mut opts = self.base.clone();
         opts.worker = worker;
         let (stats, control) = (self.stats.clone(), self.control.clone());
+        let decoder = self.decoder.clone();
         let feed = if self.stdin {
             opts.peers = 1;
             if worker == 0 {
-                ReplayFeed::open(opts, stats, control)
+                ReplayFeed::open(decoder, opts, stats, control)
             } else {
-                Ok(ReplayFeed::empty(opts, stats, control))
+                Ok(ReplayFeed::empty(decoder, opts, stats, control))
             }
         } else {
-            ReplayFeed::open(opts, stats, control)
+            ReplayFeed::open(decoder, opts, stats, control)
         };
         Ok(WorkerInput {
             feed: feed.map_err(|e| e.to_string())?,
@@ -243,7 +261,7 @@ impl Source for RecordingSource {
         })
     }
 
-    fn watch(&self) -> Result<Progress> {
+    fn watch(&self) -> pipeline::Result<Progress> {
         Ok(Progress::start(self.stats.clone(), self.total_bytes))
     }
 

@@ -6,26 +6,29 @@
 //! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
 //! are committed and the job exits 0. A second signal exits at once (130): nothing is committed
 //! past what is stored, so a restart loses nothing. With `--metrics-listen` (or
-//! `metrics_listen`), the job serves its own `/metrics` and `/healthz` (`crate::job_metrics`).
+//! `metrics_listen`), the job serves its own `/metrics` and `/healthz` (`pipeline::job_metrics`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
-use pipeline::config::{JobConfig, EXAMPLE};
+use anyhow::{Context, Result};
 use pipeline::control::JobControl;
-use pipeline::schema::RETENTION_SECS;
 use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
+use sensor::codec::hourly::hourly_window;
+use sensor::config::{JobConfig, EXAMPLE};
+use sensor::decode::SensorDecoder;
+use sensor::job::SensorJob;
+use sensor::tables::{NARROW_TABLE, RETENTION_SECS};
 use timely::dataflow::ProbeHandle;
 
-use crate::driver::{
-    self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, RunSummary, Source, WorkerInput,
-};
 use crate::serve::DashboardServer;
-use crate::store::{self, Backend, BackendArgs};
+use pipeline::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, Pace, RunSummary, Source, WorkerInput,
+};
+use pipeline::store::{self, Backend, BackendArgs};
 
 /// Arguments of `hourglass run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -54,31 +57,6 @@ pub struct RunArgs {
     pub job: JobArgs,
 }
 
-/// Parses `500ms`, `5s`, `2m`, `1h`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration> {
-    let usage = "use a number with a unit ms, s, m or h, such as 500ms, 5s, 2m";
-    let text = text.trim();
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    ensure!(digits > 0, "duration {text:?}: {usage}");
-    let n: u64 = text[..digits]
-        .parse()
-        .with_context(|| format!("duration {text:?} is too long"))?;
-    let ms = match &text[digits..] {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => bail!("duration {text:?}: {usage}"),
-    };
-    let total = n
-        .checked_mul(ms)
-        .with_context(|| format!("duration {text:?} is too long"))?;
-    ensure!(total > 0, "duration {text:?} is zero; {usage}");
-    Ok(Duration::from_millis(total))
-}
-
 /// Runs `hourglass run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     if args.example_config {
@@ -93,18 +71,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(registry) = &cfg.registry {
         // As replay: fail at start on a missing or malformed registry (later reload errors
         // only warn and keep the previous one, and at start there is none to keep).
-        pipeline::registry::load(registry)
+        sensor::registry::load(registry)
             .with_context(|| format!("registry = {:?} in {}", registry, path.display()))?;
     }
     if let Some(addr) = args.job.checked_metrics_listen()? {
         cfg.metrics_listen = Some(addr.to_string());
     }
-    args.job.cluster.apply(&mut cfg);
+    args.job.cluster.apply(&mut cfg.cluster);
     cfg.validate()?;
     let exit_on_idle = args
         .exit_on_idle
         .as_deref()
-        .map(parse_duration)
+        .map(pipeline::time::parse_duration)
         .transpose()?;
     run_job(&cfg, args, path, exit_on_idle)?;
     Ok(())
@@ -117,15 +95,21 @@ fn run_job(
     exit_on_idle: Option<Duration>,
 ) -> Result<RunSummary> {
     // Before the store opens: a cluster refuses the embedded store.
-    let cluster = Cluster::from_config(cfg)?;
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let job = Job::start(JobOptions {
         args: &args.job,
         metrics_listen: cfg.metrics_listen.as_deref(),
         stop_on_signals: true,
         quiet: false,
         cluster: &cluster,
+        reject_kinds: &sensor::decode::Reason::KINDS,
     })?;
-    let backend = store::open_for_writing(cfg, &BackendArgs::default(), args.job.recover)?;
+    let backend = store::open_for_writing(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &BackendArgs::default(),
+        args.job.recover,
+    )?;
     backend.ensure_tables()?;
     let dashboards = args
         .serve
@@ -178,11 +162,14 @@ fn run_job(
     ));
     job.metrics().attach_kafka(shared.clone());
     let topic = TopicSource {
+        decoder: SensorDecoder {
+            metric: cfg.metric.clone(),
+        },
         base: KafkaOptions {
             source: source.clone(),
-            metric: cfg.metric.clone(),
             watermark_bound: cfg.window.watermark_bound_secs,
-            allowed_lateness: cfg.window.allowed_lateness_secs,
+            window: hourly_window(cfg.window.allowed_lateness_secs, None),
+            record_table: NARROW_TABLE,
             exit_on_idle,
             ttl_secs: RETENTION_SECS,
             partitions,
@@ -200,7 +187,8 @@ fn run_job(
         stats: job.stats().clone(),
         control: job.control().clone(),
     };
-    let summary = job.run(topic, cfg, &backend)?;
+    let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend)?;
+    let summary = job.run(topic, sensor, &cfg.window, &cfg.store, &backend)?;
     drop(dashboards);
     Ok(summary)
 }
@@ -208,6 +196,8 @@ fn run_job(
 /// A Kafka topic: worker `i` (over every process of a cluster) reads the partitions
 /// `p % peers == i` and commits their offsets once what every worker read before them is durable.
 struct TopicSource {
+    /// The readings' decoder.
+    decoder: SensorDecoder,
     /// Worker 0's options; the others differ by `worker`.
     base: KafkaOptions,
     shared: Arc<KafkaShared>,
@@ -224,7 +214,7 @@ struct TopicSource {
 }
 
 impl Source for TopicSource {
-    type Feed = KafkaFeed;
+    type Feed = KafkaFeed<SensorDecoder>;
     type Watch = KafkaStatus;
     type Report = RunSummary;
 
@@ -266,12 +256,13 @@ impl Source for TopicSource {
         worker: usize,
         probe: &ProbeHandle<u64>,
         backend: &Backend,
-    ) -> Result<WorkerInput<KafkaFeed>, String> {
+    ) -> Result<WorkerInput<KafkaFeed<SensorDecoder>>, String> {
         let opts = KafkaOptions {
             worker,
             ..self.base.clone()
         };
         let feed = KafkaFeed::open(
+            self.decoder.clone(),
             opts,
             self.shared.clone(),
             self.stats.clone(),
@@ -295,7 +286,7 @@ impl Source for TopicSource {
         })
     }
 
-    fn watch(&self) -> Result<KafkaStatus> {
+    fn watch(&self) -> pipeline::Result<KafkaStatus> {
         let source = &self.base.source;
         Ok(KafkaStatus::start(
             self.process.clone(),
@@ -358,11 +349,14 @@ mod tests {
             ..Default::default()
         };
         let topic = TopicSource {
+            decoder: SensorDecoder {
+                metric: "temp".into(),
+            },
             base: KafkaOptions {
                 source,
-                metric: "temp".into(),
                 watermark_bound: 30,
-                allowed_lateness: 3600,
+                window: hourly_window(3600, None),
+                record_table: NARROW_TABLE,
                 exit_on_idle: None,
                 ttl_secs: RETENTION_SECS,
                 partitions: 1,
@@ -381,18 +375,5 @@ mod tests {
         };
         assert_eq!(topic.flush_every(), Duration::from_millis(40));
         assert_eq!(topic.flush_min_gap(), Duration::from_millis(40));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert!(parse_duration("5")
-            .unwrap_err()
-            .to_string()
-            .contains("unit"));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("s").is_err());
     }
 }

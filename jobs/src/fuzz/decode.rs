@@ -1,12 +1,13 @@
 //! The decoder target: every line is a reading or a rejection with a reason, the same as the
 //! reference decoder's, and a reading survives being written back as JSON and as a narrow row.
 
-use pipeline::codec::key::validate_device;
-use pipeline::codec::narrow::{narrow_put, reading_from_narrow, KeyScheme};
-use pipeline::decode::{decode_line, decode_line_reference, Reason, Rejected, MAX_TS};
-use pipeline::reading::Reading;
-use pipeline::table::{Mutation, Row};
+use pipeline::json::MAX_TS;
+use sensor::codec::key::validate_device;
+use sensor::codec::narrow::{narrow_put, reading_from_narrow, KeyScheme};
+use sensor::decode::{decode_line, decode_line_reference, Reason, Rejected};
+use sensor::reading::Reading;
 use serde_json::{Map, Value};
+use sinks::table::{Mutation, Row};
 
 use super::{lines, run, Verdict};
 

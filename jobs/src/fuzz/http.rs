@@ -8,16 +8,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pipeline::codec::hourly::{hour_start, wide_put};
-use pipeline::codec::narrow::narrow_put;
-use pipeline::codec::room::room_put;
-use pipeline::config::{JobConfig, StoreConfig};
-use pipeline::decode::decode_line;
-use pipeline::summary::HourSummary;
+use pipeline::config::StoreConfig;
+use sensor::codec::hourly::{hour_start, wide_put};
+use sensor::codec::narrow::narrow_put;
+use sensor::codec::room::room_put;
+use sensor::config::JobConfig;
+use sensor::decode::decode_line;
+use sensor::summary::HourSummary;
 
 use super::{lines, run, Verdict};
 use crate::serve::DashboardServer;
-use crate::store::Backend;
+use pipeline::store::Backend;
 
 /// "Now" for the store's TTLs: the day after the scenario, as the end-to-end tests fix it.
 const NOW_MS: i64 = 1_724_200_000_000;
@@ -40,8 +41,8 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
         dir: dir.to_path_buf(),
         ..StoreConfig::default()
     };
-    let backend = sinks::open(&store, &pipeline::schema::all_tables(), &options)
-        .expect("a new embedded store");
+    let backend =
+        sinks::open(&store, &sensor::tables::all_tables(), &options).expect("a new embedded store");
     let mut puts = Vec::new();
     let mut hours: BTreeMap<(String, i64), Vec<(i64, f64)>> = BTreeMap::new();
     let mut latest: BTreeMap<String, (i64, f64, String)> = BTreeMap::new();
@@ -70,7 +71,7 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
     }
     for (device, (ts, value, room)) in latest {
         // As the view writes a device whose reading reported its room.
-        let value = pipeline::reading::format_value(value);
+        let value = sensor::reading::format_value(value);
         puts.push(room_put(&room, &device, ts, value, Some(room.clone())));
     }
     let mut writer = backend.writer();
@@ -181,7 +182,7 @@ fn http() {
         &backend,
         &JobConfig::default(),
         None,
-        &crate::http_thread::HttpLimits::default(),
+        &pipeline::http_thread::HttpLimits::default(),
     )
     .expect("dashboard server");
     let last =

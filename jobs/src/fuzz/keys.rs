@@ -3,16 +3,17 @@
 
 use std::cmp::Reverse;
 
-use pipeline::codec::hourly::{
-    hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier, HOUR_SECS,
+use pipeline::json::MAX_TS;
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::{
+    hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier,
 };
-use pipeline::codec::key::{salt_bucket, validate_device};
-use pipeline::codec::narrow::{
+use sensor::codec::key::{salt_bucket, validate_device};
+use sensor::codec::narrow::{
     narrow_key, narrow_put, narrow_range, parse_narrow_key, reading_from_narrow, KeyScheme,
 };
-use pipeline::decode::MAX_TS;
-use pipeline::reading::Reading;
-use pipeline::table::{Mutation, Row};
+use sensor::reading::Reading;
+use sinks::table::{Mutation, Row};
 
 use super::{lines, run, Verdict};
 

@@ -3,7 +3,7 @@
 use super::delivery::Pending;
 use super::faults::{Field, Flaw, NOT_NUMBERS};
 use super::fleet::FIRMWARE;
-use super::plan::Plan;
+use super::plan::{digits, Plan};
 
 impl Plan {
     /// Formats one line, newline included, into `line`.
@@ -101,15 +101,6 @@ fn key(line: &mut Vec<u8>, name: &str) {
 fn key_raw(line: &mut Vec<u8>, name: &str, value: &[u8]) {
     key(line, name);
     line.extend_from_slice(value);
-}
-
-pub(super) fn digits(mut n: u64) -> usize {
-    let mut count = 1;
-    while n >= 10 {
-        n /= 10;
-        count += 1;
-    }
-    count
 }
 
 // Hand-written number formatting: it runs for every field of every line, and skipping the

@@ -78,7 +78,7 @@ impl LiveFleet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pipeline::decode::decode_line;
+    use sensor::decode::decode_line;
 
     #[test]
     fn readings_decode_at_the_asked_time_with_values_that_vary() {

@@ -1,11 +1,11 @@
 //! The validated arguments of a run, and the RNG streams it draws from.
 
 use anyhow::{bail, ensure, Context as _};
-use pipeline::codec::hourly::{hour_start, HOUR_SECS};
+use pipeline::time::HOUR_SECS;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use sensor::codec::hourly::hour_start;
 
-use super::format::digits;
 use super::GenerateArgs;
 
 /// RNG streams: one per purpose, so that the readings are the same whatever the fault rates,
@@ -155,6 +155,15 @@ fn parse_start(text: Option<&str>) -> anyhow::Result<i64> {
         "--start {text:?} is before 1970; the pipeline rejects negative timestamps"
     );
     Ok(start)
+}
+
+pub(super) fn digits(mut n: u64) -> usize {
+    let mut count = 1;
+    while n >= 10 {
+        n /= 10;
+        count += 1;
+    }
+    count
 }
 
 #[cfg(test)]

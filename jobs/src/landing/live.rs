@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use pipeline::codec::hourly::parse_wide_key;
-use pipeline::codec::narrow::{parse_narrow_key, KeyScheme};
-use pipeline::codec::room::parse_room_key;
-use pipeline::config::JobConfig;
-use pipeline::table::ScanSpec;
+use sensor::codec::hourly::parse_wide_key;
+use sensor::codec::narrow::{parse_narrow_key, KeyScheme};
+use sensor::codec::room::parse_room_key;
+use sensor::config::JobConfig;
 use sinks::hbase::{admin, HbaseConfig, HbaseStore};
+use sinks::table::ScanSpec;
 
 use super::{report, Bucket, LandingReport, TableArg, Tally};
 

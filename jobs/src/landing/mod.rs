@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use pipeline::codec::narrow::KeyScheme;
+use sensor::codec::narrow::KeyScheme;
 use serde::Serialize;
 
 /// How many of the hottest device-id prefixes the check shows.
@@ -34,14 +34,14 @@ pub struct LandingArgs {
     /// Split points of ts_metric_hourly and ts_room_latest to predict over, for a file, as
     /// `tables create` would make them with the same flags.
     #[command(flatten)]
-    pub split: crate::tables::SplitArgs,
+    pub split: crate::tables::splits::SplitArgs,
     /// Row-key scheme: `salted` (`<bucket>_<device>_<reversed ts>`) or `plain`
     /// (`<device>_<ts>`).
     #[arg(long, value_enum, default_value = "salted")]
     pub scheme: SchemeArg,
     /// Salt buckets (salted) or regions (plain) to predict over, for a file [default: 16, as
     /// `tables create` pre-splits].
-    #[arg(long, default_value_t = pipeline::schema::SALT_BUCKETS)]
+    #[arg(long, default_value_t = sensor::codec::key::SALT_BUCKETS)]
     pub buckets: u32,
     /// Largest acceptable max ÷ mean rows per bucket/region; above it the check fails (exit 1).
     #[arg(long, default_value_t = 1.5)]
@@ -75,9 +75,9 @@ impl TableArg {
     /// The table's name.
     pub fn name(self) -> &'static str {
         match self {
-            TableArg::Narrow => pipeline::schema::NARROW_TABLE,
-            TableArg::Hourly => pipeline::schema::HOURLY_TABLE,
-            TableArg::Room => pipeline::schema::ROOM_TABLE,
+            TableArg::Narrow => sensor::tables::NARROW_TABLE,
+            TableArg::Hourly => sensor::tables::HOURLY_TABLE,
+            TableArg::Room => sensor::tables::ROOM_TABLE,
         }
     }
 }
@@ -315,8 +315,8 @@ pub fn run(args: &LandingArgs) -> Result<ExitCode> {
         args.max_skew
     );
     let cfg = match &args.config {
-        Some(path) => pipeline::config::JobConfig::load(path)?,
-        None => pipeline::config::JobConfig::default(),
+        Some(path) => sensor::config::JobConfig::load(path)?,
+        None => sensor::config::JobConfig::default(),
     };
     let scheme = KeyScheme::from(args.scheme);
     let report = match (&args.file, &args.hbase, args.table) {

@@ -3,16 +3,16 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use pipeline::codec::hourly::wide_key;
-use pipeline::codec::key::salt_bucket_of;
-use pipeline::codec::narrow::{narrow_prefix, KeyScheme};
-use pipeline::codec::room::room_key;
-use pipeline::decode::decode_line;
-use pipeline::schema::salt_bucket_key;
 use pipeline::source::replay::input::{self, LineReader};
+use sensor::codec::hourly::wide_key;
+use sensor::codec::key::salt_bucket_of;
+use sensor::codec::narrow::{narrow_prefix, KeyScheme};
+use sensor::codec::room::room_key;
+use sensor::decode::decode_line;
+use sinks::schema::salt_bucket_key;
 
 use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
-use crate::tables::{Fleet, Splits};
+use crate::tables::splits::{Fleet, Splits};
 
 /// Reads `file` and predicts where its rows land under `scheme` over `n` buckets or regions.
 ///

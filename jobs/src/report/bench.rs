@@ -2,8 +2,9 @@
 //! replay).
 
 use anyhow::Result;
-use pipeline::codec::hourly::{wide_put, HOUR_SECS};
-use pipeline::summary::HourSummary;
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::wide_put;
+use sensor::summary::HourSummary;
 
 /// Puts per writer call.
 const BATCH: usize = 10_000;

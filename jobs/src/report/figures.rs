@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use pipeline::codec::hourly::{hourly_window, point_offset, HOUR_SECS};
-use pipeline::summary::HourSummary;
-use pipeline::table::Row;
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::{hourly_window, point_offset};
+use sensor::summary::HourSummary;
 use serde::Serialize;
+use sinks::table::Row;
 
 /// Seconds of a day, for the per-day chart.
 const DAY_SECS: i64 = 86_400;
@@ -311,8 +312,8 @@ pub fn room_month(room: &str, devices: &[&MonthFigures]) -> Option<MonthFigures>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pipeline::codec::hourly::wide_put;
-    use pipeline::table::Mutation;
+    use sensor::codec::hourly::wide_put;
+    use sinks::table::Mutation;
 
     fn row(hour: i64, points: &[(i64, f64)]) -> Row {
         let summary = HourSummary::of_points(points);

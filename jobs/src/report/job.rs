@@ -12,7 +12,7 @@ use timely::dataflow::operators::generic::operator::source;
 
 use super::figures::{device_month, MonthFigures, Window};
 use super::read::{read_device, split_keys, DeviceWalk};
-use pipeline::codec::narrow::KeyScheme;
+use sensor::codec::narrow::KeyScheme;
 use sinks::Reader;
 
 /// Key ranges per worker: more ranges than workers evens out ranges of unequal size.

@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use chrono::{Datelike, NaiveDate};
-use pipeline::config::JobConfig;
+use sensor::config::JobConfig;
 use serde::Serialize;
 
-use crate::store::BackendArgs;
 pub use figures::MonthFigures;
+use pipeline::store::BackendArgs;
 
 /// Arguments of `hourglass report`.
 #[derive(Debug, Clone, clap::Args)]
@@ -131,23 +131,23 @@ fn month_range(month: &str) -> Result<(i64, i64)> {
 fn rooms(
     args: &ReportArgs,
     cfg: &JobConfig,
-    reader: &dyn pipeline::table::TableReader,
+    reader: &dyn sinks::table::TableReader,
 ) -> Result<(HashMap<String, String>, String)> {
     if let Some(path) = args.registry.as_ref().or(cfg.registry.as_ref()) {
-        let reg = pipeline::registry::load(path)?;
+        let reg = sensor::registry::load(path)?;
         return Ok((
             reg.into_iter().collect(),
             format!("registry {}", path.display()),
         ));
     }
     let rows = reader
-        .scan(pipeline::schema::ROOM_TABLE, &Default::default())
+        .scan(sensor::tables::ROOM_TABLE, &Default::default())
         .context("reading the room view for the devices' rooms")?;
     let mut map = HashMap::new();
     for row in rows {
         let key = String::from_utf8_lossy(&row.key);
         // Rows of another shape are not the view's (the view's own reader skips them too).
-        if let Some((room, device)) = pipeline::codec::room::parse_room_key(&key) {
+        if let Some((room, device)) = sensor::codec::room::parse_room_key(&key) {
             map.insert(device.to_string(), room.to_string());
         }
     }
@@ -172,10 +172,10 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         "--svg draws one device or room: add --device D or --room R"
     );
     if let Some(d) = &args.device {
-        pipeline::codec::key::validate_device(d)?;
+        sensor::codec::key::validate_device(d)?;
     }
     if let Some(r) = &args.room {
-        pipeline::registry::validate_room(r)?;
+        sensor::registry::validate_room(r)?;
     }
     let cfg = match &args.config {
         Some(path) => JobConfig::load(path)?,
@@ -184,13 +184,25 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
     let workers = args
         .workers
         .or(cfg.workers)
-        .unwrap_or_else(crate::driver::default_workers);
+        .unwrap_or_else(pipeline::driver::default_workers);
     pipeline::config::check_workers("--workers", workers)?;
     if let Some(devices) = args.bench_fill {
-        let db = crate::store::open(&cfg, &args.backend, true, true)?;
+        let db = pipeline::store::open(
+            &cfg.store,
+            &sensor::tables::all_tables(),
+            &args.backend,
+            true,
+            true,
+        )?;
         bench::fill(&db, devices, from, to, args.interval.unwrap_or(600))?;
     }
-    let db = crate::store::open(&cfg, &args.backend, true, false)?;
+    let db = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        true,
+        false,
+    )?;
     let reader = db.reader();
     let (room_of, rooms_from) = rooms(args, &cfg, &reader)?;
     let scope = match (&args.device, &args.room) {
@@ -264,7 +276,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
         from,
         to,
         now: window.now,
-        provisional: window.provisional(to - pipeline::codec::hourly::HOUR_SECS),
+        provisional: window.provisional(to - pipeline::time::HOUR_SECS),
         rows_read: out.rows,
         bad_rows: out.bad,
         rooms_from,

@@ -2,11 +2,12 @@
 //! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
 
 use anyhow::Result;
-use pipeline::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix, HOUR_SECS};
-use pipeline::codec::narrow::KeyScheme;
-use pipeline::query::narrow_points;
-use pipeline::schema::HOURLY_TABLE;
-use pipeline::table::{prefix_successor, Row, ScanSpec, TableReader, TimeRange};
+use pipeline::time::HOUR_SECS;
+use sensor::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix};
+use sensor::codec::narrow::KeyScheme;
+use sensor::query::narrow_points;
+use sensor::tables::HOURLY_TABLE;
+use sinks::table::{prefix_successor, Row, ScanSpec, TableReader, TimeRange};
 
 use super::figures::HourFigures;
 

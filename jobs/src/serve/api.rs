@@ -10,14 +10,14 @@ use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use pipeline::codec::key::{validate_device, SEPARATOR};
-use pipeline::codec::narrow::{self, KeyScheme};
-use pipeline::query::{self, CurveSource};
-use pipeline::schema::{NARROW_TABLE, ROOM_TABLE};
-use pipeline::table::{prefix_successor, ScanSpec, TableReader};
 use pipeline::time::parse_time;
+use sensor::codec::key::{validate_device, SEPARATOR};
+use sensor::codec::narrow::{self, KeyScheme};
+use sensor::query::{self, CurveSource};
+use sensor::tables::{NARROW_TABLE, ROOM_TABLE};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use sinks::table::{prefix_successor, ScanSpec, TableReader};
 
 use super::{blocking, ApiError, AppState, Shared, StoreResult, LIST_TTL};
 
@@ -289,7 +289,7 @@ pub(crate) fn list_devices(
     scheme: KeyScheme,
     prefix: &str,
     limit: usize,
-) -> pipeline::Result<Vec<String>> {
+) -> sensor::Result<Vec<String>> {
     let mut devices = Vec::new();
     for mut start in narrow::id_prefixes(scheme, prefix) {
         let stop = prefix_successor(&start);
@@ -333,7 +333,7 @@ fn key_order(device: &str) -> impl Ord + '_ {
 }
 
 /// Every device id (at most [`MAX_DEVICES_LISTED`]), reused for [`LIST_TTL`].
-pub(crate) fn all_devices(st: &AppState) -> pipeline::Result<Arc<Vec<String>>> {
+pub(crate) fn all_devices(st: &AppState) -> sensor::Result<Arc<Vec<String>>> {
     let mut cached = st.devices.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((at, list)) = cached.as_ref() {
         if at.elapsed() < LIST_TTL {
@@ -359,13 +359,13 @@ pub(crate) fn no_room_table() -> String {
 }
 
 /// Room view rows in `spec` as `(room, device)`.
-fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> pipeline::Result<Vec<(String, String)>> {
+fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> sensor::Result<Vec<(String, String)>> {
     let rows = store.scan(ROOM_TABLE, spec)?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {
             let key = String::from_utf8(row.key).ok()?;
-            let (room, device) = pipeline::codec::room::parse_room_key(&key)?;
+            let (room, device) = sensor::codec::room::parse_room_key(&key)?;
             Some((room.to_string(), device.to_string()))
         })
         .collect())
@@ -373,7 +373,7 @@ fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> pipeline::Result<Vec<(
 
 /// Device → room for every device in the room view, reused for [`LIST_TTL`]; `None` if the
 /// table does not exist.
-pub(crate) fn room_map(st: &AppState) -> pipeline::Result<Option<Arc<HashMap<String, String>>>> {
+pub(crate) fn room_map(st: &AppState) -> sensor::Result<Option<Arc<HashMap<String, String>>>> {
     if !st.room_table {
         return Ok(None);
     }
@@ -402,19 +402,19 @@ pub(crate) async fn room(
     State(st): State<Shared>,
     Path(room): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    pipeline::registry::validate_room(&room).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    sensor::registry::validate_room(&room).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !st.room_table {
         return Err(ApiError::not_implemented(no_room_table()));
     }
     let r = room.clone();
-    let devices = blocking(&st, move |st| pipeline::room::room(st.reader(), &r).store()).await?;
+    let devices = blocking(&st, move |st| sensor::room::room(st.reader(), &r).store()).await?;
     Ok(Json(json!({ "room": room, "devices": devices })))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pipeline::table::{Row, TimeRange};
+    use sinks::table::{Row, TimeRange};
     use std::collections::BTreeMap;
 
     /// An in-memory narrow table that counts scans.

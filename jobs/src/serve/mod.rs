@@ -23,13 +23,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use pipeline::codec::narrow::KeyScheme;
-use pipeline::config::JobConfig;
-use pipeline::schema;
+use sensor::codec::narrow::KeyScheme;
+use sensor::config::JobConfig;
+use sensor::tables;
 use subtle::ConstantTimeEq;
 
-use crate::http_thread::{self, HttpLimits, HttpThread};
-use crate::store::{self, Backend, BackendArgs};
+use pipeline::http_thread::{self, HttpLimits, HttpThread};
+use pipeline::store::{self, Backend, BackendArgs};
 use sinks::embedded::OpenMode;
 use sinks::Reader;
 
@@ -121,10 +121,10 @@ impl ApiError {
     /// A failed store call: 503 when the store is unreachable or refuses, 400 for an argument
     /// the query refuses, 500 otherwise (a malformed row is a bug or a foreign writer, not
     /// something a retry cures).
-    fn from_store(e: &pipeline::Error) -> Self {
+    fn from_store(e: &sensor::Error) -> Self {
         match e {
-            pipeline::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            pipeline::Error::Store(_) => ApiError {
+            sensor::Error::Invalid(message) => ApiError::bad_request(message.clone()),
+            sensor::Error::Store(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },
@@ -181,12 +181,12 @@ where
     result
 }
 
-/// `pipeline::Result` → [`ApiError`], for closures run by [`blocking`].
+/// `sensor::Result` → [`ApiError`], for closures run by [`blocking`].
 trait StoreResult<T> {
     fn store(self) -> Result<T, ApiError>;
 }
 
-impl<T> StoreResult<T> for pipeline::Result<T> {
+impl<T> StoreResult<T> for sensor::Result<T> {
     fn store(self) -> Result<T, ApiError> {
         self.map_err(|e| ApiError::from_store(&e))
     }
@@ -310,10 +310,11 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
+    args.backend.apply(&mut cfg.store);
     // Requests wait for HBase a few seconds at most: a dashboard retries on its own.
     let backend = store::open_with(
-        &cfg,
+        &cfg.store,
+        &tables::all_tables(),
         &args.backend,
         OpenMode::ReadOnly,
         Some(HBASE_REQUEST_RETRY),
@@ -353,9 +354,9 @@ fn state_for(
         reader: backend.reader(),
         scheme: cfg.key_scheme,
         metric: cfg.metric.clone(),
-        room_table: schema::all_tables()
+        room_table: tables::all_tables()
             .iter()
-            .any(|t| t.name == schema::ROOM_TABLE),
+            .any(|t| t.name == tables::ROOM_TABLE),
         token,
         metrics: metrics::Metrics::new(),
         devices: Mutex::new(None),

@@ -1,21 +1,22 @@
 //! `hourglass tables`: the schema as HBase shell DDL, table creation, description and splits
 //! in HBase, and dumps of stored tables.
 
-mod splits;
+pub(crate) mod splits;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use pipeline::config::JobConfig;
-use pipeline::schema::{self, TableSpec};
+use sensor::config::JobConfig;
+use sensor::tables;
 use sinks::hbase::admin::{self, Created};
 use sinks::hbase::{HbaseConfig, HbaseStorage};
+use sinks::schema::TableSpec;
 
-use crate::store::{Backend, BackendArgs};
+use pipeline::store::{Backend, BackendArgs};
 
-pub use splits::{Fleet, SplitArgs, Splits};
+use splits::{SplitArgs, Splits};
 
 /// Where HBase is, for the admin commands.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,7 +41,7 @@ impl HbaseArgs {
     /// The tables with the split these flags ask for, and where it comes from.
     fn tables(&self) -> Result<(Vec<TableSpec>, Splits)> {
         let splits = self.split.resolve(&load_config(self.config.as_ref())?)?;
-        Ok((schema::all_tables_split(&splits.ids), splits))
+        Ok((tables::all_tables_split(&splits.ids), splits))
     }
 
     /// The HBase settings of [`HbaseArgs::open`]. `tables create` and `tables split` are
@@ -66,7 +67,13 @@ impl HbaseArgs {
             backend.hbase.is_some(),
             "store.kind = \"hbase\" needs an address: pass --hbase HOST:PORT or set store.hbase"
         );
-        crate::store::open(&cfg, &backend, true, false)
+        Ok(pipeline::store::open(
+            &cfg.store,
+            &sensor::tables::all_tables(),
+            &backend,
+            true,
+            false,
+        )?)
     }
 }
 
@@ -136,7 +143,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             let splits = split.resolve(&load_config(config.as_ref())?)?;
             // The shell reads `#` as a comment: the output stays a script it runs.
             writeln!(out, "# split points: {}", splits.origin)?;
-            for spec in schema::all_tables_split(&splits.ids) {
+            for spec in tables::all_tables_split(&splits.ids) {
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;
             }
         }
@@ -230,12 +237,18 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             backend,
             config,
         } => {
-            let spec = schema::all_tables()
+            let spec = tables::all_tables()
                 .into_iter()
                 .find(|t| t.name == table)
                 .with_context(|| unknown_table(&table))?;
             let cfg = load_config(config.as_ref())?;
-            let db = crate::store::open(&cfg, &backend, true, false)?;
+            let db = pipeline::store::open(
+                &cfg.store,
+                &sensor::tables::all_tables(),
+                &backend,
+                true,
+                false,
+            )?;
             db.admin().dump(spec.name, |row| -> Result<()> {
                 for c in &row.cells {
                     writeln!(
@@ -258,9 +271,9 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
 fn unknown_table(table: &str) -> String {
     format!(
         "unknown table {table}: use {}, {} or {}",
-        schema::NARROW_TABLE,
-        schema::HOURLY_TABLE,
-        schema::ROOM_TABLE
+        tables::NARROW_TABLE,
+        tables::HOURLY_TABLE,
+        tables::ROOM_TABLE
     )
 }
 

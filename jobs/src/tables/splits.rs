@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use pipeline::codec::hourly::hour_start;
-use pipeline::config::JobConfig;
-use pipeline::decode::decode_line;
-use pipeline::schema::{IdSplits, DEFAULT_ID_REGIONS};
 use pipeline::source::replay::input::{self, LineReader};
+use sensor::codec::hourly::hour_start;
+use sensor::config::JobConfig;
+use sensor::decode::decode_line;
+use sensor::tables::{IdSplits, DEFAULT_ID_REGIONS};
 
 /// Most regions `--regions` accepts: HBase handles more, but a pre-split finer than a fleet's
 /// servers only multiplies the regions to balance.
@@ -157,7 +157,7 @@ impl Fleet {
     fn from_registry(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the registry {}", path.display()))?;
-        let entries = pipeline::registry::parse_entries(&text)
+        let entries = sensor::registry::parse_entries(&text)
             .with_context(|| format!("reading the registry {}", path.display()))?;
         let mut fleet = Fleet {
             kind: "registry",

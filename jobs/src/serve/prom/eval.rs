@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use pipeline::codec::key::validate_device;
-use pipeline::query::{self, CurveSource};
+use sensor::codec::key::validate_device;
+use sensor::query::{self, CurveSource};
 use serde_json::{json, Value};
 
 use super::promql::{Matcher, Op, Selector};

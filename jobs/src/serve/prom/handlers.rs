@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use pipeline::reading::format_value;
+use sensor::reading::format_value;
 use serde_json::{json, Value};
 
 use super::eval::{fetch, resolve, resolve_all, sample, ts_json};
