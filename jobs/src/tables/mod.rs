@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use sensor::config::JobConfig;
 use sensor::tables;
-use sinks::hbase::admin::{self, Created};
+use sinks::admin::Created;
+use sinks::hbase::admin;
 use sinks::hbase::{HbaseConfig, HbaseStorage};
 use sinks::schema::TableSpec;
 
