@@ -97,10 +97,17 @@ fn generated_traffic_imports_decodes_and_repeats() {
     {
         let ok = match decode_event(n as u64 + 1, raw, &EventLimits::default()) {
             Err(_) => false,
-            Ok(e) => e
-                .tags
-                .iter()
-                .all(|(code, v)| check_tag(defs.get(code), code, &e.user_id, v, &gray).is_ok()),
+            Ok(e) => e.tags.iter().all(|(code, v)| {
+                check_tag(
+                    defs.get(code),
+                    code,
+                    &e.user_id,
+                    v,
+                    &gray,
+                    &EventLimits::default(),
+                )
+                .is_ok()
+            }),
         };
         rejected += usize::from(!ok);
     }

@@ -20,9 +20,9 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
 /// milliseconds sent where seconds were expected (the sensor decoder's rule).
 pub use pipeline::json::MAX_TS;
-/// Longest stored value, in bytes of its cell text (a STRING, or a MULTI_VALUE's JSON array):
-/// a profile row is read whole by every recommendation request, so one tag must not make it
-/// large.
+/// Longest stored value by default ([`EventLimits::max_value_bytes`]), in bytes of its cell
+/// text (a STRING, or a MULTI_VALUE's JSON array): a profile row is read whole by every
+/// recommendation request, so one tag must not make it large.
 pub const MAX_VALUE_BYTES: usize = 4096;
 
 /// Limits of one event, part of the job's configuration.
@@ -33,16 +33,24 @@ pub struct EventLimits {
     /// more in one event is a producer's bug, and a whole event is one user's put.
     #[serde(default = "default_max_tags")]
     pub max_tags: usize,
+    /// Longest value, in bytes of its cell text (default [`MAX_VALUE_BYTES`], 4096).
+    #[serde(default = "default_max_value_bytes")]
+    pub max_value_bytes: usize,
 }
 
 const fn default_max_tags() -> usize {
     256
 }
 
+const fn default_max_value_bytes() -> usize {
+    MAX_VALUE_BYTES
+}
+
 impl Default for EventLimits {
     fn default() -> Self {
         EventLimits {
             max_tags: default_max_tags(),
+            max_value_bytes: default_max_value_bytes(),
         }
     }
 }
@@ -122,7 +130,7 @@ pub enum Reason {
         /// What the value is instead.
         problem: String,
     },
-    /// The value's text is longer than [`MAX_VALUE_BYTES`].
+    /// The value's text is longer than [`EventLimits::max_value_bytes`].
     #[error("tag '{code}': value is {bytes} bytes, over the limit of {limit}")]
     TooLarge {
         /// The tag's code.
@@ -132,11 +140,24 @@ pub enum Reason {
         /// The limit.
         limit: usize,
     },
+    /// The event's time is too far ahead of a reference (the wall clock, or the watermark):
+    /// made by the job's sources (`pipeline::source::Refusal::future`), not by decoding.
+    #[error("ts {ts} is more than {limit_secs} s ahead of {reference} ({reference_ts})")]
+    Future {
+        /// The event time.
+        ts: i64,
+        /// What it was compared with.
+        reference: String,
+        /// The reference's time, epoch seconds.
+        reference_ts: i64,
+        /// The allowed skew, seconds.
+        limit_secs: u64,
+    },
 }
 
 impl Reason {
     /// Every kind of reason, as [`Reason::kind`] names it; [`Reason::kind_index`] indexes it.
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "too_long",
         "not_utf8",
         "invalid_json",
@@ -149,6 +170,7 @@ impl Reason {
         "gray_tag",
         "wrong_type",
         "value_too_large",
+        "future",
     ];
 
     /// The position of this reason's kind in [`Reason::KINDS`]: an index into a job's counters.
@@ -166,6 +188,7 @@ impl Reason {
             Reason::GrayNotTestUser { .. } => 9,
             Reason::WrongType { .. } => 10,
             Reason::TooLarge { .. } => 11,
+            Reason::Future { .. } => 12,
         }
     }
 
@@ -362,10 +385,11 @@ pub fn check_tag(
     user: &str,
     value: &Value,
     gray_users: &HashSet<String>,
+    limits: &EventLimits,
 ) -> Result<CellValue, Reason> {
     let def = def.ok_or_else(|| Reason::UnknownTag(code.to_string()))?;
     check_writable(def, user, gray_users)?;
-    check_value(def, value)
+    check_value(def, value, limits.max_value_bytes)
 }
 
 /// Whether `def` is written for `user`: an online tag for everyone, a gray one only for the
@@ -393,14 +417,14 @@ pub fn check_writable(
 ///
 /// BOOLEAN: `true`/`false`. INT: a JSON integer within `i64` (`3.0` is refused: a float sent
 /// for a count is a producer's bug). FLOAT: any JSON number, as a finite `f64`. STRING: a JSON
-/// string of at most [`MAX_VALUE_BYTES`] bytes. MULTI_VALUE: a JSON array of strings, stored
-/// sorted and without repeats ([`CellValue::MultiValue`]), at most [`MAX_VALUE_BYTES`] as
+/// string of at most `max_bytes` bytes. MULTI_VALUE: a JSON array of strings, stored
+/// sorted and without repeats ([`CellValue::MultiValue`]), at most `max_bytes` as
 /// text. `null` is no value of any type (removing a tag is `hourglass tags purge` or a later
 /// issue's delete, not an event).
 ///
 /// # Errors
 /// [`Reason::WrongType`] saying what the value is; [`Reason::TooLarge`].
-pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
+pub fn check_value(def: &TagDef, value: &Value, max_bytes: usize) -> Result<CellValue, Reason> {
     let code = &def.tag_code;
     let wrong = |problem: String| Reason::WrongType {
         code: code.clone(),
@@ -444,11 +468,11 @@ pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
         CellValue::String(s) | CellValue::MultiValue(s) => s.len(),
         _ => 0,
     };
-    if bytes > MAX_VALUE_BYTES {
+    if bytes > max_bytes {
         return Err(Reason::TooLarge {
             code: code.clone(),
             bytes,
-            limit: MAX_VALUE_BYTES,
+            limit: max_bytes,
         });
     }
     Ok(checked)
@@ -593,16 +617,29 @@ mod tests {
         assert_eq!(bad_field(r#"{"user_id":1,"ts":0,"tags":[]}"#).0, "tags");
         let many: Vec<String> = (0..3).map(|i| format!(r#""t{i}":1"#)).collect();
         let line = format!(r#"{{"user_id":1,"ts":0,"tags":{{{}}}}}"#, many.join(","));
-        let limits = EventLimits { max_tags: 2 };
+        let limits = EventLimits {
+            max_tags: 2,
+            ..EventLimits::default()
+        };
         let r = decode_event(1, line.as_bytes(), &limits).unwrap_err();
         assert_eq!(r.reason, Reason::TooManyTags { count: 3, limit: 2 });
         assert_eq!(r.reason.kind(), "too_many_tags");
-        assert!(decode_event(1, line.as_bytes(), &EventLimits { max_tags: 3 }).is_ok());
+        assert!(decode_event(
+            1,
+            line.as_bytes(),
+            &EventLimits {
+                max_tags: 3,
+                ..EventLimits::default()
+            }
+        )
+        .is_ok());
     }
 
     #[test]
     fn values_are_checked_against_the_data_type() {
-        let ok = |t: DataType, v: Value| check_value(&tag("c", t, TagStatus::Online), &v);
+        let ok = |t: DataType, v: Value| {
+            check_value(&tag("c", t, TagStatus::Online), &v, MAX_VALUE_BYTES)
+        };
         assert_eq!(
             ok(DataType::Boolean, json!(true)),
             Ok(CellValue::Boolean(true))
@@ -666,8 +703,16 @@ mod tests {
     #[test]
     fn unknown_offline_and_gray_tags_are_reasons() {
         let gray_users: HashSet<String> = ["tester".to_string()].into();
-        let check =
-            |def: Option<&TagDef>, user: &str| check_tag(def, "c", user, &json!(1), &gray_users);
+        let check = |def: Option<&TagDef>, user: &str| {
+            check_tag(
+                def,
+                "c",
+                user,
+                &json!(1),
+                &gray_users,
+                &EventLimits::default(),
+            )
+        };
         assert_eq!(check(None, "u"), Err(Reason::UnknownTag("c".into())));
         let online = tag("c", DataType::Int, TagStatus::Online);
         assert_eq!(check(Some(&online), "u"), Ok(CellValue::Int(1)));
@@ -685,7 +730,14 @@ mod tests {
             "tag 'c' is gray and user 'u' is not in its test list"
         );
         // A wrong type counts only once the tag may be written.
-        let wrong = check_tag(Some(&offline), "c", "u", &json!("x"), &gray_users);
+        let wrong = check_tag(
+            Some(&offline),
+            "c",
+            "u",
+            &json!("x"),
+            &gray_users,
+            &EventLimits::default(),
+        );
         assert_eq!(wrong, Err(Reason::Offline("c".into())));
     }
 
@@ -754,7 +806,7 @@ mod tests {
                 prop_assert!(validate_user_id(&e.user_id).is_ok());
                 prop_assert!((0..=MAX_TS).contains(&e.ts));
                 for t in DataType::ALL {
-                    if let Ok(v) = check_value(&tag("c", *t, TagStatus::Online), &e.tags[0].1) {
+                    if let Ok(v) = check_value(&tag("c", *t, TagStatus::Online), &e.tags[0].1, MAX_VALUE_BYTES) {
                         prop_assert_eq!(CellValue::from_cell(*t, &v.to_cell()), Some(v));
                     }
                 }

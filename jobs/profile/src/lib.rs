@@ -7,6 +7,7 @@ pub mod config;
 pub mod event;
 pub mod generate;
 pub mod import;
+pub mod job;
 pub mod key;
 pub mod merge;
 pub mod registry;
@@ -14,7 +15,7 @@ pub mod short_term;
 pub mod tables;
 pub mod tag;
 
-pub use config::{ProfileConfig, RedisConfig, RegistryConfig};
+pub use config::{GrayConfig, ProfileConfig, RedisConfig, RegistryConfig, ShortTermConfig};
 pub use event::{
     check_tag, check_value, check_writable, decode_event, CellValue, EventLimits,
     Reason as RejectReason, RejectedEvent, TagEvent,

@@ -7,6 +7,10 @@ use super::{write_string, write_value, EventGenerator};
 use crate::event::{MAX_LINE_BYTES, MAX_VALUE_BYTES};
 use crate::tag::{DataType, TagStatus};
 
+/// The kinds made, the first of [`crate::RejectReason::KINDS`]: every kind but `future`,
+/// which a source decides against its clock, not a line.
+pub(super) const KINDS_MADE: usize = 12;
+
 /// Plausible codes that no registry of ours defines.
 pub(super) const UNKNOWN_CODES: &[&str] = &[
     "dim_zodiac",

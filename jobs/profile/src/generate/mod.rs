@@ -179,7 +179,7 @@ impl EventGenerator {
         self.choose_tags();
         let bad = self.config.bad_ratio > 0.0 && self.rng.random_bool(self.config.bad_ratio);
         if bad {
-            let kind = self.rng.random_range(0..crate::RejectReason::KINDS.len());
+            let kind = self.rng.random_range(0..bad::KINDS_MADE);
             bad::write(self, kind, user, style, ts, line);
             return Some(Line::Bad(crate::RejectReason::KINDS[kind]));
         }

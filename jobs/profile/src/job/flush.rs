@@ -1,0 +1,260 @@
+//! The merge operator: a worker's events buffered per user and flushed, each flush checking
+//! the buffered tags against the registry read once for it, into table puts, short-term values
+//! and dead letters.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use operators::InOrder;
+use pipeline::control::JobControl;
+use pipeline::stats::add;
+use sinks::table::Mutation;
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::generic::Operator;
+use timely::dataflow::operators::CapabilitySet;
+use timely::dataflow::StreamVec;
+
+use super::decoder::ProfileEvent;
+use super::stats::ProfileStats;
+use super::writers::DeadLetter;
+use crate::event::{check_tag, EventLimits};
+use crate::merge::{ShortTermValue, TagUpdate, UserMerge};
+use crate::registry::TagRegistry;
+use crate::tables::PROFILE_TABLE;
+use crate::tag::TagDef;
+
+/// One worker's merge: the events since the last flush, and what a flush needs.
+#[derive(Debug)]
+pub(crate) struct UserBuffer {
+    /// The merge of checked updates (its config says when the buffer is full).
+    pub(crate) merge: UserMerge,
+    /// The registry, read once per flush; `None` if it could not be opened (the job is
+    /// failing, and its events are not written).
+    pub(crate) registry: Option<Box<dyn TagRegistry>>,
+    /// Users gray tags are written for.
+    pub(crate) gray: Arc<HashSet<String>>,
+    /// Limits of one event (the value size, here).
+    pub(crate) limits: EventLimits,
+    pub(crate) stats: Arc<ProfileStats>,
+    pub(crate) control: Arc<JobControl>,
+    /// Events since the last flush, in arrival order.
+    pending: Vec<ProfileEvent>,
+    /// Their distinct users.
+    users: HashSet<String>,
+    /// When the oldest pending event arrived.
+    oldest: Option<Instant>,
+}
+
+/// What a flush emits, split after the operator.
+#[derive(Debug)]
+pub(crate) enum Out {
+    Put(Mutation),
+    Short(ShortTermValue),
+    Dead(DeadLetter),
+}
+
+impl UserBuffer {
+    pub(crate) fn new(
+        merge: UserMerge,
+        registry: Option<Box<dyn TagRegistry>>,
+        gray: Arc<HashSet<String>>,
+        limits: EventLimits,
+        stats: Arc<ProfileStats>,
+        control: Arc<JobControl>,
+    ) -> Self {
+        UserBuffer {
+            merge,
+            registry,
+            gray,
+            limits,
+            stats,
+            control,
+            pending: Vec::new(),
+            users: HashSet::new(),
+            oldest: None,
+        }
+    }
+
+    /// Buffers an event; returns whether the buffer holds `max_users` users.
+    fn push(&mut self, event: ProfileEvent) -> bool {
+        if !self.users.contains(&event.user_id) {
+            self.users.insert(event.user_id.clone());
+        }
+        self.oldest.get_or_insert_with(Instant::now);
+        self.pending.push(event);
+        self.users.len() >= self.merge.config().max_users
+    }
+
+    /// Reads the registry once and turns the pending events into what to write: each tag
+    /// checked ([`check_tag`]) against the definitions read now, so that a status change
+    /// applies from the next flush on; a refused tag is a dead letter, the event's other tags
+    /// are written.
+    fn flush(&mut self, out: &mut impl FnMut(Out)) {
+        let pending = std::mem::take(&mut self.pending);
+        self.users.clear();
+        self.oldest = None;
+        if pending.is_empty() {
+            return;
+        }
+        let defs = match self.registry.as_mut().map(|r| (r.list(), r.location())) {
+            Some((Ok(defs), _)) => defs,
+            Some((Err(e), location)) => {
+                self.control
+                    .fail(format!("reading the tag registry {location} failed: {e}"));
+                self.registry = None;
+                return;
+            }
+            None => return,
+        };
+        let by_code: HashMap<&str, &TagDef> =
+            defs.iter().map(|d| (d.tag_code.as_str(), d)).collect();
+        for event in pending {
+            for (code, value) in &event.tags {
+                let def = by_code.get(code.as_str()).copied();
+                match check_tag(def, code, &event.user_id, value, &self.gray, &self.limits) {
+                    Ok(cell) => {
+                        if let Some(def) = def {
+                            self.merge
+                                .push(TagUpdate::new(def, &event.user_id, event.ts, cell));
+                        }
+                    }
+                    Err(reason) => out(Out::Dead(DeadLetter {
+                        line: event.line,
+                        partition: None,
+                        reason,
+                        raw: event.raw.clone(),
+                        tag: Some((event.user_id.clone(), code.clone())),
+                    })),
+                }
+            }
+        }
+        let flushed = self.merge.flush();
+        let (mut users, mut cells, mut history) = (0, 0, 0);
+        for m in &flushed.mutations {
+            if let Mutation::Put {
+                table, cells: c, ..
+            } = m
+            {
+                if *table == PROFILE_TABLE {
+                    users += 1;
+                    cells += c.len() as u64;
+                } else {
+                    history += 1;
+                }
+            }
+        }
+        add(&self.stats.flushes, 1);
+        add(&self.stats.users_flushed, users);
+        add(&self.stats.tags_written, cells);
+        add(&self.stats.history_rows, history);
+        for m in flushed.mutations {
+            out(Out::Put(m));
+        }
+        for v in flushed.short_term {
+            out(Out::Short(v));
+        }
+    }
+}
+
+/// When a worker's merge flushes besides when it is full.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FlushTimes {
+    /// The longest an event waits in the buffer ([`crate::MergeConfig::flush_interval_ms`]).
+    pub(crate) interval: Duration,
+    /// Shortest time between two flushes caused by the input frontier passing (the source's
+    /// pace); the input's end always flushes.
+    pub(crate) min_gap: Duration,
+}
+
+/// The merge operator on `events` (exchanged by user): buffers them in `buffer` and flushes
+/// when it holds `max_users` users, when its oldest event has waited `times.interval`, when the
+/// input frontier passes the buffered times (at most once per `times.min_gap`) and when the
+/// input ends. What a flush emits is at the least time buffered, so the frontier after the
+/// operator passes a time only once the events before it are flushed. Returns the puts, the
+/// short-term values and the dead letters, each in the order flushes made them.
+#[allow(clippy::type_complexity)]
+pub(crate) fn merge_users<'scope>(
+    events: StreamVec<'scope, u64, ProfileEvent>,
+    mut buffer: UserBuffer,
+    times: FlushTimes,
+) -> (
+    StreamVec<'scope, u64, Mutation>,
+    StreamVec<'scope, u64, ShortTermValue>,
+    StreamVec<'scope, u64, DeadLetter>,
+) {
+    let scope = events.scope();
+    let out = events.unary_frontier::<CapacityContainerBuilder<Vec<Out>>, _, _, _>(
+        Pipeline,
+        "MergeUsers",
+        move |_cap, info| {
+            let activator = scope.activator_for(info.address);
+            let mut held = CapabilitySet::new();
+            let mut last_flush = Instant::now();
+            move |(input, frontier), output| {
+                input.for_each(|cap, data| {
+                    if let Some(c) = cap.retain_least(0) {
+                        held.insert(c);
+                    }
+                    for event in data.drain(..) {
+                        if buffer.push(event) {
+                            if let Some(at) = least(&held) {
+                                let mut session = output.session(&at);
+                                buffer.flush(&mut |f| session.give(f));
+                            }
+                            last_flush = Instant::now();
+                        }
+                    }
+                });
+                let frontier = frontier.frontier();
+                let passed = held.iter().any(|c| !frontier.less_equal(c.time()));
+                let waited = buffer.oldest.map_or(Duration::ZERO, |t| t.elapsed());
+                let since = last_flush.elapsed();
+                let due = buffer.oldest.is_some()
+                    && (waited >= times.interval
+                        || frontier.is_empty()
+                        || (passed && since >= times.min_gap));
+                if due {
+                    if let Some(at) = least(&held) {
+                        let mut session = output.session(&at);
+                        buffer.flush(&mut |f| session.give(f));
+                    }
+                    last_flush = Instant::now();
+                }
+                if buffer.oldest.is_some() {
+                    let mut wait = times.interval.saturating_sub(waited);
+                    if passed {
+                        wait = wait.min(times.min_gap.saturating_sub(since));
+                    }
+                    activator.activate_after(wait);
+                } else {
+                    downgrade_to_frontier(&mut held, frontier.first().copied());
+                }
+            }
+        },
+    );
+    let (puts, rest) = out.ok_err_in_order(|f| match f {
+        Out::Put(m) => Ok(m),
+        Out::Short(v) => Err(Ok(v)),
+        Out::Dead(d) => Err(Err(d)),
+    });
+    let (short, dead) = rest.ok_err_in_order(|r| r);
+    (puts, short, dead)
+}
+
+/// A copy of the held capability with the least time.
+fn least(held: &CapabilitySet<u64>) -> Option<timely::dataflow::operators::Capability<u64>> {
+    held.iter().min_by_key(|c| *c.time()).cloned()
+}
+
+/// Moves the held capabilities up to the input frontier `first` (its least time; `None`: the
+/// input has ended, and everything is released), never below what they hold.
+fn downgrade_to_frontier(held: &mut CapabilitySet<u64>, first: Option<u64>) {
+    let least = held.iter().map(|c| *c.time()).min();
+    match (first, least) {
+        (None, _) => held.downgrade(&[] as &[u64]),
+        (Some(f), Some(l)) if f > l => held.downgrade([f]),
+        _ => {}
+    }
+}

@@ -1,0 +1,217 @@
+//! The profile job on the engine's driver: tag events → per-user merge → `user_profile_tag`,
+//! `user_tag_history` and the short-term store.
+//!
+//! ```text
+//! feed ─ event_source ─ ok_err_in_order ─┬─ events ─ exchange_in_order (user) ─ merge_users ─┬─ puts ─ write_batches (tables) ─────┬─ probe
+//!                                        │                                                  ├─ short-term ─ write_batches (store) ┤
+//!                                        │                                                  └─ refused tags ─┐                    │
+//!                                        └─ rejected lines ──────────────────────────────────────────────────┴─ write_batches (dead letters)
+//! ```
+//!
+//! Every operator from the source to the writers keeps arrival order (`operators::InOrder`).
+//! The merge emits a flush at the least time it buffered and holds its capability until then,
+//! and each sink's frontier passes a time only once what it got before it is durable (the
+//! table writer flushed, the short-term batch acknowledged, the dead letters written): the
+//! probe over the three passes a time only when all are, and a Kafka feed commits what it
+//! passed.
+
+mod decoder;
+mod flush;
+mod source;
+mod stats;
+mod writers;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use operators::{bounded_event_source, EventFeed, FlushPace, InFlight, InOrder, WriteBatches};
+use pipeline::control::JobControl;
+use pipeline::driver::{Dataflow, Pace, Settings};
+use pipeline::source::Decoded;
+use pipeline::stats::Stats;
+use sinks::dead_letter::DeadLetters;
+use sinks::table::TableWriter;
+use timely::dataflow::operators::{Concat, Probe};
+use timely::dataflow::{ProbeHandle, Scope};
+
+pub use decoder::{user_hint, ProfileDecoder, ProfileEvent};
+pub use source::{commit_window, RecordingSource, TopicSource};
+pub use stats::{ProfileCounters, ProfileReport, ProfileStats};
+pub use writers::DeadLetter;
+
+use crate::config::ProfileConfig;
+use crate::event::{EventLimits, Reason};
+use crate::merge::{MergeConfig, UserMerge};
+use crate::registry::RegistryUrl;
+use crate::Result;
+use flush::{merge_users, FlushTimes, UserBuffer};
+use writers::{DeadLetterSink, ShortTermSink, TableSink};
+
+/// Events a worker's source may have read and not yet delivered through the exchange by user
+/// (see [`operators::bounded_event_source`]): a decoded event with its raw line is about 1 KB,
+/// so about 64 MB per reading worker.
+pub const MAX_IN_FLIGHT: usize = 1 << 16;
+
+/// What a source of the profile job emits: an event, or a rejected line.
+pub type Item = Decoded<ProfileEvent, Reason>;
+
+/// The profile job: its configuration, as each worker's dataflow needs it.
+#[derive(Debug)]
+pub struct ProfileJob {
+    registry: RegistryUrl,
+    redis_url: Option<String>,
+    short_term_path: PathBuf,
+    merge: MergeConfig,
+    limits: EventLimits,
+    gray: Arc<HashSet<String>>,
+    pace: Pace,
+    profile: Arc<ProfileStats>,
+}
+
+impl ProfileJob {
+    /// The job `cfg` describes, paced as its source asks, counting into `profile`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Url`]: the registry URL is not one.
+    pub fn new(cfg: &ProfileConfig, pace: Pace, profile: Arc<ProfileStats>) -> Result<Self> {
+        Ok(ProfileJob {
+            registry: RegistryUrl::parse(&cfg.registry.url)?,
+            redis_url: cfg.redis_url().map(str::to_string),
+            short_term_path: cfg.short_term.path.clone(),
+            merge: cfg.merge,
+            limits: cfg.limits,
+            gray: Arc::new(cfg.gray.test_users.clone()),
+            pace,
+            profile,
+        })
+    }
+
+    /// Where the short-term tags go, for messages.
+    pub fn short_term_location(&self) -> String {
+        match &self.redis_url {
+            Some(url) => crate::registry::redact(url),
+            None => self.short_term_path.display().to_string(),
+        }
+    }
+}
+
+impl Dataflow for ProfileJob {
+    type Item = Item;
+
+    fn settings(&self) -> Settings {
+        let mut gray: Vec<&String> = self.gray.iter().collect();
+        gray.sort();
+        vec![
+            ("profile.registry".into(), self.registry.to_string()),
+            ("profile.short_term".into(), self.short_term_location()),
+            ("profile.merge".into(), format!("{:?}", self.merge)),
+            ("profile.limits".into(), format!("{:?}", self.limits)),
+            ("profile.gray".into(), format!("{gray:?}")),
+        ]
+    }
+
+    fn build<'scope, F>(
+        &self,
+        scope: Scope<'scope, u64>,
+        feed: F,
+        writer: Box<dyn TableWriter>,
+        side: Arc<DeadLetters>,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+        probe: &ProbeHandle<u64>,
+    ) where
+        F: EventFeed<Item = Item> + 'static,
+    {
+        let pace = FlushPace {
+            every: self.pace.flush_every,
+            min_gap: self.pace.flush_min_gap,
+        };
+        let exchanged = ProbeHandle::new();
+        let in_flight = InFlight {
+            probe: exchanged.clone(),
+            max_items: MAX_IN_FLIGHT,
+        };
+        let decoded = bounded_event_source(scope, "ReadTagEvents", feed, 1024, Some(in_flight));
+        let (events, rejected) = decoded.ok_err_in_order(|item: Item| item);
+        let events = events
+            .exchange_in_order(|e: &ProfileEvent| operators::key_hash(&e.user_id))
+            .probe_with(&exchanged);
+
+        // Each worker its own connections: the registry's, read once per flush, and the
+        // short-term store's. A failure fails the job; the dataflow is built all the same, as
+        // every worker must build the same one.
+        let registry = self
+            .registry
+            .open()
+            .map_err(|e| control.fail(format!("opening the tag registry {}: {e}", self.registry)))
+            .ok();
+        let short_term = crate::short_term::open(self.redis_url.as_deref(), &self.short_term_path)
+            .map_err(|e| {
+                control.fail(format!(
+                    "opening the short-term store {}: {e}",
+                    self.short_term_location()
+                ))
+            })
+            .ok();
+        let buffer = UserBuffer::new(
+            UserMerge::new(self.merge),
+            registry,
+            self.gray.clone(),
+            self.limits,
+            self.profile.clone(),
+            control.clone(),
+        );
+        let times = FlushTimes {
+            interval: Duration::from_millis(self.merge.flush_interval_ms),
+            min_gap: pace.min_gap,
+        };
+        let (puts, short, refused) = merge_users(events, buffer, times);
+
+        let fail = |what: &'static str| {
+            let control = control.clone();
+            move |e: String| control.fail(format!("{what}: {e}"))
+        };
+        let on_dead = fail("dead-letter output");
+        rejected
+            .map_in_order(DeadLetter::from)
+            .concat(refused)
+            .write_batches(
+                "DeadLetters",
+                DeadLetterSink {
+                    side,
+                    stats: stats.clone(),
+                    profile: self.profile.clone(),
+                },
+                pace,
+                move |e: sinks::Error| on_dead(e.to_string()),
+            )
+            .probe_with(probe);
+        let on_tables = fail("writing tables failed");
+        puts.write_batches(
+            "WriteTables",
+            TableSink {
+                writer,
+                stats,
+                unflushed: 0,
+            },
+            pace,
+            move |e: sinks::Error| on_tables(e.to_string()),
+        )
+        .probe_with(probe);
+        let on_short = fail("writing short-term tags failed");
+        short
+            .write_batches(
+                "WriteShortTerm",
+                ShortTermSink {
+                    store: short_term,
+                    profile: self.profile.clone(),
+                    control,
+                },
+                pace,
+                move |e: crate::Error| on_short(e.to_string()),
+            )
+            .probe_with(probe);
+    }
+}
