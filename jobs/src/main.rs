@@ -113,7 +113,8 @@ enum Command {
     /// The profile job's tag registry: import definitions from CSV, list them, set a status.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
-    /// The profile job: generate its tag traffic.
+    /// The profile job: replay or consume tag events into the profile store, read a user's
+    /// tags, generate tag traffic.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
 }

@@ -1,19 +1,86 @@
-//! `hourglass profile`: the profile job's commands; for now `generate`, its test traffic.
+//! `hourglass profile`: the profile job (`replay`, `run`), its query (`get`) and its test
+//! traffic (`generate`). Flags and config here; the job is `profile::job`.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use pipeline::driver::{self, Cluster, Job, JobArgs, JobOptions, Pace};
+use pipeline::source::kafka::{self, KafkaOptions, KafkaShared};
+use pipeline::store::BackendArgs;
 use profile::generate::{self, EventGenerator, GenerateConfig};
+use profile::job::{
+    commit_window, ProfileDecoder, ProfileJob, ProfileReport, ProfileStats, RecordingSource,
+    TopicSource,
+};
+use profile::{ProfileConfig, RejectReason, PROFILE_TABLE};
 
 /// The profile job's commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum ProfileCommand {
+    /// Replay a file of tag events (JSON Lines, optionally .gz/.zst; `-` reads stdin) into the
+    /// profile tables and the short-term store.
+    Replay(ReplayArgs),
+    /// The long-running job: consume tag events from Kafka (the config's `[source] topic`).
+    Run(RunArgs),
+    /// Print a user's stored tags as JSON, short-term tags included:
+    /// `{"user_id": …, "tags": {code: value}}`. Exits 1 for a user with none.
+    Get(GetArgs),
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
     Generate(GenerateArgs),
+}
+
+/// Arguments of `hourglass profile replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Tag events: JSON Lines, optionally `.gz` or `.zst`; `-` reads stdin.
+    pub file: PathBuf,
+    /// Profile job configuration (TOML; config/profile.example.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Timely worker threads, 1 to 256 [default: the config's workers, else the cores].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Do not print the summary on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Output, metrics and store-recovery flags, as `hourglass replay`'s.
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// Arguments of `hourglass profile run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Profile job configuration (TOML): `[source]` (Kafka), `[store]`, registry, Redis.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Flush, commit and exit 0 once no record has arrived for this long (`500ms`, `5s`).
+    #[arg(long, value_name = "DURATION")]
+    pub exit_on_idle: Option<String>,
+    /// Output, metrics and store-recovery flags, as `hourglass run`'s.
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// Arguments of `hourglass profile get`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GetArgs {
+    /// The user id, as the events give it.
+    pub user: String,
+    /// Profile job configuration (TOML): registry, Redis, store.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
 }
 
 /// Arguments of `hourglass profile generate`.
@@ -50,7 +117,179 @@ pub struct GenerateArgs {
 
 pub fn run(cmd: ProfileCommand) -> Result<ExitCode> {
     match cmd {
+        ProfileCommand::Replay(args) => replay(&args).map(|_| ExitCode::SUCCESS),
+        ProfileCommand::Run(args) => run_job(&args).map(|_| ExitCode::SUCCESS),
+        ProfileCommand::Get(args) => get(&args),
         ProfileCommand::Generate(args) => generate(&args).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+fn load(path: Option<&Path>) -> Result<ProfileConfig> {
+    Ok(match path {
+        Some(path) => ProfileConfig::load(path)?,
+        None => ProfileConfig::default(),
+    })
+}
+
+/// Checks the registry (reachable, with tags) before any worker starts.
+fn check_registry(cfg: &ProfileConfig) -> Result<()> {
+    let mut registry = profile::open(&cfg.registry.url)?;
+    if registry.list()?.is_empty() {
+        bail!(
+            "the tag registry {} defines no tag: every tag would be refused; import the \
+             definitions first (`hourglass tags import FILE`)",
+            registry.location()
+        );
+    }
+    Ok(())
+}
+
+fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
+    let mut cfg = load(args.config.as_deref())?;
+    args.backend.apply(&mut cfg.store);
+    args.job.cluster.apply(&mut cfg.cluster);
+    if let Some(workers) = args.workers {
+        pipeline::config::check_workers("--workers", workers)?;
+    }
+    check_registry(&cfg)?;
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
+    let backend = pipeline::store::open_for_writing(
+        &cfg.store,
+        &profile::tables(),
+        &BackendArgs::default(),
+        args.job.recover,
+    )?;
+    backend.ensure_tables()?;
+    drop(pipeline::source::replay::input::open(&args.file, None)?);
+    let job = Job::start(JobOptions {
+        args: &args.job,
+        metrics_listen: args.job.checked_metrics_listen()?,
+        stop_on_signals: false,
+        quiet: args.quiet,
+        cluster: &cluster,
+        reject_kinds: &RejectReason::KINDS,
+    })?;
+    let workers = args
+        .workers
+        .or(cfg.workers)
+        .unwrap_or_else(driver::default_workers);
+    let counters = Arc::new(ProfileStats::default());
+    let source = RecordingSource {
+        decoder: ProfileDecoder { limits: cfg.limits },
+        path: args.file.clone(),
+        watermark_bound: cfg.window.watermark_bound_secs,
+        max_future_skew: cfg.window.future_skew_secs(),
+        threads: workers,
+        peers: cluster.peers(workers),
+        stats: job.stats().clone(),
+        control: job.control().clone(),
+        profile: counters.clone(),
+    };
+    let profile = ProfileJob::new(&cfg, Pace::of(&source), counters)?;
+    Ok(job.run(source, profile, &cfg.window, &cfg.store, &backend)?)
+}
+
+fn run_job(args: &RunArgs) -> Result<ProfileReport> {
+    let mut cfg = ProfileConfig::load(&args.config)?;
+    if let Some(addr) = args.job.checked_metrics_listen()? {
+        cfg.metrics_listen = Some(addr.to_string());
+    }
+    args.job.cluster.apply(&mut cfg.cluster);
+    let exit_on_idle = args
+        .exit_on_idle
+        .as_deref()
+        .map(pipeline::time::parse_duration)
+        .transpose()?;
+    check_registry(&cfg)?;
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
+    let job = Job::start(JobOptions {
+        args: &args.job,
+        metrics_listen: cfg.metrics_listen.as_deref(),
+        stop_on_signals: true,
+        quiet: false,
+        cluster: &cluster,
+        reject_kinds: &RejectReason::KINDS,
+    })?;
+    let backend = pipeline::store::open_for_writing(
+        &cfg.store,
+        &profile::tables(),
+        &BackendArgs::default(),
+        args.job.recover,
+    )?;
+    backend.ensure_tables()?;
+    let source = &cfg.source;
+    let partitions = kafka::wait_for_partitions(source, job.control())?;
+    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
+    let peers = cluster.peers(workers);
+    eprintln!(
+        "profile run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers → {}",
+        source.topic,
+        source.brokers,
+        source.group_id,
+        backend.location()
+    );
+    let first = cluster.process * workers;
+    let shared = Arc::new(KafkaShared::for_process(
+        partitions,
+        peers,
+        first..first + workers,
+    ));
+    job.metrics().attach_kafka(shared.clone());
+    let counters = Arc::new(ProfileStats::default());
+    let topic = TopicSource {
+        decoder: ProfileDecoder { limits: cfg.limits },
+        base: KafkaOptions {
+            source: source.clone(),
+            watermark_bound: cfg.window.watermark_bound_secs,
+            window: commit_window(),
+            record_table: PROFILE_TABLE,
+            exit_on_idle,
+            ttl_secs: u64::MAX,
+            partitions,
+            worker: 0,
+            peers,
+            max_future_skew: cfg.window.future_skew_secs(),
+            // A flush holds events back for up to the merge's interval.
+            stop_drain: Duration::from_secs(10)
+                + Duration::from_millis(cfg.merge.flush_interval_ms),
+        },
+        shared,
+        threads: workers,
+        process: cluster.label(),
+        status_every: Duration::from_secs(cfg.status_interval_secs),
+        config: args.config.clone(),
+        stats: job.stats().clone(),
+        control: job.control().clone(),
+        profile: counters.clone(),
+    };
+    let profile = ProfileJob::new(&cfg, Pace::of(&topic), counters)?;
+    Ok(job.run(topic, profile, &cfg.window, &cfg.store, &backend)?)
+}
+
+fn get(args: &GetArgs) -> Result<ExitCode> {
+    let cfg = load(args.config.as_deref())?;
+    let defs = profile::open(&cfg.registry.url)?.list()?;
+    let backend =
+        pipeline::store::open(&cfg.store, &profile::tables(), &args.backend, true, false)?;
+    let mut short_term = profile::short_term::open(cfg.redis_url(), &cfg.short_term.path)?;
+    let now = pipeline::time::now_ms() / 1000;
+    let reader = backend.reader();
+    match profile::query::profile_of(&reader, short_term.as_mut(), &defs, &args.user, now)? {
+        Some(profile) => {
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, &profile)?;
+            writeln!(out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            eprintln!(
+                "error: user {:?} has no stored tags in {} (nor short-term ones in {})",
+                args.user,
+                backend.location(),
+                short_term.location()
+            );
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 

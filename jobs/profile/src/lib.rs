@@ -10,6 +10,7 @@ pub mod import;
 pub mod job;
 pub mod key;
 pub mod merge;
+pub mod query;
 pub mod registry;
 pub mod short_term;
 pub mod tables;
@@ -98,6 +99,9 @@ pub enum Error {
         #[source]
         source: mysql::Error,
     },
+    /// The tables could not be read or written.
+    #[error("storage: {0}")]
+    Storage(#[from] sinks::Error),
     /// The short-term tags' Redis failed ([`short_term::is_retriable`] tells whether to try
     /// again).
     #[error("Redis {url}")]
