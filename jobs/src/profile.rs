@@ -174,6 +174,7 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
         .or(cfg.workers)
         .unwrap_or_else(driver::default_workers);
     let counters = Arc::new(ProfileStats::default());
+    job.metrics().attach_counters(counters.clone());
     let source = RecordingSource {
         decoder: ProfileDecoder { limits: cfg.limits },
         path: args.file.clone(),
@@ -236,6 +237,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     ));
     job.metrics().attach_kafka(shared.clone());
     let counters = Arc::new(ProfileStats::default());
+    job.metrics().attach_counters(counters.clone());
     let topic = TopicSource {
         decoder: ProfileDecoder { limits: cfg.limits },
         base: KafkaOptions {

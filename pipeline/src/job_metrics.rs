@@ -28,6 +28,13 @@ use sinks::MetricsSource;
 use crate::http_thread::{HttpLimits, HttpThread};
 use crate::{Context, Result};
 
+/// Counters a job keeps beside the engine's [`Stats`] (its domain's: the profile job's
+/// flushes, users, tags), served at `/metrics` as `hourglass_job_<name>_total`.
+pub trait JobCounters: fmt::Debug + Send + Sync {
+    /// `(name, help, value)` of each counter, read at each scrape.
+    fn counters(&self) -> Vec<(&'static str, &'static str, u64)>;
+}
+
 /// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
 /// HBase writers' counters are attached once they exist (the server starts before both, so
 /// that a taken port fails the job at once and `/healthz` answers while it waits for the topic).
@@ -39,6 +46,8 @@ pub struct JobMetrics {
     reject_kinds: &'static [&'static str],
     kafka: OnceLock<Arc<KafkaShared>>,
     writers: OnceLock<Arc<dyn MetricsSource>>,
+    /// The job's own counters, if it keeps any.
+    counters: OnceLock<Arc<dyn JobCounters>>,
     /// The process index of a cluster's process, a `process` label on every sample.
     process: OnceLock<usize>,
 }
@@ -57,6 +66,7 @@ impl JobMetrics {
             reject_kinds,
             kafka: OnceLock::new(),
             writers: OnceLock::new(),
+            counters: OnceLock::new(),
             process: OnceLock::new(),
         }
     }
@@ -76,6 +86,11 @@ impl JobMetrics {
     /// `retries`).
     pub fn attach_writers(&self, writers: Arc<dyn MetricsSource>) {
         let _ = self.writers.set(writers);
+    }
+
+    /// Adds the job's own counters ([`JobCounters`]).
+    pub fn attach_counters(&self, counters: Arc<dyn JobCounters>) {
+        let _ = self.counters.set(counters);
     }
 
     fn registry(self: &Arc<Self>) -> Registry {
@@ -250,6 +265,11 @@ impl Collector for JobMetrics {
             "1 once the job has failed and is stopping (see its stderr), else 0",
             i64::from(self.control.error().is_some()),
         )?;
+        if let Some(counters) = self.counters.get() {
+            for (name, help, value) in counters.counters() {
+                counter(&mut enc, name, help, value)?;
+            }
+        }
         let Some(kafka) = self.kafka.get() else {
             return Ok(());
         };

@@ -167,7 +167,7 @@ mod tests {
             assert_eq!(user_hint(raw), want, "{}", String::from_utf8_lossy(raw));
         }
         let d = ProfileDecoder::default();
-        for raw in [&cases[0].0[..], cases[1].0] {
+        for raw in [cases[0].0, cases[1].0] {
             let e = d.decode(3, raw).unwrap();
             assert_eq!(Some(e.user_id.as_str()), user_hint(raw));
             assert_eq!((e.line, e.raw.as_slice()), (3, raw));

@@ -52,7 +52,7 @@ pub(crate) struct UserBuffer {
 pub(crate) enum Out {
     Put(Mutation),
     Short(ShortTermValue),
-    Dead(DeadLetter),
+    Dead(Box<DeadLetter>),
 }
 
 impl UserBuffer {
@@ -120,13 +120,13 @@ impl UserBuffer {
                                 .push(TagUpdate::new(def, &event.user_id, event.ts, cell));
                         }
                     }
-                    Err(reason) => out(Out::Dead(DeadLetter {
+                    Err(reason) => out(Out::Dead(Box::new(DeadLetter {
                         line: event.line,
                         partition: None,
                         reason,
                         raw: event.raw.clone(),
                         tag: Some((event.user_id.clone(), code.clone())),
-                    })),
+                    }))),
                 }
             }
         }
@@ -182,7 +182,7 @@ pub(crate) fn merge_users<'scope>(
 ) -> (
     StreamVec<'scope, u64, Mutation>,
     StreamVec<'scope, u64, ShortTermValue>,
-    StreamVec<'scope, u64, DeadLetter>,
+    StreamVec<'scope, u64, Box<DeadLetter>>,
 ) {
     let scope = events.scope();
     let out = events.unary_frontier::<CapacityContainerBuilder<Vec<Out>>, _, _, _>(
@@ -256,5 +256,153 @@ fn downgrade_to_frontier(held: &mut CapabilitySet<u64>, first: Option<u64>) {
         (None, _) => held.downgrade(&[] as &[u64]),
         (Some(f), Some(l)) if f > l => held.downgrade([f]),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use serde_json::json;
+    use timely::dataflow::operators::{Input, Inspect, Probe};
+    use timely::dataflow::ProbeHandle;
+
+    use super::*;
+    use crate::merge::MergeConfig;
+    use crate::registry::SqliteRegistry;
+    use crate::tag::{DataType, TagStatus, ValueType};
+
+    fn def(code: &str) -> TagDef {
+        TagDef {
+            tag_code: code.into(),
+            name: code.into(),
+            data_type: DataType::Int,
+            value_type: ValueType::Statistic,
+            status: TagStatus::Online,
+            ttl_secs: None,
+            category: String::new(),
+            owner: String::new(),
+            update_frequency: String::new(),
+        }
+    }
+
+    fn event(user: &str, ts: i64, tags: &[(&str, i64)]) -> ProfileEvent {
+        ProfileEvent {
+            user_id: user.into(),
+            ts,
+            tags: tags
+                .iter()
+                .map(|(c, v)| (c.to_string(), json!(v)))
+                .collect(),
+            line: ts as u64,
+            raw: Vec::new(),
+        }
+    }
+
+    /// What came out of the merge: (user row's cells as (code, value, ts_ms)), dead kinds.
+    #[derive(Debug, Default)]
+    struct Seen {
+        puts: Vec<Vec<(String, String, i64)>>,
+        dead: Vec<&'static str>,
+    }
+
+    #[test]
+    fn flushes_when_full_and_at_the_end_reading_the_registry_each_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tags.sqlite");
+        SqliteRegistry::open(&path)
+            .unwrap()
+            .upsert(&[def("beh_a"), def("beh_b")])
+            .unwrap();
+        let control = Arc::new(JobControl::default());
+        let stats = Arc::new(ProfileStats::default());
+        let times = FlushTimes {
+            interval: Duration::from_secs(3600),
+            min_gap: Duration::from_secs(3600),
+        };
+        let (w_control, w_stats) = (control.clone(), stats.clone());
+        timely::execute_directly(move |worker| {
+            let mut registry = SqliteRegistry::open(&path).unwrap();
+            let seen = Rc::new(RefCell::new(Seen::default()));
+            let (puts_seen, dead_seen) = (seen.clone(), seen.clone());
+            let buffer = UserBuffer::new(
+                UserMerge::new(MergeConfig {
+                    max_users: 2,
+                    flush_interval_ms: 3_600_000,
+                }),
+                Some(Box::new(SqliteRegistry::open(&path).unwrap())),
+                Arc::new(HashSet::new()),
+                EventLimits::default(),
+                w_stats.clone(),
+                w_control.clone(),
+            );
+            let probe = ProbeHandle::new();
+            let mut input = worker.dataflow::<u64, _, _>(|scope| {
+                let (input, events) = scope.new_input::<Vec<ProfileEvent>>();
+                let (puts, short, dead) = merge_users(events, buffer, times);
+                puts.inspect(move |m| {
+                    if let Mutation::Put { table, cells, .. } = m {
+                        if *table == PROFILE_TABLE {
+                            puts_seen.borrow_mut().puts.push(
+                                cells
+                                    .iter()
+                                    .map(|c| {
+                                        (
+                                            String::from_utf8_lossy(&c.qualifier).into_owned(),
+                                            String::from_utf8_lossy(&c.value).into_owned(),
+                                            c.ts_ms,
+                                        )
+                                    })
+                                    .collect(),
+                            );
+                        }
+                    }
+                })
+                .probe_with(&probe);
+                short.probe_with(&probe);
+                dead.inspect(move |d| dead_seen.borrow_mut().dead.push(d.reason.kind()))
+                    .probe_with(&probe);
+                input
+            });
+            // One user, twice: the newer event time wins, not the later arrival.
+            input.send(event("u1", 20, &[("beh_a", 2)]));
+            input.send(event("u1", 10, &[("beh_a", 1), ("beh_x", 5)]));
+            input.advance_to(1);
+            for _ in 0..20 {
+                worker.step();
+            }
+            // Not full, and the interval and min_gap are long: nothing is flushed, and the
+            // probe does not pass the buffered time.
+            assert!(seen.borrow().puts.is_empty());
+            assert!(probe.less_than(&1));
+            // A second user fills the buffer: flushed at once, without the input moving on.
+            input.send(event("u2", 30, &[("beh_b", 3)]));
+            input.flush();
+            for _ in 0..20 {
+                worker.step();
+            }
+            assert_eq!(seen.borrow().puts.len(), 2, "{:?}", seen.borrow());
+            assert!(seen.borrow().puts[0]
+                .iter()
+                .chain(&seen.borrow().puts[1])
+                .any(|c| *c == ("beh_a".into(), "2".into(), 20_000)));
+            assert_eq!(seen.borrow().dead, ["unknown_tag"]);
+            // Set offline between two flushes: the next flush refuses it.
+            registry.set_status("beh_b", TagStatus::Offline).unwrap();
+            input.send(event("u3", 40, &[("beh_b", 4), ("beh_a", 4)]));
+            input.advance_to(2);
+            drop(input);
+            while worker.step() {}
+            assert_eq!(seen.borrow().dead, ["unknown_tag", "offline_tag"]);
+            assert_eq!(seen.borrow().puts.len(), 3);
+            assert_eq!(
+                seen.borrow().puts[2],
+                [("beh_a".into(), "4".into(), 40_000)]
+            );
+        });
+        assert_eq!(control.error(), None);
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((get(&stats.flushes), get(&stats.users_flushed)), (2, 3));
     }
 }

@@ -175,7 +175,7 @@ impl Dataflow for ProfileJob {
         };
         let on_dead = fail("dead-letter output");
         rejected
-            .map_in_order(DeadLetter::from)
+            .map_in_order(|r| DeadLetter::of_line(*r))
             .concat(refused)
             .write_batches(
                 "DeadLetters",

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pipeline::driver::Report;
+use pipeline::job_metrics::JobCounters;
 use pipeline::stats::{Stats, Summary};
 use serde::Serialize;
 
@@ -81,9 +82,11 @@ impl ProfileStats {
                 .collect(),
         }
     }
+}
 
-    /// `/metrics` samples: `(name, help, value)`, each a counter.
-    pub fn samples(&self) -> Vec<(&'static str, &'static str, u64)> {
+/// Served at `/metrics` as `hourglass_job_profile_*_total`.
+impl JobCounters for ProfileStats {
+    fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         vec![
             (

@@ -62,16 +62,16 @@ impl DeadLetter {
     }
 }
 
-impl From<Box<pipeline::source::Rejected<Reason>>> for DeadLetter {
-    fn from(r: Box<pipeline::source::Rejected<Reason>>) -> Self {
-        let r = *r;
-        DeadLetter {
+impl DeadLetter {
+    /// The dead letter of a line its source rejected.
+    pub fn of_line(r: pipeline::source::Rejected<Reason>) -> Box<Self> {
+        Box::new(DeadLetter {
             line: r.line,
             partition: r.partition,
             reason: r.reason,
             raw: r.raw,
             tag: None,
-        }
+        })
     }
 }
 
@@ -82,10 +82,10 @@ pub(crate) struct DeadLetterSink {
     pub(crate) profile: Arc<ProfileStats>,
 }
 
-impl BatchWriter<DeadLetter> for DeadLetterSink {
+impl BatchWriter<Box<DeadLetter>> for DeadLetterSink {
     type Error = sinks::Error;
 
-    fn write(&mut self, batch: Vec<DeadLetter>) -> sinks::Result<()> {
+    fn write(&mut self, batch: Vec<Box<DeadLetter>>) -> sinks::Result<()> {
         for d in batch {
             let future = matches!(d.reason, Reason::Future { .. });
             self.stats.count_rejected(d.reason.kind_index(), future);
