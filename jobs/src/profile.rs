@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pipeline::driver::{self, Cluster, Job, JobArgs, JobOptions, Pace};
-use pipeline::source::kafka::{self, KafkaOptions, KafkaShared};
+use pipeline::source::kafka::{self, KafkaShared};
 use pipeline::store::BackendArgs;
 use profile::generate::{self, EventGenerator, GenerateConfig};
 use profile::job::{
-    commit_window, ProfileDecoder, ProfileJob, ProfileReport, ProfileStats, RecordingSource,
-    TopicSource,
+    ProfileDecoder, ProfileJob, ProfileReport, ProfileStats, RecordingSource, TopicSource,
 };
-use profile::{ProfileConfig, RejectReason, PROFILE_TABLE};
+use profile::{ProfileConfig, RejectReason};
 
 /// The profile job's commands.
 #[derive(Debug, clap::Subcommand)]
@@ -131,19 +130,6 @@ fn load(path: Option<&Path>) -> Result<ProfileConfig> {
     })
 }
 
-/// Checks the registry (reachable, with tags) before any worker starts.
-fn check_registry(cfg: &ProfileConfig) -> Result<()> {
-    let mut registry = profile::open(&cfg.registry.url)?;
-    if registry.list()?.is_empty() {
-        bail!(
-            "the tag registry {} defines no tag: every tag would be refused; import the \
-             definitions first (`hourglass tags import FILE`)",
-            registry.location()
-        );
-    }
-    Ok(())
-}
-
 fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
     let mut cfg = load(args.config.as_deref())?;
     args.backend.apply(&mut cfg.store);
@@ -151,7 +137,7 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
     if let Some(workers) = args.workers {
         pipeline::config::check_workers("--workers", workers)?;
     }
-    check_registry(&cfg)?;
+    profile::job::check_registry(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let backend = pipeline::store::open_for_writing(
         &cfg.store,
@@ -201,7 +187,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         .as_deref()
         .map(pipeline::time::parse_duration)
         .transpose()?;
-    check_registry(&cfg)?;
+    profile::job::check_registry(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let job = Job::start(JobOptions {
         args: &args.job,
@@ -240,21 +226,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     job.metrics().attach_counters(counters.clone());
     let topic = TopicSource {
         decoder: ProfileDecoder { limits: cfg.limits },
-        base: KafkaOptions {
-            source: source.clone(),
-            watermark_bound: cfg.window.watermark_bound_secs,
-            window: commit_window(),
-            record_table: PROFILE_TABLE,
-            exit_on_idle,
-            ttl_secs: u64::MAX,
-            partitions,
-            worker: 0,
-            peers,
-            max_future_skew: cfg.window.future_skew_secs(),
-            // A flush holds events back for up to the merge's interval.
-            stop_drain: Duration::from_secs(10)
-                + Duration::from_millis(cfg.merge.flush_interval_ms),
-        },
+        base: TopicSource::options(&cfg, partitions, peers, exit_on_idle),
         shared,
         threads: workers,
         process: cluster.label(),

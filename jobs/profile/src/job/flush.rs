@@ -21,7 +21,7 @@ use super::stats::ProfileStats;
 use super::writers::DeadLetter;
 use crate::event::{check_tag, EventLimits};
 use crate::merge::{ShortTermValue, TagUpdate, UserMerge};
-use crate::registry::TagRegistry;
+use crate::registry::{RegistryUrl, TagRegistry};
 use crate::tables::PROFILE_TABLE;
 use crate::tag::TagDef;
 
@@ -30,6 +30,8 @@ use crate::tag::TagDef;
 pub(crate) struct UserBuffer {
     /// The merge of checked updates (its config says when the buffer is full).
     pub(crate) merge: UserMerge,
+    /// Where the registry is, to open it again.
+    pub(crate) url: RegistryUrl,
     /// The registry, read once per flush; `None` if it could not be opened (the job is
     /// failing, and its events are not written).
     pub(crate) registry: Option<Box<dyn TagRegistry>>,
@@ -56,8 +58,10 @@ pub(crate) enum Out {
 }
 
 impl UserBuffer {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         merge: UserMerge,
+        url: RegistryUrl,
         registry: Option<Box<dyn TagRegistry>>,
         gray: Arc<HashSet<String>>,
         limits: EventLimits,
@@ -66,6 +70,7 @@ impl UserBuffer {
     ) -> Self {
         UserBuffer {
             merge,
+            url,
             registry,
             gray,
             limits,
@@ -87,6 +92,35 @@ impl UserBuffer {
         self.users.len() >= self.merge.config().max_users
     }
 
+    /// Every tag definition, read now. A connection the server has closed (MySQL drops idle
+    /// ones after `wait_timeout`) is opened again once; a second failure fails the job, whose
+    /// pending events are then not written (nor their offsets committed).
+    fn read_registry(&mut self) -> Option<Vec<TagDef>> {
+        let registry = self.registry.as_mut()?;
+        let first = match registry.list() {
+            Ok(defs) => return Some(defs),
+            Err(e) => e,
+        };
+        let location = registry.location();
+        tracing::warn!(registry = %location, error = %first, "reading the tag registry failed; reconnecting");
+        let again = self
+            .url
+            .open()
+            .and_then(|mut r| r.list().map(|defs| (r, defs)));
+        match again {
+            Ok((registry, defs)) => {
+                self.registry = Some(registry);
+                Some(defs)
+            }
+            Err(e) => {
+                self.control
+                    .fail(format!("reading the tag registry {location} failed: {e}"));
+                self.registry = None;
+                None
+            }
+        }
+    }
+
     /// Reads the registry once and turns the pending events into what to write: each tag
     /// checked ([`check_tag`]) against the definitions read now, so that a status change
     /// applies from the next flush on; a refused tag is a dead letter, the event's other tags
@@ -98,15 +132,8 @@ impl UserBuffer {
         if pending.is_empty() {
             return;
         }
-        let defs = match self.registry.as_mut().map(|r| (r.list(), r.location())) {
-            Some((Ok(defs), _)) => defs,
-            Some((Err(e), location)) => {
-                self.control
-                    .fail(format!("reading the tag registry {location} failed: {e}"));
-                self.registry = None;
-                return;
-            }
-            None => return,
+        let Some(defs) = self.read_registry() else {
+            return;
         };
         let by_code: HashMap<&str, &TagDef> =
             defs.iter().map(|d| (d.tag_code.as_str(), d)).collect();
@@ -331,6 +358,7 @@ mod tests {
                     max_users: 2,
                     flush_interval_ms: 3_600_000,
                 }),
+                RegistryUrl::Sqlite(path.clone()),
                 Some(Box::new(SqliteRegistry::open(&path).unwrap())),
                 Arc::new(HashSet::new()),
                 EventLimits::default(),

@@ -57,6 +57,23 @@ pub const MAX_IN_FLIGHT: usize = 1 << 16;
 /// What a source of the profile job emits: an event, or a rejected line.
 pub type Item = Decoded<ProfileEvent, Reason>;
 
+/// Checks that the registry of `cfg` can be read and defines tags, before any worker starts.
+///
+/// # Errors
+/// The registry cannot be opened or read; [`crate::Error::Invalid`] when it defines no tag
+/// (every tag would be refused).
+pub fn check_registry(cfg: &ProfileConfig) -> Result<()> {
+    let mut registry = crate::registry::open(&cfg.registry.url)?;
+    if registry.list()?.is_empty() {
+        return Err(crate::Error::Invalid(format!(
+            "the tag registry {} defines no tag: every tag would be refused; import the \
+             definitions first (`hourglass tags import FILE`)",
+            registry.location()
+        )));
+    }
+    Ok(())
+}
+
 /// The profile job: its configuration, as each worker's dataflow needs it.
 #[derive(Debug)]
 pub struct ProfileJob {
@@ -157,6 +174,7 @@ impl Dataflow for ProfileJob {
             .ok();
         let buffer = UserBuffer::new(
             UserMerge::new(self.merge),
+            self.registry.clone(),
             registry,
             self.gray.clone(),
             self.limits,

@@ -15,6 +15,8 @@ use timely::dataflow::ProbeHandle;
 
 use super::decoder::ProfileDecoder;
 use super::stats::{ProfileReport, ProfileStats};
+use crate::config::ProfileConfig;
+use crate::tables::PROFILE_TABLE;
 
 /// Stored profile cells never expire by TTL: no event counts as expired when read.
 const NO_TTL: u64 = u64::MAX;
@@ -156,6 +158,33 @@ pub struct TopicSource {
     pub control: Arc<JobControl>,
     /// The profile job's counters.
     pub profile: Arc<ProfileStats>,
+}
+
+impl TopicSource {
+    /// Worker 0's options of a topic of `partitions` read by `peers` workers, as `cfg` says;
+    /// `exit_on_idle` stops the job once nothing arrived for that long.
+    pub fn options(
+        cfg: &ProfileConfig,
+        partitions: usize,
+        peers: usize,
+        exit_on_idle: Option<Duration>,
+    ) -> KafkaOptions {
+        KafkaOptions {
+            source: cfg.source.clone(),
+            watermark_bound: cfg.window.watermark_bound_secs,
+            window: commit_window(),
+            record_table: PROFILE_TABLE,
+            exit_on_idle,
+            ttl_secs: NO_TTL,
+            partitions,
+            worker: 0,
+            peers,
+            max_future_skew: cfg.window.future_skew_secs(),
+            // A flush holds events back for up to the merge's interval.
+            stop_drain: Duration::from_secs(10)
+                + Duration::from_millis(cfg.merge.flush_interval_ms),
+        }
+    }
 }
 
 impl Source for TopicSource {
