@@ -437,10 +437,20 @@ mod tests {
         stats.sink_batches.observe(5000);
         let metrics = Arc::new(JobMetrics::new(stats, Arc::default(), KINDS));
         metrics.attach_kafka(Arc::new(KafkaShared::new(2, 1)));
+        #[derive(Debug)]
+        struct Flushes;
+        impl JobCounters for Flushes {
+            fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+                vec![("flushes", "Flushes of a job's own operator", 4)]
+            }
+        }
+        metrics.attach_counters(Arc::new(Flushes));
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
             .unwrap();
         for line in [
+            "# TYPE hourglass_job_flushes_total counter",
+            "hourglass_job_flushes_total 4",
             "# TYPE hourglass_job_records_read_total counter",
             "hourglass_job_records_read_total 7",
             "hourglass_job_rejected_total{reason=\"invalid_json\"} 2",
