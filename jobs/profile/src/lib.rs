@@ -1,5 +1,5 @@
 //! The user-profile tag store's domain: its tag registry (definitions, CSV import, SQLite and
-//! MySQL backends), its tables and row keys, tag events and the per-user merge.
+//! MySQL backends), its tables and row keys, tag events, the per-user merge and tag purges.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -7,6 +7,7 @@ pub mod event;
 pub mod import;
 pub mod key;
 pub mod merge;
+pub mod purge;
 pub mod registry;
 pub mod tables;
 pub mod tag;
@@ -19,6 +20,7 @@ pub use event::{
 pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
 pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
+pub use purge::{purge, Outcome as PurgeOutcome, PurgeCounts, PurgeOptions};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
 pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};
 pub use tag::{DataType, TagDef, TagStatus, ValueType};
@@ -75,6 +77,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The tag store (the profile tables) failed; the message says what to do.
+    #[error(transparent)]
+    Store(#[from] sinks::Error),
     /// The SQLite registry failed.
     #[error("SQLite registry {path}")]
     Sqlite {
