@@ -23,7 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use e2e::{data, hourglass_command, ok_stdout, repo_root, KillOnDrop};
 use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
 use pipeline::table::ScanSpec;
-use sinks::hbase::admin::{self, Created};
+use sinks::admin::Created;
+use sinks::hbase::admin;
 use sinks::hbase::{HbaseConfig, HbaseStore, HbaseWriter};
 
 mod early_firing_common;

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use pipeline::config::JobConfig;
 use pipeline::schema::{self, TableSpec};
-use sinks::hbase::admin::{self, Created};
+use sinks::admin::Created;
+use sinks::hbase::admin;
 use sinks::hbase::{HbaseConfig, HbaseStorage};
 
 use crate::store::{Backend, BackendArgs};
