@@ -10,6 +10,7 @@ mod http_thread;
 mod job_metrics;
 mod landing;
 mod produce;
+mod purge;
 mod query;
 mod replay;
 mod report;
@@ -113,7 +114,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
     Report(report::ReportArgs),
-    /// The profile job's tag registry: import definitions from CSV, list them, set a status.
+    /// The profile job's tag registry: import definitions from CSV, list them, set a status,
+    /// purge an offline tag's values.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
 }

@@ -202,11 +202,40 @@ pub fn purge(
     options: &PurgeOptions<'_>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Outcome> {
+    let mut checkpoint = check(registry, options)?;
+    if checkpoint.done {
+        return Ok(Outcome::AlreadyPurged(checkpoint.counts));
+    }
+    let mut run = Run {
+        store,
+        reader: store.reader(),
+        writer: store.writer(),
+        options,
+        pages: 0,
+    };
+    if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
+        return Ok(Outcome::Stopped(checkpoint.counts));
+    }
+    for table in [PROFILE_TABLE, HISTORY_TABLE] {
+        progress(Progress::Compacting { table });
+        store.admin().major_compact(table)?;
+    }
+    checkpoint.done = true;
+    checkpoint.save(options.checkpoint)?;
+    Ok(Outcome::Purged(checkpoint.counts))
+}
+
+/// Whether [`purge`] may run, without a store: the tag's definition and status, and the
+/// checkpoint to resume from (a new one if there is none; `done` if the purge finished).
+///
+/// # Errors
+/// As [`purge`], but for the store's.
+pub fn check(registry: &mut dyn TagRegistry, options: &PurgeOptions<'_>) -> Result<Checkpoint> {
     let code = options.code;
     let def = registry
         .get(code)?
         .ok_or_else(|| Error::UnknownTag(code.to_string()))?;
-    let mut checkpoint = Checkpoint::load(options.checkpoint)?.unwrap_or_else(|| Checkpoint {
+    let checkpoint = Checkpoint::load(options.checkpoint)?.unwrap_or_else(|| Checkpoint {
         code: code.to_string(),
         ..Checkpoint::default()
     });
@@ -233,26 +262,7 @@ pub fn purge(
             ),
         });
     }
-    if checkpoint.done {
-        return Ok(Outcome::AlreadyPurged(checkpoint.counts));
-    }
-    let mut run = Run {
-        store,
-        reader: store.reader(),
-        writer: store.writer(),
-        options,
-        pages: 0,
-    };
-    if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
-        return Ok(Outcome::Stopped(checkpoint.counts));
-    }
-    for table in [PROFILE_TABLE, HISTORY_TABLE] {
-        progress(Progress::Compacting { table });
-        store.admin().major_compact(table)?;
-    }
-    checkpoint.done = true;
-    checkpoint.save(options.checkpoint)?;
-    Ok(Outcome::Purged(checkpoint.counts))
+    Ok(checkpoint)
 }
 
 /// One run of a purge: the store's reader and writer, and the pages done so far.
