@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use pipeline::config::JobConfig;
+use pipeline::config::{JobConfig, StoreKind};
 use profile::purge::{Progress, PAGE_ROWS};
 use profile::{PurgeCounts, PurgeOptions, PurgeOutcome, TagRegistry};
 use sinks::embedded::OpenMode;
@@ -92,6 +92,13 @@ fn summary(c: &PurgeCounts) -> String {
 fn open_store(backend: &BackendArgs) -> Result<sinks::Store> {
     let mut cfg = JobConfig::default();
     backend.apply(&mut cfg);
+    if cfg.store.kind == StoreKind::Embedded && !cfg.store.dir.exists() {
+        anyhow::bail!(
+            "no embedded store at {}: pass --store DIR where the profile tables are, or \
+             --hbase HOST:PORT",
+            cfg.store.dir.display()
+        );
+    }
     let options = OpenOptions {
         clock: Arc::new(pipeline::time::now_ms),
         retry_limit: Some(RETRY_LIMIT),

@@ -67,6 +67,10 @@ pub struct TableProgress {
 pub struct Checkpoint {
     /// The tag purged.
     pub code: String,
+    /// Where the tables are ([`Store::location`]): a checkpoint resumes a purge of that store
+    /// only (`None` until the first run opened one).
+    #[serde(default)]
+    pub location: Option<String>,
     /// `user_profile_tag`'s progress.
     pub profile: TableProgress,
     /// `user_tag_history`'s progress.
@@ -194,8 +198,8 @@ pub enum Outcome {
 /// # Errors
 /// [`Error::UnknownTag`]; [`Error::Refused`] unless the tag is `offline` (saying to run
 /// `hourglass tags set-status CODE offline`), also when it was purged and set online since;
-/// [`Error::Invalid`] for a checkpoint of another tag; [`Error::Store`] when the store fails
-/// (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file.
+/// [`Error::Invalid`] for a checkpoint of another tag or store; [`Error::Store`] when the
+/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file.
 pub fn purge(
     store: &Store,
     registry: &mut dyn TagRegistry,
@@ -203,6 +207,18 @@ pub fn purge(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Outcome> {
     let mut checkpoint = check(registry, options)?;
+    let location = store.location();
+    match &checkpoint.location {
+        Some(purged) if *purged != location => {
+            return Err(Error::Invalid(format!(
+                "{} is the checkpoint of a purge of the store at {purged}, not {location}: \
+                 pass another checkpoint file",
+                options.checkpoint.display()
+            )));
+        }
+        Some(_) => {}
+        None => checkpoint.location = Some(location),
+    }
     if checkpoint.done {
         return Ok(Outcome::AlreadyPurged(checkpoint.counts));
     }
@@ -538,6 +554,11 @@ mod tests {
         assert_eq!(codes, ["dim_a"; 10]);
         let again = purge(&store, &mut registry, &options, &mut |_| {}).unwrap();
         assert_eq!(again, Outcome::AlreadyPurged(want));
+        // Another store: the checkpoint is not its purge's.
+        let other_dir = TempDir::new().unwrap();
+        let (other, _) = setup(&other_dir, 1);
+        let refused = purge(&other, &mut registry, &options, &mut |_| {}).unwrap_err();
+        assert!(refused.to_string().contains("not "), "{refused}");
         // Set online again: refused, saying it was purged.
         registry.set_status("beh_b", TagStatus::Online).unwrap();
         let refused = purge(&store, &mut registry, &options, &mut |_| {}).unwrap_err();

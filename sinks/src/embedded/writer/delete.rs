@@ -123,9 +123,6 @@ impl EmbeddedWriter {
                 _ => continue,
             };
             if ts <= ts_ms {
-                if let Some(queued_ts) = &mut self.queued_ts {
-                    queued_ts[table_index].insert(key.to_vec(), i64::MIN);
-                }
                 generations::remove_everywhere(&mut self.batch, &generations, &key);
             }
         }
@@ -145,12 +142,10 @@ impl EmbeddedWriter {
                 &generations,
             )?;
         }
-        if self.queued_ts.is_none() {
-            self.commit()?;
-        } else {
-            self.leases.extend(generations);
-        }
-        Ok(())
+        // Committed at once in either mode: a put of the column later in the same batch would
+        // be a removal and an insert of one key, whose order a batch does not keep.
+        self.leases.extend(generations);
+        self.commit()
     }
 
     /// Deletes from `row` a packed family's visible cells that `goes` picks (by qualifier),
