@@ -11,6 +11,7 @@ mod job_metrics;
 mod landing;
 mod produce;
 mod profile;
+mod purge;
 mod query;
 mod replay;
 mod report;
@@ -114,7 +115,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
     Report(report::ReportArgs),
-    /// The profile job's tag registry: import definitions from CSV, list them, set a status.
+    /// The profile job's tag registry: import definitions from CSV, list them, set a status,
+    /// purge an offline tag's values.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
     /// The profile job: generate its tag traffic.

@@ -155,6 +155,14 @@ pub trait StorageAdmin {
     /// # Errors
     /// The backend's failure to read.
     fn dump_rows(&self, table: &str, each: &mut dyn FnMut(Row) -> ControlFlow<()>) -> Result<()>;
+
+    /// Asks the backend to rewrite `table`'s files without the cells deleted or expired, as
+    /// HBase's `major_compact`: HBase starts it and returns (it runs on the region servers);
+    /// the embedded store compacts before returning.
+    ///
+    /// # Errors
+    /// An unknown table; the backend is unreachable or fails.
+    fn major_compact(&self, table: &str) -> Result<()>;
 }
 
 /// One statistic a backend keeps, read when asked.
@@ -369,6 +377,17 @@ impl Admin<'_> {
     /// table; HBase is unreachable.
     pub fn describe_tables(&self) -> Result<Vec<TableDescription>> {
         self.0.describe_tables()
+    }
+
+    /// Asks the backend to rewrite `table`'s files without its deleted and expired cells, to
+    /// reclaim their space: HBase's Thrift1 `majorCompact`, which returns once the region
+    /// servers have queued it; the embedded store's compaction of every generation, done when
+    /// this returns.
+    ///
+    /// # Errors
+    /// An unknown table; HBase is unreachable or refuses; the embedded store fails to write.
+    pub fn major_compact(&self, table: &str) -> Result<()> {
+        self.0.major_compact(table)
     }
 
     /// Calls `each` on every visible row of `table`, in key order, and stops at its first

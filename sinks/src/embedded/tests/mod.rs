@@ -1,6 +1,7 @@
 //! Tests of the embedded store against HBase's semantics.
 
 mod bench;
+mod delete_column;
 mod generations;
 mod lifecycle;
 mod model;
