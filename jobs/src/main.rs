@@ -2,16 +2,12 @@
 //! dashboard queries, manage tables and measure throughput.
 
 mod bench;
-#[cfg(test)]
-mod fuzz;
 mod generate;
 mod landing;
 mod produce;
 mod query;
 mod replay;
-mod report;
 mod run;
-mod serve;
 mod tables;
 mod tags;
 
@@ -106,9 +102,9 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
-    Serve(serve::ServeArgs),
+    Serve(sensor::serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
-    Report(report::ReportArgs),
+    Report(sensor::report::ReportArgs),
     /// The profile job's tag registry: import definitions from CSV, list them, set a status.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
@@ -152,8 +148,10 @@ fn main() -> ExitCode {
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
-        Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Report(args) => report::run(&args),
+        Command::Serve(args) => sensor::serve::run(&args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Report(args) => sensor::report::run(&args).map_err(Into::into),
         Command::Tags(cmd) => tags::run(cmd),
     };
     match result {

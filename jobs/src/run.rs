@@ -24,11 +24,11 @@ use sensor::job::SensorJob;
 use sensor::tables::{NARROW_TABLE, RETENTION_SECS};
 use timely::dataflow::ProbeHandle;
 
-use crate::serve::DashboardServer;
 use pipeline::driver::{
     self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, Pace, RunSummary, Source, WorkerInput,
 };
 use pipeline::store::{self, Backend, BackendArgs};
+use sensor::serve::DashboardServer;
 
 /// Arguments of `hourglass run`.
 #[derive(Debug, Clone, clap::Args)]

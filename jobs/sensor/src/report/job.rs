@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
-use anyhow::Result;
+use crate::Result;
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::operators::capture::{Capture, Event};
 use timely::dataflow::operators::generic::operator::source;
 
 use super::figures::{device_month, MonthFigures, Window};
 use super::read::{read_device, split_keys, DeviceWalk};
-use sensor::codec::narrow::KeyScheme;
+use crate::codec::narrow::KeyScheme;
 use sinks::Reader;
 
 /// Key ranges per worker: more ranges than workers evens out ranges of unequal size.
@@ -68,7 +68,7 @@ pub fn run(
     };
     let rows = Arc::new(AtomicU64::new(0));
     let bad = Arc::new(Mutex::new(Vec::new()));
-    let error: Arc<Mutex<Option<anyhow::Error>>> = Arc::new(Mutex::new(None));
+    let error: Arc<Mutex<Option<crate::Error>>> = Arc::new(Mutex::new(None));
     let room_of = Arc::new(room_of);
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
@@ -164,12 +164,16 @@ pub fn run(
             months.capture_into(tx);
         });
     })
-    .map_err(|e| anyhow::anyhow!("starting the report's workers: {e}"))?;
+    .map_err(|e| failed!("starting the report's workers: {e}"))?;
     for r in guards.join() {
-        r.map_err(|e| anyhow::anyhow!("a report worker failed: {e}"))?;
+        r.map_err(|e| failed!("a report worker failed: {e}"))?;
     }
     if let Some(e) = error.lock().unwrap_or_else(PoisonError::into_inner).take() {
-        return Err(e.context("reading the hourly wide rows"));
+        return Err(pipeline::Error::Context {
+            what: "reading the hourly wide rows".into(),
+            source: Box::new(e),
+        }
+        .into());
     }
     // Every worker has finished: the channel holds all that was sent.
     let devices = rx

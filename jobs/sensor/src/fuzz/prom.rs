@@ -8,7 +8,7 @@ use super::{lines, run, Verdict};
 
 /// The queries the serve tests, Grafana and the Prometheus client send.
 pub(super) fn corpus() -> Vec<Vec<u8>> {
-    lines(include_bytes!("../../fuzz-corpus/promql.txt"))
+    lines(include_bytes!("../../../fuzz-corpus/promql.txt"))
 }
 
 /// A selector as PromQL text, every value double-quoted.

@@ -12,9 +12,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use pipeline::Context;
+
+use crate::config::JobConfig;
+use crate::Result;
 use chrono::{Datelike, NaiveDate};
-use sensor::config::JobConfig;
 use serde::Serialize;
 
 pub use figures::MonthFigures;
@@ -120,7 +122,7 @@ fn month_range(month: &str) -> Result<(i64, i64)> {
     );
     // Wide keys carry the hour as decimal text: ranges by key are ranges by time only while
     // every hour has 10 digits.
-    anyhow::ensure!(
+    ensure!(
         (1_000_000_000..9_999_999_999).contains(&from) && start.year() < 2286,
         "--month {month}: only months from 2001-09 to 2286-10 can be read (wide row keys hold the hour as 10 digits)"
     );
@@ -134,20 +136,20 @@ fn rooms(
     reader: &dyn sinks::table::TableReader,
 ) -> Result<(HashMap<String, String>, String)> {
     if let Some(path) = args.registry.as_ref().or(cfg.registry.as_ref()) {
-        let reg = sensor::registry::load(path)?;
+        let reg = crate::registry::load(path)?;
         return Ok((
             reg.into_iter().collect(),
             format!("registry {}", path.display()),
         ));
     }
     let rows = reader
-        .scan(sensor::tables::ROOM_TABLE, &Default::default())
+        .scan(crate::tables::ROOM_TABLE, &Default::default())
         .context("reading the room view for the devices' rooms")?;
     let mut map = HashMap::new();
     for row in rows {
         let key = String::from_utf8_lossy(&row.key);
         // Rows of another shape are not the view's (the view's own reader skips them too).
-        if let Some((room, device)) = sensor::codec::room::parse_room_key(&key) {
+        if let Some((room, device)) = crate::codec::room::parse_room_key(&key) {
             map.insert(device.to_string(), room.to_string());
         }
     }
@@ -162,20 +164,20 @@ fn rooms(
 pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
     let (from, to) = month_range(&args.month)?;
     if let Some(i) = args.interval {
-        anyhow::ensure!(
+        ensure!(
             (1..=86_400).contains(&i),
             "--interval must be 1..=86400 seconds, got {i}"
         );
     }
-    anyhow::ensure!(
+    ensure!(
         args.svg.is_none() || args.room.is_some() || args.device.is_some(),
         "--svg draws one device or room: add --device D or --room R"
     );
     if let Some(d) = &args.device {
-        sensor::codec::key::validate_device(d)?;
+        crate::codec::key::validate_device(d)?;
     }
     if let Some(r) = &args.room {
-        sensor::registry::validate_room(r)?;
+        crate::registry::validate_room(r)?;
     }
     let cfg = match &args.config {
         Some(path) => JobConfig::load(path)?,
@@ -189,7 +191,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
     if let Some(devices) = args.bench_fill {
         let db = pipeline::store::open(
             &cfg.store,
-            &sensor::tables::all_tables(),
+            &crate::tables::all_tables(),
             &args.backend,
             true,
             true,
@@ -198,7 +200,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
     }
     let db = pipeline::store::open(
         &cfg.store,
-        &sensor::tables::all_tables(),
+        &crate::tables::all_tables(),
         &args.backend,
         true,
         false,
@@ -214,7 +216,7 @@ pub fn run(args: &ReportArgs) -> Result<std::process::ExitCode> {
                 .map(|(d, _)| d.clone())
                 .collect();
             devices.sort();
-            anyhow::ensure!(
+            ensure!(
                 !devices.is_empty(),
                 "room {r} has no device in the {rooms_from}: check the room id, or pass --registry FILE"
             );

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeSet;
 
-use sensor::codec::key::validate_device;
-use sensor::query::{self, CurveSource};
+use crate::codec::key::validate_device;
+use crate::query::{self, CurveSource};
 use serde_json::{json, Value};
 
 use super::promql::{Matcher, Op, Selector};

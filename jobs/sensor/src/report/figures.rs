@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::codec::hourly::{hourly_window, point_offset};
+use crate::summary::HourSummary;
 use pipeline::time::HOUR_SECS;
-use sensor::codec::hourly::{hourly_window, point_offset};
-use sensor::summary::HourSummary;
 use serde::Serialize;
 use sinks::table::Row;
 
@@ -312,7 +312,7 @@ pub fn room_month(room: &str, devices: &[&MonthFigures]) -> Option<MonthFigures>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sensor::codec::hourly::wide_put;
+    use crate::codec::hourly::wide_put;
     use sinks::table::Mutation;
 
     fn row(hour: i64, points: &[(i64, f64)]) -> Row {

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::codec::key::{validate_device, SEPARATOR};
+use crate::codec::narrow::{self, KeyScheme};
+use crate::query::{self, CurveSource};
+use crate::tables::{NARROW_TABLE, ROOM_TABLE};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use pipeline::time::parse_time;
-use sensor::codec::key::{validate_device, SEPARATOR};
-use sensor::codec::narrow::{self, KeyScheme};
-use sensor::query::{self, CurveSource};
-use sensor::tables::{NARROW_TABLE, ROOM_TABLE};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sinks::table::{prefix_successor, ScanSpec, TableReader};
@@ -289,7 +289,7 @@ pub(crate) fn list_devices(
     scheme: KeyScheme,
     prefix: &str,
     limit: usize,
-) -> sensor::Result<Vec<String>> {
+) -> crate::Result<Vec<String>> {
     let mut devices = Vec::new();
     for mut start in narrow::id_prefixes(scheme, prefix) {
         let stop = prefix_successor(&start);
@@ -333,7 +333,7 @@ fn key_order(device: &str) -> impl Ord + '_ {
 }
 
 /// Every device id (at most [`MAX_DEVICES_LISTED`]), reused for [`LIST_TTL`].
-pub(crate) fn all_devices(st: &AppState) -> sensor::Result<Arc<Vec<String>>> {
+pub(crate) fn all_devices(st: &AppState) -> crate::Result<Arc<Vec<String>>> {
     let mut cached = st.devices.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((at, list)) = cached.as_ref() {
         if at.elapsed() < LIST_TTL {
@@ -359,13 +359,13 @@ pub(crate) fn no_room_table() -> String {
 }
 
 /// Room view rows in `spec` as `(room, device)`.
-fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> sensor::Result<Vec<(String, String)>> {
+fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> crate::Result<Vec<(String, String)>> {
     let rows = store.scan(ROOM_TABLE, spec)?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {
             let key = String::from_utf8(row.key).ok()?;
-            let (room, device) = sensor::codec::room::parse_room_key(&key)?;
+            let (room, device) = crate::codec::room::parse_room_key(&key)?;
             Some((room.to_string(), device.to_string()))
         })
         .collect())
@@ -373,7 +373,7 @@ fn room_rows(store: &dyn TableReader, spec: &ScanSpec) -> sensor::Result<Vec<(St
 
 /// Device → room for every device in the room view, reused for [`LIST_TTL`]; `None` if the
 /// table does not exist.
-pub(crate) fn room_map(st: &AppState) -> sensor::Result<Option<Arc<HashMap<String, String>>>> {
+pub(crate) fn room_map(st: &AppState) -> crate::Result<Option<Arc<HashMap<String, String>>>> {
     if !st.room_table {
         return Ok(None);
     }
@@ -402,12 +402,12 @@ pub(crate) async fn room(
     State(st): State<Shared>,
     Path(room): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    sensor::registry::validate_room(&room).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    crate::registry::validate_room(&room).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !st.room_table {
         return Err(ApiError::not_implemented(no_room_table()));
     }
     let r = room.clone();
-    let devices = blocking(&st, move |st| sensor::room::room(st.reader(), &r).store()).await?;
+    let devices = blocking(&st, move |st| crate::room::room(st.reader(), &r).store()).await?;
     Ok(Json(json!({ "room": room, "devices": devices })))
 }
 

@@ -3,16 +3,16 @@
 
 use std::cmp::Reverse;
 
-use pipeline::json::MAX_TS;
-use pipeline::time::HOUR_SECS;
-use sensor::codec::hourly::{
+use crate::codec::hourly::{
     hour_start, parse_wide_key, points_from_wide, wide_key, wide_put, wide_qualifier,
 };
-use sensor::codec::key::{salt_bucket, validate_device};
-use sensor::codec::narrow::{
+use crate::codec::key::{salt_bucket, validate_device};
+use crate::codec::narrow::{
     narrow_key, narrow_put, narrow_range, parse_narrow_key, reading_from_narrow, KeyScheme,
 };
-use sensor::reading::Reading;
+use crate::reading::Reading;
+use pipeline::json::MAX_TS;
+use pipeline::time::HOUR_SECS;
 use sinks::table::{Mutation, Row};
 
 use super::{lines, run, Verdict};
@@ -34,8 +34,8 @@ const VALUES: [f64; 8] = [
 /// The row keys of the golden tables (narrow and wide) and the room view's shape.
 pub(super) fn corpus() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = [
-        &include_bytes!("../../../tests/golden/scenario.ts_metric.tsv")[..],
-        include_bytes!("../../../tests/golden/scenario.ts_metric_hourly.tsv"),
+        &include_bytes!("../../../../tests/golden/scenario.ts_metric.tsv")[..],
+        include_bytes!("../../../../tests/golden/scenario.ts_metric_hourly.tsv"),
     ]
     .iter()
     .flat_map(|t| lines(t))

@@ -8,13 +8,13 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::codec::hourly::{hour_start, wide_put};
+use crate::codec::narrow::narrow_put;
+use crate::codec::room::room_put;
+use crate::config::JobConfig;
+use crate::decode::decode_line;
+use crate::summary::HourSummary;
 use pipeline::config::StoreConfig;
-use sensor::codec::hourly::{hour_start, wide_put};
-use sensor::codec::narrow::narrow_put;
-use sensor::codec::room::room_put;
-use sensor::config::JobConfig;
-use sensor::decode::decode_line;
-use sensor::summary::HourSummary;
 
 use super::{lines, run, Verdict};
 use crate::serve::DashboardServer;
@@ -27,7 +27,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Requests the serve tests send, plus the mutation engine's splices between them.
 pub(super) fn corpus() -> Vec<Vec<u8>> {
-    lines(include_bytes!("../../fuzz-corpus/http.txt"))
+    lines(include_bytes!("../../../fuzz-corpus/http.txt"))
 }
 
 /// The scenario's readings in a new embedded store: narrow rows, wide rows with summaries and
@@ -42,11 +42,11 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
         ..StoreConfig::default()
     };
     let backend =
-        sinks::open(&store, &sensor::tables::all_tables(), &options).expect("a new embedded store");
+        sinks::open(&store, &crate::tables::all_tables(), &options).expect("a new embedded store");
     let mut puts = Vec::new();
     let mut hours: BTreeMap<(String, i64), Vec<(i64, f64)>> = BTreeMap::new();
     let mut latest: BTreeMap<String, (i64, f64, String)> = BTreeMap::new();
-    let scenario = include_bytes!("../../../tests/data/scenario.jsonl");
+    let scenario = include_bytes!("../../../../tests/data/scenario.jsonl");
     for (n, line) in scenario.split(|&b| b == b'\n').enumerate() {
         let Ok(r) = decode_line(n as u64 + 1, line, "temp") else {
             continue;
@@ -71,7 +71,7 @@ fn scenario_store(dir: &std::path::Path) -> Backend {
     }
     for (device, (ts, value, room)) in latest {
         // As the view writes a device whose reading reported its room.
-        let value = sensor::reading::format_value(value);
+        let value = crate::reading::format_value(value);
         puts.push(room_put(&room, &device, ts, value, Some(room.clone())));
     }
     let mut writer = backend.writer();

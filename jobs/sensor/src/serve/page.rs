@@ -3,9 +3,9 @@
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
 
-const INDEX: &str = include_str!("../../assets/index.html");
-const UPLOT_JS: &str = include_str!("../../assets/uplot/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../../assets/uplot/uPlot.min.css");
+const INDEX: &str = include_str!("../../../assets/index.html");
+const UPLOT_JS: &str = include_str!("../../../assets/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../../assets/uplot/uPlot.min.css");
 
 /// `GET /`: pick a device or a room and a range; see the curve and the room's current values.
 pub(crate) async fn index() -> Html<&'static str> {

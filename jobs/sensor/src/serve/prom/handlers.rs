@@ -2,9 +2,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::reading::format_value;
 use axum::extract::{Path, State};
 use axum::Json;
-use sensor::reading::format_value;
 use serde_json::{json, Value};
 
 use super::eval::{fetch, resolve, resolve_all, sample, ts_json};

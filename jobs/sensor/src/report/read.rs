@@ -1,12 +1,12 @@
 //! Reading a month of hourly wide rows: devices found by walking the table's keys, each
 //! device's month read with one range scan of `<device>_<monthStart>` .. `<device>_<monthEnd>`.
 
-use anyhow::Result;
+use crate::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix};
+use crate::codec::narrow::KeyScheme;
+use crate::query::narrow_points;
+use crate::tables::HOURLY_TABLE;
+use crate::Result;
 use pipeline::time::HOUR_SECS;
-use sensor::codec::hourly::{is_dirty, parse_wide_key, wide_key, wide_prefix};
-use sensor::codec::narrow::KeyScheme;
-use sensor::query::narrow_points;
-use sensor::tables::HOURLY_TABLE;
 use sinks::table::{prefix_successor, Row, ScanSpec, TableReader, TimeRange};
 
 use super::figures::HourFigures;

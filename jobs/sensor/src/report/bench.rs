@@ -1,10 +1,10 @@
 //! `report --bench-fill`: hourly wide rows alone, for measuring the report (no narrow rows, no
 //! replay).
 
-use anyhow::Result;
+use crate::codec::hourly::wide_put;
+use crate::summary::HourSummary;
+use crate::Result;
 use pipeline::time::HOUR_SECS;
-use sensor::codec::hourly::wide_put;
-use sensor::summary::HourSummary;
 
 /// Puts per writer call.
 const BATCH: usize = 10_000;

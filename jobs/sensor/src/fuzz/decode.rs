@@ -1,11 +1,11 @@
 //! The decoder target: every line is a reading or a rejection with a reason, the same as the
 //! reference decoder's, and a reading survives being written back as JSON and as a narrow row.
 
+use crate::codec::key::validate_device;
+use crate::codec::narrow::{narrow_put, reading_from_narrow, KeyScheme};
+use crate::decode::{decode_line, decode_line_reference, Reason, Rejected};
+use crate::reading::Reading;
 use pipeline::json::MAX_TS;
-use sensor::codec::key::validate_device;
-use sensor::codec::narrow::{narrow_put, reading_from_narrow, KeyScheme};
-use sensor::decode::{decode_line, decode_line_reference, Reason, Rejected};
-use sensor::reading::Reading;
 use serde_json::{Map, Value};
 use sinks::table::{Mutation, Row};
 
@@ -16,7 +16,7 @@ const LINE: u64 = 7;
 
 /// The scenario replayed by the end-to-end tests: good readings and every kind of dead letter.
 pub(super) fn corpus() -> Vec<Vec<u8>> {
-    let mut corpus = lines(include_bytes!("../../../tests/data/scenario.jsonl"));
+    let mut corpus = lines(include_bytes!("../../../../tests/data/scenario.jsonl"));
     corpus.extend(lines(
         concat!(
             r#"{"device":"d","ts":"2024-08-19T21:20:00.750Z","temp":4}"#,

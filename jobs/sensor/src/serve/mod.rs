@@ -16,16 +16,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use pipeline::Context;
+
+use crate::codec::narrow::KeyScheme;
+use crate::config::JobConfig;
+use crate::tables;
+use crate::Result;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use sensor::codec::narrow::KeyScheme;
-use sensor::config::JobConfig;
-use sensor::tables;
 use subtle::ConstantTimeEq;
 
 use pipeline::http_thread::{self, HttpLimits, HttpThread};
@@ -121,10 +123,10 @@ impl ApiError {
     /// A failed store call: 503 when the store is unreachable or refuses, 400 for an argument
     /// the query refuses, 500 otherwise (a malformed row is a bug or a foreign writer, not
     /// something a retry cures).
-    fn from_store(e: &sensor::Error) -> Self {
+    fn from_store(e: &crate::Error) -> Self {
         match e {
-            sensor::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            sensor::Error::Store(_) => ApiError {
+            crate::Error::Invalid(message) => ApiError::bad_request(message.clone()),
+            crate::Error::Store(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },
@@ -181,12 +183,12 @@ where
     result
 }
 
-/// `sensor::Result` → [`ApiError`], for closures run by [`blocking`].
+/// `crate::Result` → [`ApiError`], for closures run by [`blocking`].
 trait StoreResult<T> {
     fn store(self) -> Result<T, ApiError>;
 }
 
-impl<T> StoreResult<T> for sensor::Result<T> {
+impl<T> StoreResult<T> for crate::Result<T> {
     fn store(self) -> Result<T, ApiError> {
         self.map_err(|e| ApiError::from_store(&e))
     }
@@ -340,7 +342,7 @@ fn state_for(
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the token file {}", path.display()))?;
             let token = text.trim();
-            anyhow::ensure!(
+            ensure!(
                 !token.is_empty(),
                 "token file {} is empty: put a random token in it (e.g. `openssl rand -hex 32`)",
                 path.display()
@@ -416,7 +418,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let state = Arc::new(open_state(args)?);
     let blocking = usize::try_from(args.http.store_reads).unwrap_or(usize::MAX);
     let runtime = http_thread::runtime("serve", 2, blocking)?;
-    runtime.block_on(async move {
+    let served: pipeline::Result<()> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -427,7 +429,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         http_thread::serve(listener, router(state), &args.http, shutdown())
             .await
             .context("serving HTTP")
-    })
+    });
+    Ok(served?)
 }
 
 async fn shutdown() {
