@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use pipeline::time::HOUR_SECS;
 
-use crate::generate::{self, GenerateArgs};
 use crate::replay::{self, ReplayArgs};
 use pipeline::driver::JobArgs;
 use pipeline::http_thread::HttpLimits;
 use pipeline::store::BackendArgs;
+use sensor::tools::generate::{self, GenerateArgs};
 
 mod live;
 

@@ -2,9 +2,6 @@
 //! dashboard queries, manage tables and measure throughput.
 
 mod bench;
-mod generate;
-mod landing;
-mod produce;
 mod query;
 mod replay;
 mod run;
@@ -89,9 +86,9 @@ enum Command {
     /// The long-running job: consume readings from Kafka into the tables.
     Run(run::RunArgs),
     /// Publish a recorded traffic file to a Kafka topic, keyed by device id.
-    Produce(produce::ProduceArgs),
+    Produce(sensor::tools::produce::ProduceArgs),
     /// Write realistic recorded sensor traffic (JSON Lines).
-    Generate(generate::GenerateArgs),
+    Generate(sensor::tools::generate::GenerateArgs),
     /// Answer a dashboard query.
     #[command(subcommand)]
     Query(query::QueryCommand),
@@ -143,8 +140,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),
         Command::Run(args) => run::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Produce(args) => produce::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Generate(args) => generate::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Produce(args) => sensor::tools::produce::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Generate(args) => sensor::tools::generate::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),

@@ -12,7 +12,8 @@ macro_rules! bail {
 /// [`bail!`] unless the condition holds.
 macro_rules! ensure {
     ($cond:expr, $($t:tt)*) => {
-        if !$cond {
+        let holds: bool = $cond;
+        if !holds {
             bail!($($t)*);
         }
     };
@@ -42,6 +43,7 @@ pub mod room;
 pub mod serve;
 pub mod summary;
 pub mod tables;
+pub mod tools;
 
 /// Errors of the sensor crate.
 #[derive(Debug, thiserror::Error)]

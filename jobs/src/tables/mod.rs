@@ -1,8 +1,6 @@
 //! `hourglass tables`: the schema as HBase shell DDL, table creation, description and splits
 //! in HBase, and dumps of stored tables.
 
-pub(crate) mod splits;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +14,7 @@ use sinks::schema::TableSpec;
 
 use pipeline::store::{Backend, BackendArgs};
 
-use splits::{SplitArgs, Splits};
+use sensor::tools::splits::{SplitArgs, Splits};
 
 /// Where HBase is, for the admin commands.
 #[derive(Debug, Clone, clap::Args)]
@@ -131,14 +129,14 @@ pub enum TablesCommand {
     },
     /// Check how evenly narrow row keys spread over salt buckets or regions, from a recording
     /// (before go-live) or a live HBase table; exit 1 when max ÷ mean exceeds `--max-skew`.
-    LandingCheck(crate::landing::LandingArgs),
+    LandingCheck(sensor::tools::landing::LandingArgs),
 }
 
 /// Runs a table command.
 pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match cmd {
-        TablesCommand::LandingCheck(args) => return crate::landing::run(&args),
+        TablesCommand::LandingCheck(args) => return Ok(sensor::tools::landing::run(&args)?),
         TablesCommand::Ddl { split, config } => {
             let splits = split.resolve(&load_config(config.as_ref())?)?;
             // The shell reads `#` as a comment: the output stays a script it runs.

@@ -22,8 +22,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord};
 use child::{finish_job, job_config, start_job};
 use probe::{narrow_visible, now_ms, poll_samples, wide_visible, Sample, GIVE_UP};
 
-use crate::generate::LiveFleet;
-use crate::produce::{self, create_topic, flush_all, Deliveries};
+use sensor::tools::generate::LiveFleet;
+use sensor::tools::produce::{self, create_topic, flush_all, Deliveries};
 
 mod child;
 mod probe;

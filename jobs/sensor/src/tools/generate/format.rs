@@ -148,7 +148,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::generate::testing::{args, generate, lines};
+    use crate::tools::generate::testing::{args, generate, lines};
 
     #[test]
     fn lines_have_the_example_layout() {

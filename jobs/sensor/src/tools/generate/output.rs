@@ -4,15 +4,15 @@ use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal as _, Write};
 use std::path::Path;
 
-use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
+use pipeline::Context as _;
 
 use super::plan::Plan;
 use super::GenerateSummary;
 
 pub(super) const OUT_BUFFER: usize = 1 << 20;
 
-pub(super) fn write_file(plan: &Plan, path: &Path) -> anyhow::Result<GenerateSummary> {
+pub(super) fn write_file(plan: &Plan, path: &Path) -> crate::Result<GenerateSummary> {
     let context = || format!("writing {}", path.display());
     let file = File::create(path).with_context(|| {
         format!(
@@ -68,8 +68,8 @@ mod tests {
     use std::io::Read as _;
 
     use super::*;
-    use crate::generate::run;
-    use crate::generate::testing::{args, generate, lines};
+    use crate::tools::generate::run;
+    use crate::tools::generate::testing::{args, generate, lines};
 
     #[test]
     fn compressed_files_round_trip() {

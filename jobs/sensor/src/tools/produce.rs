@@ -15,16 +15,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::registry::Registry;
+use crate::registry_topic::RegistryTopic;
+use crate::Result;
 use pipeline::config::SourceConfig;
 use pipeline::source::kafka::block_on;
+use pipeline::Context;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use sensor::registry::Registry;
-use sensor::registry_topic::RegistryTopic;
 
 /// Longest record published: longer lines are cut (the job rejects them as too long anyway;
 /// brokers refuse records over 1 MB by default).
@@ -84,8 +85,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// Counts delivery failures reported by librdkafka.
-#[derive(Default)]
-pub(crate) struct Deliveries {
+#[derive(Debug, Default)]
+pub struct Deliveries {
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
@@ -173,7 +174,7 @@ fn key_of(line: &[u8]) -> Option<Vec<u8>> {
 
 /// Creates `topic` unless it exists (`compact`: with `cleanup.policy=compact`); returns whether
 /// it was created.
-pub(crate) fn create_topic(
+pub fn create_topic(
     cfg: &ClientConfig,
     topic: &str,
     partitions: i32,
@@ -260,7 +261,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     }
     cfg.set("bootstrap.servers", &args.brokers);
     if let Some(n) = args.partitions {
-        anyhow::ensure!(n > 0, "--partitions {n}: use at least 1");
+        ensure!(n > 0, "--partitions {n}: use at least 1");
         create_topic(&cfg, &args.topic, n, false)?;
     }
     let producer: BaseProducer<Deliveries> = cfg
@@ -335,14 +336,13 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            sensor::registry::parse_entries(&text)
+            crate::registry::parse_entries(&text)
                 .with_context(|| format!("registry {}", path.display()))?
         }
         None => Vec::new(),
     };
     for device in &args.delete {
-        sensor::codec::key::validate_device(device)
-            .with_context(|| format!("--delete {device}"))?;
+        crate::codec::key::validate_device(device).with_context(|| format!("--delete {device}"))?;
     }
     let mut cfg = ClientConfig::new();
     cfg.set("enable.idempotence", "true");
@@ -351,10 +351,10 @@ fn produce_registry(args: &ProduceArgs) -> Result<()> {
     }
     cfg.set("bootstrap.servers", &args.brokers);
     let partitions = args.partitions.unwrap_or(1);
-    anyhow::ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
+    ensure!(partitions > 0, "--partitions {partitions}: use at least 1");
     let created = create_topic(&cfg, &args.topic, partitions, true)?;
     if !created {
-        let policy = sensor::registry_topic::cleanup_policy(&cfg, &args.topic)?;
+        let policy = crate::registry_topic::cleanup_policy(&cfg, &args.topic)?;
         if !policy
             .as_deref()
             .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))
@@ -419,13 +419,13 @@ fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
         rdkafka: args.settings.iter().cloned().collect(),
         ..SourceConfig::default()
     };
-    RegistryTopic::open(&source, &args.topic)?
+    Ok(RegistryTopic::open(&source, &args.topic)?
         .read_to_end(PRUNE_READ_LIMIT)
-        .context("--prune: nothing was published")
+        .context("--prune: nothing was published")?)
 }
 
 /// Sends `record`, waiting while the producer's queue is full.
-pub(crate) fn send(
+pub fn send(
     producer: &BaseProducer<Deliveries>,
     record: BaseRecord<'_, [u8], [u8]>,
     topic: &str,
@@ -446,7 +446,7 @@ pub(crate) fn send(
 
 /// Waits until the brokers acknowledged the `sent` records (`what`), failing if any was not
 /// delivered.
-pub(crate) fn flush_all(
+pub fn flush_all(
     producer: &BaseProducer<Deliveries>,
     sent: u64,
     what: &str,

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use anyhow::Result;
+use crate::Result;
 
 use super::LandingReport;
 

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use sensor::codec::narrow::KeyScheme;
+use crate::codec::narrow::KeyScheme;
+use crate::Result;
+use pipeline::Context;
 use serde::Serialize;
 
 /// How many of the hottest device-id prefixes the check shows.
@@ -34,14 +35,14 @@ pub struct LandingArgs {
     /// Split points of ts_metric_hourly and ts_room_latest to predict over, for a file, as
     /// `tables create` would make them with the same flags.
     #[command(flatten)]
-    pub split: crate::tables::splits::SplitArgs,
+    pub split: crate::tools::splits::SplitArgs,
     /// Row-key scheme: `salted` (`<bucket>_<device>_<reversed ts>`) or `plain`
     /// (`<device>_<ts>`).
     #[arg(long, value_enum, default_value = "salted")]
     pub scheme: SchemeArg,
     /// Salt buckets (salted) or regions (plain) to predict over, for a file [default: 16, as
     /// `tables create` pre-splits].
-    #[arg(long, default_value_t = sensor::codec::key::SALT_BUCKETS)]
+    #[arg(long, default_value_t = crate::codec::key::SALT_BUCKETS)]
     pub buckets: u32,
     /// Largest acceptable max ÷ mean rows per bucket/region; above it the check fails (exit 1).
     #[arg(long, default_value_t = 1.5)]
@@ -75,9 +76,9 @@ impl TableArg {
     /// The table's name.
     pub fn name(self) -> &'static str {
         match self {
-            TableArg::Narrow => sensor::tables::NARROW_TABLE,
-            TableArg::Hourly => sensor::tables::HOURLY_TABLE,
-            TableArg::Room => sensor::tables::ROOM_TABLE,
+            TableArg::Narrow => crate::tables::NARROW_TABLE,
+            TableArg::Hourly => crate::tables::HOURLY_TABLE,
+            TableArg::Room => crate::tables::ROOM_TABLE,
         }
     }
 }
@@ -247,7 +248,7 @@ fn report(
     note: String,
 ) -> Result<LandingReport> {
     let rows: u64 = buckets.iter().map(|b| b.rows).sum();
-    anyhow::ensure!(
+    ensure!(
         rows > 0,
         "{source}: no rows to check; give a recording with readings, or replay one into the table first"
     );
@@ -309,19 +310,19 @@ fn report(
 /// # Errors
 /// An unreadable file or unreachable HBase, bad flags, or nothing to check.
 pub fn run(args: &LandingArgs) -> Result<ExitCode> {
-    anyhow::ensure!(
+    ensure!(
         args.max_skew.is_finite() && args.max_skew >= 1.0,
         "--max-skew must be a number >= 1 (max ÷ mean is never below 1), got {}",
         args.max_skew
     );
     let cfg = match &args.config {
-        Some(path) => sensor::config::JobConfig::load(path)?,
-        None => sensor::config::JobConfig::default(),
+        Some(path) => crate::config::JobConfig::load(path)?,
+        None => crate::config::JobConfig::default(),
     };
     let scheme = KeyScheme::from(args.scheme);
     let report = match (&args.file, &args.hbase, args.table) {
         (Some(file), _, TableArg::Narrow) => {
-            anyhow::ensure!(
+            ensure!(
                 (1..=1000).contains(&args.buckets),
                 "--buckets must be 1..=1000, got {}",
                 args.buckets
@@ -333,7 +334,7 @@ pub fn run(args: &LandingArgs) -> Result<ExitCode> {
             predict::id_table_from_file(file, &cfg.metric, table, &splits, args.max_skew)?
         }
         (None, Some(addr), table) => live::from_hbase(&cfg, addr, table, scheme, args.max_skew)?,
-        (None, None, _) => anyhow::bail!("give a recording FILE or --hbase HOST:PORT"),
+        (None, None, _) => bail!("give a recording FILE or --hbase HOST:PORT"),
     };
     if let Some(path) = &args.svg {
         std::fs::write(path, render::svg(&report))

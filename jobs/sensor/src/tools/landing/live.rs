@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use sensor::codec::hourly::parse_wide_key;
-use sensor::codec::narrow::{parse_narrow_key, KeyScheme};
-use sensor::codec::room::parse_room_key;
-use sensor::config::JobConfig;
+use crate::codec::hourly::parse_wide_key;
+use crate::codec::narrow::{parse_narrow_key, KeyScheme};
+use crate::codec::room::parse_room_key;
+use crate::config::JobConfig;
+use crate::Result;
+use pipeline::Context;
 use sinks::hbase::{admin, HbaseConfig, HbaseStore};
 use sinks::table::ScanSpec;
 

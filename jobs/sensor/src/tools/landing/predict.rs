@@ -2,17 +2,18 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::codec::hourly::wide_key;
+use crate::codec::key::salt_bucket_of;
+use crate::codec::narrow::{narrow_prefix, KeyScheme};
+use crate::codec::room::room_key;
+use crate::decode::decode_line;
+use crate::Result;
 use pipeline::source::replay::input::{self, LineReader};
-use sensor::codec::hourly::wide_key;
-use sensor::codec::key::salt_bucket_of;
-use sensor::codec::narrow::{narrow_prefix, KeyScheme};
-use sensor::codec::room::room_key;
-use sensor::decode::decode_line;
+use pipeline::Context;
 use sinks::schema::salt_bucket_key;
 
 use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
-use crate::tables::splits::{Fleet, Splits};
+use crate::tools::splits::{Fleet, Splits};
 
 /// Reads `file` and predicts where its rows land under `scheme` over `n` buckets or regions.
 ///
@@ -127,7 +128,7 @@ pub(super) fn id_table_from_file(
     max_skew: f64,
 ) -> Result<LandingReport> {
     let fleet = Fleet::read(file, metric)?;
-    anyhow::ensure!(
+    ensure!(
         fleet.kind == "recording",
         "{} is a registry: a prediction needs a recording's readings (a registry may give \
          --split-from)",

@@ -149,8 +149,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::generate::testing::{args, generate, lines, reading, START};
-    use crate::generate::GenerateSummary;
+    use crate::tools::generate::testing::{args, generate, lines, reading, START};
+    use crate::tools::generate::GenerateSummary;
 
     #[test]
     fn every_device_reports_the_right_readings() {

@@ -1,10 +1,10 @@
 //! The validated arguments of a run, and the RNG streams it draws from.
 
-use anyhow::{bail, ensure, Context as _};
+use crate::codec::hourly::hour_start;
 use pipeline::time::HOUR_SECS;
+use pipeline::Context;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sensor::codec::hourly::hour_start;
 
 use super::GenerateArgs;
 
@@ -35,7 +35,7 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    pub(super) fn new(args: &GenerateArgs) -> anyhow::Result<Self> {
+    pub(super) fn new(args: &GenerateArgs) -> crate::Result<Self> {
         ensure!(args.devices > 0, "--devices must be at least 1");
         ensure!(args.rooms > 0, "--rooms must be at least 1");
         ensure!(args.interval > 0, "--interval must be at least 1 second");
@@ -93,7 +93,7 @@ impl Plan {
 }
 
 /// Parses `90s`, `10m`, `1h`, `2d` (or sums such as `1h30m`) into seconds.
-fn parse_duration(text: &str) -> anyhow::Result<u64> {
+fn parse_duration(text: &str) -> crate::Result<u64> {
     let usage = "use a number with a unit s, m, h or d, such as 90s, 10m, 1h, 2d";
     let text = text.trim();
     ensure!(!text.is_empty(), "empty duration: {usage}");
@@ -132,7 +132,7 @@ fn parse_duration(text: &str) -> anyhow::Result<u64> {
 /// Largest timestamp the pipeline accepts (year 2286); larger values look like milliseconds.
 pub(super) const MAX_TS: i64 = 9_999_999_999;
 
-fn parse_start(text: Option<&str>) -> anyhow::Result<i64> {
+fn parse_start(text: Option<&str>) -> crate::Result<i64> {
     let Some(text) = text else {
         // The replay's "now" (HOURGLASS_NOW fixes it): a recording generated and replayed under
         // the same fixed now must not land in the replay's future.
@@ -171,7 +171,7 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::generate::testing::args;
+    use crate::tools::generate::testing::args;
 
     #[test]
     fn durations() {

@@ -62,8 +62,8 @@ impl Flaw {
 mod tests {
     use serde_json::Value;
 
-    use crate::generate::plan::MAX_TS;
-    use crate::generate::testing::{args, generate, lines, reading, ts};
+    use crate::tools::generate::plan::MAX_TS;
+    use crate::tools::generate::testing::{args, generate, lines, reading, ts};
 
     #[test]
     fn malformed_lines_are_a_mix_of_rejects() {

@@ -25,7 +25,7 @@ impl LiveFleet {
     ///
     /// # Errors
     /// What `generate` refuses: no devices or rooms, a start past year 2286.
-    pub fn new(devices: u32, rooms: u32, start: i64) -> anyhow::Result<Self> {
+    pub fn new(devices: u32, rooms: u32, start: i64) -> crate::Result<Self> {
         let plan = Plan::new(&GenerateArgs {
             devices,
             rooms,
@@ -78,7 +78,7 @@ impl LiveFleet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sensor::decode::decode_line;
+    use crate::decode::decode_line;
 
     #[test]
     fn readings_decode_at_the_asked_time_with_values_that_vary() {

@@ -14,7 +14,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::Context as _;
+use pipeline::Context as _;
 
 pub use live::LiveFleet;
 use output::{write_file, OUT_BUFFER};
@@ -81,7 +81,7 @@ pub struct GenerateSummary {
 ///
 /// # Errors
 /// Invalid arguments (with what to change), or failure to create or write the output.
-pub fn run(args: &GenerateArgs) -> anyhow::Result<GenerateSummary> {
+pub fn run(args: &GenerateArgs) -> crate::Result<GenerateSummary> {
     let plan = Plan::new(args)?;
     let began = Instant::now();
     let path = args.out.as_deref().filter(|p| *p != Path::new("-"));
@@ -111,7 +111,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<GenerateSummary> {
 
 #[cfg(test)]
 mod tests {
-    use crate::generate::testing::{args, generate};
+    use crate::tools::generate::testing::{args, generate};
 
     #[test]
     fn same_seed_same_bytes_other_seed_other_bytes() {

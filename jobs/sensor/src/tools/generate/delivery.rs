@@ -256,7 +256,7 @@ fn extra(rng: &mut ChaCha8Rng, expected: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::testing::{args, generate, lines, reading, ts, START};
+    use crate::tools::generate::testing::{args, generate, lines, reading, ts, START};
 
     #[test]
     fn delivery_is_roughly_in_event_time_order() {

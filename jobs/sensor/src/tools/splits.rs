@@ -4,12 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::codec::hourly::hour_start;
+use crate::config::JobConfig;
+use crate::decode::decode_line;
+use crate::tables::{IdSplits, DEFAULT_ID_REGIONS};
+use crate::Result;
 use pipeline::source::replay::input::{self, LineReader};
-use sensor::codec::hourly::hour_start;
-use sensor::config::JobConfig;
-use sensor::decode::decode_line;
-use sensor::tables::{IdSplits, DEFAULT_ID_REGIONS};
+use pipeline::Context;
 
 /// Most regions `--regions` accepts: HBase handles more, but a pre-split finer than a fleet's
 /// servers only multiplies the regions to balance.
@@ -47,7 +48,7 @@ impl SplitArgs {
     /// `--regions` out of range; an unreadable or empty file.
     pub fn resolve(&self, cfg: &JobConfig) -> Result<Splits> {
         let regions = self.regions.unwrap_or(DEFAULT_ID_REGIONS);
-        anyhow::ensure!(
+        ensure!(
             (1..=MAX_REGIONS).contains(&regions),
             "--regions must be 1..={MAX_REGIONS}, got {regions}"
         );
@@ -62,7 +63,7 @@ impl SplitArgs {
             });
         };
         let fleet = Fleet::read(path, &cfg.metric)?;
-        anyhow::ensure!(
+        ensure!(
             !fleet.devices.is_empty(),
             "{}: no device ids to split on; give a registry CSV (`device,room`) or a recording \
              with readings",
@@ -157,7 +158,7 @@ impl Fleet {
     fn from_registry(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the registry {}", path.display()))?;
-        let entries = sensor::registry::parse_entries(&text)
+        let entries = crate::registry::parse_entries(&text)
             .with_context(|| format!("reading the registry {}", path.display()))?;
         let mut fleet = Fleet {
             kind: "registry",
