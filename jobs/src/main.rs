@@ -1,10 +1,7 @@
 //! The `hourglass` binary: replay recordings into the tables, generate traffic, answer
 //! dashboard queries, manage tables and measure throughput.
 
-mod bench;
 mod query;
-mod replay;
-mod run;
 mod tables;
 mod tags;
 
@@ -82,9 +79,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a recorded traffic file into the tables (narrow rows and hourly wide rows).
-    Replay(replay::ReplayArgs),
+    Replay(sensor::replay::ReplayArgs),
     /// The long-running job: consume readings from Kafka into the tables.
-    Run(run::RunArgs),
+    Run(sensor::run::RunArgs),
     /// Publish a recorded traffic file to a Kafka topic, keyed by device id.
     Produce(sensor::tools::produce::ProduceArgs),
     /// Write realistic recorded sensor traffic (JSON Lines).
@@ -97,7 +94,7 @@ enum Command {
     Tables(tables::TablesCommand),
     /// Measure throughput.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(sensor::tools::bench::BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
     Serve(sensor::serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
@@ -138,8 +135,12 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Run(args) => run::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Replay(args) => sensor::replay::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Run(args) => sensor::run::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Produce(args) => sensor::tools::produce::run(&args)
             .map(|_| ExitCode::SUCCESS)
             .map_err(Into::into),
@@ -148,7 +149,7 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(cmd) => sensor::tools::bench::run(cmd).map_err(Into::into),
         Command::Serve(args) => sensor::serve::run(&args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),

@@ -1,6 +1,7 @@
-//! The sensor job's tools: traffic generation, publishing to Kafka, the tables' splits and the
-//! landing check of a split.
+//! The sensor job's tools: traffic generation, publishing to Kafka, throughput and delay
+//! benchmarks, the tables' splits and the landing check of a split.
 
+pub mod bench;
 pub mod generate;
 pub mod landing;
 pub mod produce;

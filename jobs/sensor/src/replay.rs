@@ -4,18 +4,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use crate::codec::hourly::hour_start;
+use crate::config::JobConfig;
+use crate::decode::SensorDecoder;
+use crate::job::SensorJob;
+use crate::tables::RETENTION_SECS;
+use crate::Result;
 use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
 use pipeline::source::replay::input::{self, LineReader};
 use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
 use pipeline::time::HOUR_SECS;
-use sensor::codec::hourly::hour_start;
-use sensor::config::JobConfig;
-use sensor::decode::SensorDecoder;
-use sensor::job::SensorJob;
-use sensor::tables::RETENTION_SECS;
 use timely::dataflow::ProbeHandle;
 
 use pipeline::driver::{
@@ -82,7 +82,7 @@ fn rebase_shift(path: &Path, metric: &str, window: &WindowConfig) -> Result<i64>
     let now = pipeline::time::now_ms() / 1000;
     let mut guard = FutureGuard::new(window.future_skew_secs(), window.watermark_bound_secs);
     while let Some(line) = lines.next_line(&mut buf)? {
-        if let Ok(r) = sensor::decode::decode_line(line.number, &line.bytes, metric) {
+        if let Ok(r) = crate::decode::decode_line(line.number, &line.bytes, metric) {
             guard.check(&r.device, r.ts, || now);
         }
         buf = line.bytes;
@@ -108,7 +108,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
     }
     if let Some(path) = &cfg.registry {
         // Fail at start on a missing or malformed registry; later reload errors only warn.
-        sensor::registry::load(path)?;
+        crate::registry::load(path)?;
     }
     cfg.validate()?;
     Ok(cfg)
@@ -121,7 +121,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
     Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let backend = pipeline::store::open_for_writing(
         &cfg.store,
-        &sensor::tables::all_tables(),
+        &crate::tables::all_tables(),
         &args.backend,
         args.job.recover,
     )?;
@@ -154,7 +154,7 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         stop_on_signals: false,
         quiet: args.quiet,
         cluster: &cluster,
-        reject_kinds: &sensor::decode::Reason::KINDS,
+        reject_kinds: &crate::decode::Reason::KINDS,
     })?;
     let source = RecordingSource {
         decoder: SensorDecoder {

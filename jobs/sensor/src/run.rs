@@ -13,22 +13,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::codec::hourly::hourly_window;
+use crate::config::{JobConfig, EXAMPLE};
+use crate::decode::SensorDecoder;
+use crate::job::SensorJob;
+use crate::tables::{NARROW_TABLE, RETENTION_SECS};
+use crate::Result;
 use pipeline::control::JobControl;
 use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
-use sensor::codec::hourly::hourly_window;
-use sensor::config::{JobConfig, EXAMPLE};
-use sensor::decode::SensorDecoder;
-use sensor::job::SensorJob;
-use sensor::tables::{NARROW_TABLE, RETENTION_SECS};
+use pipeline::Context;
 use timely::dataflow::ProbeHandle;
 
+use crate::serve::DashboardServer;
 use pipeline::driver::{
     self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, Pace, RunSummary, Source, WorkerInput,
 };
 use pipeline::store::{self, Backend, BackendArgs};
-use sensor::serve::DashboardServer;
 
 /// Arguments of `hourglass run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -71,7 +72,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(registry) = &cfg.registry {
         // As replay: fail at start on a missing or malformed registry (later reload errors
         // only warn and keep the previous one, and at start there is none to keep).
-        sensor::registry::load(registry)
+        crate::registry::load(registry)
             .with_context(|| format!("registry = {:?} in {}", registry, path.display()))?;
     }
     if let Some(addr) = args.job.checked_metrics_listen()? {
@@ -102,11 +103,11 @@ fn run_job(
         stop_on_signals: true,
         quiet: false,
         cluster: &cluster,
-        reject_kinds: &sensor::decode::Reason::KINDS,
+        reject_kinds: &crate::decode::Reason::KINDS,
     })?;
     let backend = store::open_for_writing(
         &cfg.store,
-        &sensor::tables::all_tables(),
+        &crate::tables::all_tables(),
         &BackendArgs::default(),
         args.job.recover,
     )?;

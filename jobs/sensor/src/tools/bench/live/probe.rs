@@ -6,7 +6,8 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::Result;
+use pipeline::Context;
 
 /// A sample not visible after this long is counted as missing.
 pub(super) const GIVE_UP: Duration = Duration::from_secs(60);

@@ -15,15 +15,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use crate::Result;
+use pipeline::Context;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
 use child::{finish_job, job_config, start_job};
 use probe::{narrow_visible, now_ms, poll_samples, wide_visible, Sample, GIVE_UP};
 
-use sensor::tools::generate::LiveFleet;
-use sensor::tools::produce::{self, create_topic, flush_all, Deliveries};
+use crate::tools::generate::LiveFleet;
+use crate::tools::produce::{self, create_topic, flush_all, Deliveries};
 
 mod child;
 mod probe;
@@ -151,12 +152,12 @@ impl Publisher<'_> {
 
 /// Runs `hourglass bench live` and prints its result.
 pub fn run(args: &LiveArgs) -> Result<()> {
-    anyhow::ensure!(
+    ensure!(
         args.rate.is_finite() && args.rate > 0.0,
         "--rate {}: use a positive number of readings per second",
         args.rate
     );
-    anyhow::ensure!(args.devices > 0, "--devices: use at least 1");
+    ensure!(args.devices > 0, "--devices: use at least 1");
     let duration = pipeline::time::parse_duration(&args.duration)?;
     let warmup = pipeline::time::parse_duration(&args.warmup)?;
     let tmp = tempfile::tempdir()?;
@@ -307,10 +308,9 @@ fn live(
     drop((narrow_tx, wide_tx));
     let (narrow_ms, narrow_missing, narrow_errors) = narrow
         .join()
-        .map_err(|_| anyhow::anyhow!("narrow poller panicked"))?;
-    let (wide_ms, wide_missing, wide_errors) = wide
-        .join()
-        .map_err(|_| anyhow::anyhow!("wide poller panicked"))?;
+        .map_err(|_| failed!("narrow poller panicked"))?;
+    let (wide_ms, wide_missing, wide_errors) =
+        wide.join().map_err(|_| failed!("wide poller panicked"))?;
     let _ = load_thread.join();
     let job_cpu = cpu_secs(job.child.id());
     // Every sample is seen or given up: stop the job as an operator would. On SIGTERM it writes
@@ -524,7 +524,7 @@ mod tests {
             "early_fire_secs = 5",
         ]);
         let text = job_config(&cli.live, Path::new("/tmp/d"), "t");
-        let cfg = sensor::config::JobConfig::parse(&text).unwrap();
+        let cfg = crate::config::JobConfig::parse(&text).unwrap();
         assert_eq!(cfg.source.topic, "t");
         assert_eq!(cfg.window.early_fire_secs, 5);
         assert_eq!(cfg.store.hbase.as_deref(), Some("h:9090"));

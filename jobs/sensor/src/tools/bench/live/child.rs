@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 
-use anyhow::{bail, Context, Result};
+use crate::Result;
+use pipeline::Context;
 
 use super::LiveArgs;
 

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use crate::Result;
 use pipeline::time::HOUR_SECS;
 
 use crate::replay::{self, ReplayArgs};
+use crate::tools::generate::{self, GenerateArgs};
 use pipeline::driver::JobArgs;
 use pipeline::http_thread::HttpLimits;
 use pipeline::store::BackendArgs;
-use sensor::tools::generate::{self, GenerateArgs};
 
 mod live;
 
@@ -77,7 +77,7 @@ fn percentiles(mut samples: Vec<f64>) -> serde_json::Value {
     serde_json::json!({ "n": samples.len(), "p50_ms": at(0.5), "p99_ms": at(0.99) })
 }
 
-fn time_ms<T>(f: impl FnOnce() -> sensor::Result<T>) -> Result<(f64, T)> {
+fn time_ms<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<(f64, T)> {
     let start = std::time::Instant::now();
     let out = f()?;
     Ok((start.elapsed().as_secs_f64() * 1000.0, out))
@@ -88,13 +88,13 @@ fn bench_queries(
     devices: u32,
     iterations: u32,
 ) -> Result<serde_json::Value> {
+    use crate::query::{self, CurveSource};
     use rand::{Rng, SeedableRng};
-    use sensor::query::{self, CurveSource};
-    let mut cfg = sensor::config::JobConfig::default();
+    let mut cfg = crate::config::JobConfig::default();
     backend.apply(&mut cfg.store);
     let db = pipeline::store::open(
         &cfg.store,
-        &sensor::tables::all_tables(),
+        &crate::tables::all_tables(),
         backend,
         false,
         false,
@@ -104,7 +104,7 @@ fn bench_queries(
     let width = devices.saturating_sub(1).max(1).to_string().len().max(5);
     let name = |i: u32| format!("dev{i:0width$}");
     let Some(newest) = query::latest(&db, scheme, &name(0))? else {
-        anyhow::bail!(
+        bail!(
             "{} has no readings: replay `hourglass generate --devices {devices}` output first",
             name(0)
         );
@@ -130,10 +130,10 @@ fn bench_queries(
         );
         let room = query::latest(&db, scheme, &device)?.and_then(|r| r.room());
         if let Some(room) = room {
-            let (ms, entries) = time_ms(|| sensor::room::room(&db, &room))?;
+            let (ms, entries) = time_ms(|| crate::room::room(&db, &room))?;
             view.push(ms);
             let members: Vec<String> = entries.into_iter().map(|e| e.device).collect();
-            fanout.push(time_ms(|| sensor::room::room_fanout(&db, scheme, &members))?.0);
+            fanout.push(time_ms(|| crate::room::room_fanout(&db, scheme, &members))?.0);
         }
     }
     Ok(serde_json::json!({
@@ -221,7 +221,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             let cfg = replay::job_config(&args)?;
             let backend = pipeline::store::open(
                 &cfg.store,
-                &sensor::tables::all_tables(),
+                &crate::tables::all_tables(),
                 &args.backend,
                 false,
                 true,
