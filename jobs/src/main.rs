@@ -104,6 +104,25 @@ enum Command {
     Tags(tags::TagsCommand),
 }
 
+/// Whether `e` is an I/O error on a closed pipe: itself, or the one the engine's and the sensor
+/// crate's errors carry (which show it as theirs instead of as a source).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let io = e.downcast_ref::<std::io::Error>().or_else(|| {
+        match e
+            .downcast_ref::<sensor::Error>()
+            .and_then(|e| match e {
+                sensor::Error::Engine(e) => Some(e),
+                _ => None,
+            })
+            .or_else(|| e.downcast_ref::<pipeline::Error>())
+        {
+            Some(pipeline::Error::Os(io)) => Some(io),
+            _ => None,
+        }
+    });
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 fn main() -> ExitCode {
     with_allocator_options();
     tracing_subscriber::fmt()
@@ -159,14 +178,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // `hourglass query … | head` closes our stdout early: that is not an error.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if e.chain().any(is_broken_pipe) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
