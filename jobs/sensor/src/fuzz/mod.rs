@@ -186,7 +186,7 @@ fn run(test: &str, corpus: &[Vec<u8>], mut check: impl FnMut(&[u8]) -> Verdict) 
     for f in &failures {
         let origin = match f.seed {
             Some(seed) => format!(
-                "reproduce: HOURGLASS_FUZZ_SEED={seed} cargo test -p hourglass-jobs {test} -- --include-ignored"
+                "reproduce: HOURGLASS_FUZZ_SEED={seed} cargo test -p hourglass-sensor {test} -- --include-ignored"
             ),
             None => "an unmutated corpus entry".to_string(),
         };
