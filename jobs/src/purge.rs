@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use pipeline::config::{JobConfig, StoreKind};
 use profile::purge::{Progress, PAGE_ROWS};
 use profile::{PurgeCounts, PurgeOptions, PurgeOutcome, TagRegistry};
+use sinks::config::{StoreConfig, StoreKind};
 use sinks::embedded::OpenMode;
 use sinks::OpenOptions;
 
-use crate::store::BackendArgs;
+use pipeline::store::BackendArgs;
 
 /// How long an unreachable HBase is retried before the purge gives up (its checkpoint keeps
 /// the pages done).
@@ -90,13 +90,13 @@ fn summary(c: &PurgeCounts) -> String {
 /// The profile tables' store as the flags name it (the embedded store by default, in
 /// `./hourglass-data`), opened for writing, HBase retries bounded by [`RETRY_LIMIT`].
 fn open_store(backend: &BackendArgs) -> Result<sinks::Store> {
-    let mut cfg = JobConfig::default();
-    backend.apply(&mut cfg);
-    if cfg.store.kind == StoreKind::Embedded && !cfg.store.dir.exists() {
+    let mut store_cfg = StoreConfig::default();
+    backend.apply(&mut store_cfg);
+    if store_cfg.kind == StoreKind::Embedded && !store_cfg.dir.exists() {
         anyhow::bail!(
             "no embedded store at {}: pass --store DIR where the profile tables are, or \
              --hbase HOST:PORT",
-            cfg.store.dir.display()
+            store_cfg.dir.display()
         );
     }
     let options = OpenOptions {
@@ -104,7 +104,7 @@ fn open_store(backend: &BackendArgs) -> Result<sinks::Store> {
         retry_limit: Some(RETRY_LIMIT),
         ..OpenOptions::new(OpenMode::ReadWrite)
     };
-    let store = sinks::open(&cfg.store, &profile::tables(), &options)?;
+    let store = sinks::open(&store_cfg, &profile::tables(), &options)?;
     for warning in store.open_warnings() {
         eprintln!("warning: {warning}");
     }

@@ -5,16 +5,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use pipeline::config::JobConfig;
-use pipeline::query;
-use pipeline::reading::{format_value, Reading};
-use pipeline::schema;
-use pipeline::table::TableReader;
 use pipeline::time::{format_time, parse_time};
+use sensor::config::JobConfig;
+use sensor::query;
+use sensor::reading::{format_value, Reading};
+use sensor::tables;
+use sinks::table::TableReader;
 
 use sinks::Reader;
 
-use crate::store::BackendArgs;
+use pipeline::store::BackendArgs;
 
 /// Output format of query answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,8 +136,14 @@ fn open(args: &StoreArgs) -> Result<(JobConfig, Reader)> {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
-    args.backend.apply(&mut cfg);
-    let backend = crate::store::open(&cfg, &args.backend, true, false)?;
+    args.backend.apply(&mut cfg.store);
+    let backend = pipeline::store::open(
+        &cfg.store,
+        &sensor::tables::all_tables(),
+        &args.backend,
+        true,
+        false,
+    )?;
     Ok((cfg, backend.reader()))
 }
 
@@ -240,7 +246,7 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
             let Some(r) = query::latest(&db, cfg.key_scheme, &device)? else {
                 anyhow::bail!(
                     "device {device} has no readings in table {}",
-                    schema::NARROW_TABLE
+                    tables::NARROW_TABLE
                 );
             };
             match store.format {
@@ -256,19 +262,19 @@ pub fn run(cmd: QueryCommand) -> Result<ExitCode> {
         } => {
             let (cfg, db) = open(&store)?;
             let entries = match strategy {
-                Strategy::View => pipeline::room::room(&db, &room)?,
+                Strategy::View => sensor::room::room(&db, &room)?,
                 Strategy::Fanout => {
                     let path = registry.or(cfg.registry.clone()).ok_or_else(|| {
                         anyhow::anyhow!(
                             "--strategy fanout needs the device list: pass --registry FILE"
                         )
                     })?;
-                    let devices: Vec<String> = pipeline::registry::load(&path)?
+                    let devices: Vec<String> = sensor::registry::load(&path)?
                         .into_iter()
                         .filter(|(_, r)| *r == room)
                         .map(|(d, _)| d)
                         .collect();
-                    pipeline::room::room_fanout(&db, cfg.key_scheme, &devices)?
+                    sensor::room::room_fanout(&db, cfg.key_scheme, &devices)?
                 }
             };
             if entries.is_empty() {
@@ -309,7 +315,7 @@ fn ensure_known(db: &dyn TableReader, cfg: &JobConfig, device: &str) -> Result<(
     if query::latest(db, cfg.key_scheme, device)?.is_none() {
         anyhow::bail!(
             "unknown device {device}: it has no readings in table {} (check the id, or replay its data first)",
-            schema::NARROW_TABLE
+            tables::NARROW_TABLE
         );
     }
     Ok(())

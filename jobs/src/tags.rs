@@ -106,7 +106,7 @@ pub enum TagsCommand {
         #[command(flatten)]
         registry: RegistryArgs,
         #[command(flatten)]
-        backend: crate::store::BackendArgs,
+        backend: pipeline::store::BackendArgs,
         /// The purge's checkpoint file [default: hourglass-data/purge-CODE.json].
         #[arg(long, value_name = "FILE")]
         checkpoint: Option<PathBuf>,

@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::decode::Reason;
+/// Most kinds of refusal a job may count (its `source::Refusal::KINDS`).
+pub const MAX_REJECT_KINDS: usize = 16;
 
 /// Counters shared by every worker of a job.
 #[derive(Debug, Default)]
@@ -32,10 +33,13 @@ pub struct Stats {
     pub bytes: AtomicU64,
     /// Registry topic records refused (bad key or value) and sent to the dead-letter output.
     pub registry_rejected: AtomicU64,
-    /// Rejected lines by [`Reason::kind_index`], counted when they reach the dead-letter
-    /// output; their sum equals `rejected` once the job has drained (sources publish
-    /// `rejected` in batches, so the two may differ while it runs).
-    pub rejected_by_kind: [AtomicU64; Reason::KINDS.len()],
+    /// Rejected lines by their kind's index (`source::Refusal::kind_index`), counted when they
+    /// reach the dead-letter output ([`Stats::count_rejected`]); their sum equals `rejected`
+    /// once the job has drained (sources publish `rejected` in batches, so the two may differ
+    /// while it runs).
+    pub rejected_by_kind: [AtomicU64; MAX_REJECT_KINDS],
+    /// Of those, the ones of kind `future` (`source::FUTURE_KIND`): a clock running ahead.
+    pub rejected_future: AtomicU64,
     /// Mutations per flush of a worker's table writer.
     pub sink_batches: BatchSizes,
 }
@@ -89,15 +93,24 @@ impl BatchSizes {
     }
 }
 
-/// [`Reason::kind_index`] of the `future` kind.
-const FUTURE: usize = 6;
-
 /// Adds `n` to a counter.
 pub fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Stats {
+    /// Counts a rejection that reached the dead-letter output, by its kind's index; `future`
+    /// if it is of the `future` kind.
+    ///
+    /// # Panics
+    /// If `kind_index` is [`MAX_REJECT_KINDS`] or more.
+    pub fn count_rejected(&self, kind_index: usize, future: bool) {
+        add(&self.rejected_by_kind[kind_index], 1);
+        if future {
+            add(&self.rejected_future, 1);
+        }
+    }
+
     /// A snapshot of the counters as the end-of-run summary.
     pub fn summary(&self, elapsed_s: f64) -> Summary {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -106,7 +119,7 @@ impl Stats {
             read,
             ok: get(&self.ok),
             rejected: get(&self.rejected),
-            future: get(&self.rejected_by_kind[FUTURE]),
+            future: get(&self.rejected_future),
             late_dropped: get(&self.late_dropped),
             repeated: get(&self.repeated),
             narrow_rows: get(&self.narrow_rows),
@@ -153,11 +166,6 @@ pub struct Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn future_is_the_future_kind() {
-        assert_eq!(Reason::KINDS[FUTURE], "future");
-    }
 
     #[test]
     fn batch_sizes_fall_in_their_buckets() {

@@ -1,6 +1,9 @@
 //! Parsing time arguments: epoch seconds or RFC 3339.
 
-use crate::{Error, Result};
+use crate::{Context, Error, Result};
+
+/// One hour, in seconds: the width of the sensor job's wide rows and of its window.
+pub const HOUR_SECS: i64 = 3600;
 
 /// Earliest time a user may name: 0000-01-01T00:00:00Z, the first instant RFC 3339 can write.
 pub const MIN_TIME: i64 = -62_167_219_200;
@@ -73,6 +76,41 @@ pub fn now_ms() -> i64 {
         .map_or_else(|| chrono::Utc::now().timestamp_millis(), |s| s * 1000)
 }
 
+/// Parses a duration flag: `500ms`, `5s`, `2m`, `1h`.
+///
+/// # Errors
+/// [`Error::Invalid`] (or [`Error::Context`] for a number too long) naming the text and the
+/// units.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
+    let usage = "use a number with a unit ms, s, m or h, such as 500ms, 5s, 2m";
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    if digits == 0 {
+        return Err(Error::Invalid(format!("duration {text:?}: {usage}")));
+    }
+    let n: u64 = text[..digits]
+        .parse()
+        .with_context(|| format!("duration {text:?} is too long"))?;
+    let ms = match &text[digits..] {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(Error::Invalid(format!("duration {text:?}: {usage}"))),
+    };
+    let total = n
+        .checked_mul(ms)
+        .ok_or_else(|| Error::Invalid(format!("duration {text:?} is too long")))?;
+    if total == 0 {
+        return Err(Error::Invalid(format!(
+            "duration {text:?} is zero; {usage}"
+        )));
+    }
+    Ok(std::time::Duration::from_millis(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +142,19 @@ mod tests {
             let e = parse_time(s).unwrap_err().to_string();
             assert!(e.contains(&MAX_TIME.to_string()), "{s}: {e}");
         }
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5")
+            .unwrap_err()
+            .to_string()
+            .contains("unit"));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("s").is_err());
     }
 }

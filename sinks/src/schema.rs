@@ -1,6 +1,6 @@
 //! What a table is, as data: [`TableSpec`] (name, families with TTL, versions, compression and
 //! bloom filter, split keys) and the split policies that compute split keys. A domain declares
-//! its tables with them (the sensor tables: `pipeline::tables`); storage knows no domain.
+//! its tables with them (the sensor tables: `sensor::tables`); storage knows no domain.
 
 use std::fmt::Write as _;
 
@@ -194,7 +194,7 @@ pub fn quantile_split_keys<'a>(
 
 /// Appends the bytes of salt bucket `bucket` to `key`: its number as at least two decimal
 /// digits (`00`..`15`; Java's `String.format("%02d", bucket)`). A salted table's row keys
-/// start with them (the sensors' narrow keys: `pipeline::codec::narrow::narrow_prefix`) and its
+/// start with them (the sensors' narrow keys: `sensor::codec::narrow::narrow_prefix`) and its
 /// split keys are them ([`salt_split_keys`]); this is their one definition.
 pub fn push_salt_bucket(key: &mut Vec<u8>, bucket: u32) {
     if bucket < 100 {

@@ -208,7 +208,7 @@ pub trait StorageReader: TableReader + MetricsSource {}
 impl<T: TableReader + MetricsSource> StorageReader for T {}
 
 /// Opens the backend `cfg` names over `tables`, which the domain declares (the sensors':
-/// `pipeline::tables::all_tables`): storage knows no table of its own.
+/// `sensor::tables::all_tables`): storage knows no table of its own.
 ///
 /// The embedded store is opened once here (its directory is locked until every clone of the
 /// [`Store`] is dropped); HBase is not contacted until the first call.

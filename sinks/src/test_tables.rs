@@ -1,5 +1,5 @@
 //! Tables shaped like a time-series domain's, for this crate's own tests: storage knows no
-//! domain, and its unit tests cannot use one (the sensor tables are `pipeline::tables`).
+//! domain, and its unit tests cannot use one (the sensor tables are `sensor::tables`).
 //!
 //! A salted narrow table of packed readings, a wide table of packed hours with its summary kept
 //! apart, and a small view, under the sensor tables' names, so that the tests exercise the

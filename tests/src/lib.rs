@@ -414,7 +414,7 @@ pub fn parse_exposition(text: &str) -> Result<Exposition, String> {
 }
 
 /// A `tables dump` of the hourly table without its dirty marks (`t:dirty`, see
-/// `pipeline::codec::hourly::DIRTY_QUALIFIER`), for comparing the tables of two runs over one
+/// `sensor::codec::hourly::DIRTY_QUALIFIER`), for comparing the tables of two runs over one
 /// input: whether a resent reading finds its original still its hour's first or last reading
 /// (and so is known to change nothing) depends on the order readings reach the window, which
 /// workers and partitions change; an unknown one marks its hour. Marks change no answer, only

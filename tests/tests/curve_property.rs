@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use pipeline::codec::narrow::narrow_put;
-use pipeline::codec::narrow::KeyScheme;
-use pipeline::query;
-use pipeline::reading::Reading;
-use pipeline::schema::all_tables;
-use pipeline::table::TableWriter;
 use proptest::prelude::*;
+use sensor::codec::narrow::narrow_put;
+use sensor::codec::narrow::KeyScheme;
+use sensor::query;
+use sensor::reading::Reading;
+use sensor::tables::all_tables;
 use sinks::embedded::EmbeddedStore;
+use sinks::table::TableWriter;
 
 const NOW_MS: i64 = 1_724_200_000_000;
 const BASE: i64 = 1_724_100_000;

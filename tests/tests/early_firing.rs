@@ -7,7 +7,7 @@ mod early_firing_common;
 
 use std::sync::Arc;
 
-use pipeline::schema::all_tables;
+use sensor::tables::all_tables;
 use sinks::embedded::EmbeddedStore;
 
 const H: i64 = 1_724_101_200;

@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e::{data, hourglass_command, ok_stdout, repo_root, KillOnDrop};
-use pipeline::schema::{self, HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
-use pipeline::table::ScanSpec;
+use sensor::tables;
+use sensor::tables::{HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
 use sinks::admin::Created;
 use sinks::hbase::admin;
 use sinks::hbase::{HbaseConfig, HbaseStore, HbaseWriter};
+use sinks::table::ScanSpec;
 
 mod early_firing_common;
 mod room_view_common;
@@ -72,14 +73,14 @@ fn config() -> HbaseConfig {
 
 /// The names of every hourglass table.
 fn table_names() -> Vec<&'static str> {
-    schema::all_tables().iter().map(|t| t.name).collect()
+    tables::all_tables().iter().map(|t| t.name).collect()
 }
 
 /// Drops and recreates the hourglass tables: every test starts from empty tables.
 fn reset_tables() {
     let cfg = config();
     admin::drop_tables(&cfg, &table_names()).expect("dropping the tables");
-    let created = admin::create_tables(&cfg, &schema::all_tables()).expect("creating the tables");
+    let created = admin::create_tables(&cfg, &tables::all_tables()).expect("creating the tables");
     assert!(
         created.iter().all(|(_, c)| *c == Created::Created),
         "{created:?}"
@@ -395,11 +396,11 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
     // A table made before the pre-split: `create` says it is hot and how to split it, `split`
     // prints the shell commands, and recreates it pre-split while it is empty.
     assert!(
-        !admin::recreate_if_empty(&cfg, &schema::hourly_table()).expect("recreate"),
+        !admin::recreate_if_empty(&cfg, &tables::hourly_table()).expect("recreate"),
         "a table with rows was recreated"
     );
     admin::drop_tables(&cfg, &[HOURLY_TABLE]).expect("drop");
-    let unsplit = schema::hourly_table_split(&schema::IdSplits::none());
+    let unsplit = tables::hourly_table_split(&tables::IdSplits::none());
     admin::create_tables(&cfg, &[unsplit]).expect("create an unsplit table");
     let again = run(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
     assert!(
@@ -443,15 +444,15 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
         .skip(1)
         .map(|r| r.start)
         .collect();
-    assert_eq!(starts, schema::hourly_table().split_keys);
+    assert_eq!(starts, tables::hourly_table().split_keys);
     let done = run(dir, &now, &split_args);
     assert!(done.contains("already split at all 15"), "{done}");
 
     // A table with another schema is refused with what differs.
     admin::drop_tables(&cfg, &[HOURLY_TABLE]).expect("drop");
-    let mut other = schema::hourly_table();
+    let mut other = tables::hourly_table();
     other.families[0].ttl_secs = Some(86_400);
-    other.families[0].compression = schema::Compression::None;
+    other.families[0].compression = sinks::schema::Compression::None;
     admin::create_tables(&cfg, &[other]).expect("create a different table");
     let err = run_err(dir, &now, &["tables", "create", "--hbase", THRIFT1]);
     assert!(
@@ -686,8 +687,8 @@ fn an_hbase_restart_in_the_middle_of_a_replay_loses_nothing() {
 
 #[test]
 fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
-    use pipeline::table::{Cell, Mutation, TableReader, TableWriter};
     use sinks::hbase::HbaseWriter;
+    use sinks::table::{Cell, Mutation, TableReader, TableWriter};
 
     let Some(_hbase) = hbase() else { return };
     reset_tables();
@@ -720,12 +721,12 @@ fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
     ];
 
     let dir = scratch();
-    let embedded = sinks::embedded::EmbeddedStore::open(dir.path(), &schema::all_tables())
+    let embedded = sinks::embedded::EmbeddedStore::open(dir.path(), &tables::all_tables())
         .expect("embedded store");
     let mut embedded_writer = embedded.writer();
     // With the tables' families, deletes travel in the batches; without, each is one
     // deleteAllRowTs call.
-    let mut batched = HbaseWriter::new(&cfg).for_tables(&schema::all_tables());
+    let mut batched = HbaseWriter::new(&cfg).for_tables(&tables::all_tables());
     let mut single = HbaseWriter::new(&cfg);
     for (i, batch) in batches.into_iter().enumerate() {
         embedded_writer
@@ -740,7 +741,7 @@ fn deletes_hide_the_cells_up_to_their_timestamp_as_in_the_embedded_store() {
     let all = ScanSpec::default();
     let from_hbase = store.scan(HOURLY_TABLE, &all).expect("scan HBase");
     let from_embedded = embedded.scan(HOURLY_TABLE, &all).expect("scan embedded");
-    let cells = |rows: &[pipeline::table::Row]| -> Vec<(String, String, String)> {
+    let cells = |rows: &[sinks::table::Row]| -> Vec<(String, String, String)> {
         rows.iter()
             .flat_map(|r| {
                 r.cells.iter().map(|c| {
@@ -775,7 +776,7 @@ fn early_firings_keep_the_open_hour_in_step_with_the_narrow_table_in_hbase() {
     early_firing_common::open_hour_follows_the_narrow_table(
         h,
         &HbaseStore::new(&cfg),
-        Arc::new(move || Box::new(HbaseWriter::new(&job_cfg).for_tables(&schema::all_tables()))),
+        Arc::new(move || Box::new(HbaseWriter::new(&job_cfg).for_tables(&tables::all_tables()))),
         dir.path(),
     );
 }
@@ -786,10 +787,10 @@ fn early_firings_keep_the_open_hour_in_step_with_the_narrow_table_in_hbase() {
 /// saw the new points with the old summary.)
 #[test]
 fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
-    use pipeline::codec::hourly::wide_put;
-    use pipeline::query;
-    use pipeline::summary::HourSummary;
-    use pipeline::table::TableWriter;
+    use sensor::codec::hourly::wide_put;
+    use sensor::query;
+    use sensor::summary::HourSummary;
+    use sinks::table::TableWriter;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     let Some(_hbase) = hbase() else { return };
@@ -807,7 +808,7 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         let done = done.clone();
         let reading = reading.clone();
         std::thread::spawn(move || {
-            let mut writer = HbaseWriter::new(&cfg).for_tables(&schema::all_tables());
+            let mut writer = HbaseWriter::new(&cfg).for_tables(&tables::all_tables());
             let mut all = Vec::new();
             reading.wait();
             for pane in 0..PANES {
@@ -827,13 +828,8 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         })
     };
     let store = HbaseStore::new(&cfg);
-    let empty = query::hour(
-        &store,
-        pipeline::codec::narrow::KeyScheme::Salted,
-        "dev1",
-        h,
-    )
-    .expect("hour");
+    let empty =
+        query::hour(&store, sensor::codec::narrow::KeyScheme::Salted, "dev1", h).expect("hour");
     assert!(
         empty.points.is_empty() && empty.summary.is_none(),
         "{empty:?}"
@@ -841,13 +837,8 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
     reading.wait();
     let (mut gets, mut partial) = (0, 0);
     while !done.load(Ordering::SeqCst) {
-        let hour = query::hour(
-            &store,
-            pipeline::codec::narrow::KeyScheme::Salted,
-            "dev1",
-            h,
-        )
-        .expect("hour");
+        let hour =
+            query::hour(&store, sensor::codec::narrow::KeyScheme::Salted, "dev1", h).expect("hour");
         gets += 1;
         if hour.points.is_empty() {
             assert_eq!(hour.summary, None, "a summary without points");
@@ -864,13 +855,8 @@ fn a_get_of_a_wide_row_never_sees_points_without_their_summary() {
         }
     }
     writer.join().expect("writer");
-    let hour = query::hour(
-        &store,
-        pipeline::codec::narrow::KeyScheme::Salted,
-        "dev1",
-        h,
-    )
-    .expect("hour");
+    let hour =
+        query::hour(&store, sensor::codec::narrow::KeyScheme::Salted, "dev1", h).expect("hour");
     assert_eq!(hour.points.len(), (PANES * 60) as usize);
     assert_eq!(hour.summary, HourSummary::of_points(&hour.points));
     // Not vacuous: reads landed while the row was still being written.
@@ -936,7 +922,7 @@ fn room_view_in_hbase_a_registry_change_between_runs_moves_the_device_at_the_nex
 /// `mutateRowsTs` took one timestamp per call, so these were 120 calls).
 #[test]
 fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp() {
-    use pipeline::table::{Cell, Mutation, TableReader, TableWriter};
+    use sinks::table::{Cell, Mutation, TableReader, TableWriter};
     use std::sync::atomic::Ordering;
 
     let Some(_hbase) = hbase() else { return };
@@ -951,7 +937,7 @@ fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp(
         })
         .collect();
     let stats = Arc::new(sinks::hbase::WriterStats::default());
-    let mut writer = HbaseWriter::with_stats(&cfg, stats.clone()).for_tables(&schema::all_tables());
+    let mut writer = HbaseWriter::with_stats(&cfg, stats.clone()).for_tables(&tables::all_tables());
     writer
         .write(
             rows.iter()
@@ -959,7 +945,7 @@ fn one_write_call_carries_rows_of_many_seconds_each_cell_with_its_own_timestamp(
                     table: NARROW_TABLE,
                     row: key.clone(),
                     cells: vec![Cell {
-                        family: schema::FAMILY.into(),
+                        family: tables::FAMILY.into(),
                         qualifier: b"v".to_vec(),
                         ts_ms: *ts_ms,
                         value: value.clone(),
@@ -1009,12 +995,12 @@ fn create_names_the_split_points_an_existing_table_lacks() {
         )
         .into_boxed_str(),
     );
-    let spec = |splits: &schema::IdSplits| schema::TableSpec {
+    let spec = |splits: &tables::IdSplits| sinks::schema::TableSpec {
         name,
-        ..schema::room_table_split(splits)
+        ..tables::room_table_split(splits)
     };
-    let wanted = spec(&schema::IdSplits::generator_default(4));
-    admin::create_tables(&cfg, &[spec(&schema::IdSplits::none())]).expect("create unsplit");
+    let wanted = spec(&tables::IdSplits::generator_default(4));
+    admin::create_tables(&cfg, &[spec(&tables::IdSplits::none())]).expect("create unsplit");
     let created = admin::create_tables(&cfg, std::slice::from_ref(&wanted)).expect("create again");
     let missing = wanted.split_keys.clone();
     assert_eq!(

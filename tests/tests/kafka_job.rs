@@ -736,7 +736,7 @@ fn registry_topic_rooms_moves_tombstones_and_bad_records() {
     };
     let admin = pipeline::source::kafka::admin_config(&source);
     assert_eq!(
-        pipeline::source::kafka::cleanup_policy(&admin, &registry).expect("describe topic"),
+        sensor::registry_topic::cleanup_policy(&admin, &registry).expect("describe topic"),
         Some("compact".to_string())
     );
 
@@ -872,7 +872,7 @@ fn registry_of_topic(topic: &str) -> BTreeMap<String, String> {
         brokers: BROKER.into(),
         ..Default::default()
     };
-    pipeline::source::kafka::RegistryTopic::open(&source, topic)
+    sensor::registry_topic::RegistryTopic::open(&source, topic)
         .expect("open the topic")
         .read_to_end(Duration::from_secs(60))
         .expect("the topic read to its end")

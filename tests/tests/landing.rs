@@ -14,7 +14,7 @@ use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use e2e::hourglass_command;
-use pipeline::schema;
+use sensor::tables;
 use sinks::hbase::admin;
 use sinks::hbase::HbaseConfig;
 
@@ -199,7 +199,7 @@ fn live_hbase_after_a_replay_has_the_files_rows_per_region() {
     let Some(()) = hbase_or_skip() else { return };
     let mut cfg = HbaseConfig::new(THRIFT1).with_thrift2(THRIFT2);
     cfg.retry.max_elapsed = Some(Duration::from_secs(120));
-    let names: Vec<&str> = schema::all_tables().iter().map(|t| t.name).collect();
+    let names: Vec<&str> = tables::all_tables().iter().map(|t| t.name).collect();
     admin::drop_tables(&cfg, &names).expect("dropping the tables");
 
     let dir = tempfile::tempdir().expect("tempdir");

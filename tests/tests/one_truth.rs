@@ -10,11 +10,11 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use e2e::{hourglass_command, succeeded, NOW};
-use pipeline::codec::narrow::KeyScheme;
-use pipeline::query::{self, CurveSource};
-use pipeline::schema::all_tables;
-use pipeline::summary::HourSummary;
 use proptest::prelude::*;
+use sensor::codec::narrow::KeyScheme;
+use sensor::query::{self, CurveSource};
+use sensor::summary::HourSummary;
+use sensor::tables::all_tables;
 use sinks::embedded::EmbeddedStore;
 
 /// The recording's first hour, a day before the tests' `NOW` (so no hour is live: each is

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use e2e::hourglass_command;
-use pipeline::codec::narrow::{parse_narrow_key, KeyScheme};
 use proptest::prelude::*;
+use sensor::codec::narrow::{parse_narrow_key, KeyScheme};
 use serde_json::Value;
 
 /// 2026-11-01T00:00:00Z and 2026-12-01T00:00:00Z.
@@ -336,7 +336,7 @@ fn hbase_gives_the_embedded_stores_report() {
     }
     let mut cfg = sinks::hbase::HbaseConfig::new("127.0.0.1:9090").with_thrift2("127.0.0.1:9091");
     cfg.retry.max_elapsed = Some(Duration::from_secs(120));
-    let all = pipeline::schema::all_tables();
+    let all = sensor::tables::all_tables();
     let names: Vec<&str> = all.iter().map(|t| t.name).collect();
     sinks::hbase::admin::drop_tables(&cfg, &names).expect("dropping the tables");
     sinks::hbase::admin::create_tables(&cfg, &all).expect("creating the tables");

@@ -156,7 +156,7 @@ fn devices_are_listed_by_skip_scan() {
 fn room_needs_the_room_view() {
     let server = start();
     let (status, got) = get_json(&server, "/api/v1/room/room031", &[]);
-    if pipeline::schema::all_tables()
+    if sensor::tables::all_tables()
         .iter()
         .any(|t| t.name == "ts_room_latest")
     {

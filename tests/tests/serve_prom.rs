@@ -11,14 +11,14 @@ use serve_common::{cli, cli_points, get_json, post_form, start, H};
 /// the device.
 fn labels(device: &str) -> Value {
     let mut labels = json!({ "__name__": "temp", "device": device });
-    if pipeline::schema::all_tables()
+    if sensor::tables::all_tables()
         .iter()
         .any(|t| t.name == "ts_room_latest")
     {
         let dump = cli(&["tables", "dump", "ts_room_latest"]);
         let room = dump.lines().find_map(|line| {
             let key = line.split('\t').next()?;
-            let (room, d) = pipeline::codec::room::parse_room_key(key)?;
+            let (room, d) = sensor::codec::room::parse_room_key(key)?;
             (d == device).then(|| room.to_string())
         });
         if let Some(room) = room {
@@ -294,7 +294,7 @@ fn room_selector_needs_the_room_view() {
         "/api/v1/query_range",
         &range(r#"temp{room="room031"}"#, H, H + 3600, "60", None),
     );
-    if pipeline::schema::all_tables()
+    if sensor::tables::all_tables()
         .iter()
         .any(|t| t.name == "ts_room_latest")
     {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e::{hourglass_command, parse_exposition, Exposition};
-use pipeline::schema;
+use sensor::tables;
 use sinks::hbase::admin;
 use sinks::hbase::HbaseConfig;
 
@@ -273,9 +273,9 @@ impl Env {
         self.replay(file);
         let mut sizes = Vec::new();
         for table in [
-            schema::NARROW_TABLE,
-            schema::HOURLY_TABLE,
-            schema::ROOM_TABLE,
+            tables::NARROW_TABLE,
+            tables::HOURLY_TABLE,
+            tables::ROOM_TABLE,
         ] {
             let dump = |backend: &[&str]| {
                 let mut args = vec!["tables", "dump", table];
@@ -481,7 +481,7 @@ impl PrefixedTables {
         require(THRIFT2, "HBase Thrift2");
         let mut cfg = HbaseConfig::new(THRIFT1).with_thrift2(THRIFT2);
         cfg.retry.max_elapsed = Some(Duration::from_secs(120));
-        let specs: Vec<schema::TableSpec> = schema::all_tables()
+        let specs: Vec<sinks::schema::TableSpec> = tables::all_tables()
             .into_iter()
             .map(|mut t| {
                 // Table names are `&'static str`; a few bytes per test run.
@@ -503,7 +503,7 @@ impl PrefixedTables {
     }
 
     fn drop_all(self) {
-        let names: Vec<String> = schema::all_tables()
+        let names: Vec<String> = tables::all_tables()
             .iter()
             .map(|t| format!("{}{}", self.prefix, t.name))
             .collect();
@@ -551,7 +551,7 @@ impl ThriftProxy {
     fn start(upstream: &str, prefix: &str) -> Self {
         let mut requests = Vec::new();
         let mut replies = Vec::new();
-        for t in schema::all_tables() {
+        for t in tables::all_tables() {
             let renamed = format!("{prefix}{}", t.name);
             let field = |name: &str| [&[0x0B, 0x00, 0x01][..], &thrift_string(name)].concat();
             requests.push((field(t.name), field(&renamed)));

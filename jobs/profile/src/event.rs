@@ -19,7 +19,7 @@ use crate::tag::{DataType, TagDef, TagStatus};
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
 /// milliseconds sent where seconds were expected (the sensor decoder's rule).
-pub use pipeline::decode::MAX_TS;
+pub use pipeline::json::MAX_TS;
 /// Longest stored value, in bytes of its cell text (a STRING, or a MULTI_VALUE's JSON array):
 /// a profile row is read whole by every recommendation request, so one tag must not make it
 /// large.
@@ -301,7 +301,7 @@ fn decode(raw: &[u8], limits: &EventLimits) -> Result<TagEvent, Reason> {
                 "tags",
                 format!(
                     "expected an object of tag code -> value, got {}",
-                    pipeline::decode::kind(&other)
+                    pipeline::json::kind(&other)
                 ),
             ))
         }
@@ -336,7 +336,7 @@ fn parse_user_id(v: Value) -> Result<String, Reason> {
                 "user_id",
                 format!(
                     "expected a string or a non-negative integer, got {}",
-                    pipeline::decode::kind(&other)
+                    pipeline::json::kind(&other)
                 ),
             ))
         }
@@ -346,7 +346,7 @@ fn parse_user_id(v: Value) -> Result<String, Reason> {
 }
 
 fn parse_ts(v: &Value) -> Result<i64, Reason> {
-    pipeline::decode::event_time(v).map_err(|problem| bad("ts", problem))
+    pipeline::json::event_time(v).map_err(|problem| bad("ts", problem))
 }
 
 /// Checks one tag of an event for `user`: the code is defined (`def`, looked up by the
@@ -407,7 +407,7 @@ pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
         expected: def.data_type,
         problem,
     };
-    let got = || format!("got {}", pipeline::decode::kind(value));
+    let got = || format!("got {}", pipeline::json::kind(value));
     let checked = match (def.data_type, value) {
         (DataType::Boolean, Value::Bool(b)) => CellValue::Boolean(*b),
         (DataType::Int, Value::Number(n)) => CellValue::Int(
@@ -428,7 +428,7 @@ pub fn check_value(def: &TagDef, value: &Value) -> Result<CellValue, Reason> {
                     other => {
                         return Err(wrong(format!(
                             "expected an array of strings, it holds {}",
-                            pipeline::decode::kind(other)
+                            pipeline::json::kind(other)
                         )))
                     }
                 }

@@ -3,7 +3,7 @@
 //! bloom filters and split keys.
 //!
 //! Storage (`sinks`) knows no domain: it is opened with these [`TableSpec`]s, as with the
-//! sensor domain's (`pipeline/src/tables.rs`). Row keys are built in [`crate::key`] only.
+//! sensor domain's (`jobs/sensor/src/tables.rs`). Row keys are built in [`crate::key`] only.
 //!
 //! The choices follow HBase practice for a profile store:
 //! - **Few families, split by how the cells live**, not by topic: every family is a store of

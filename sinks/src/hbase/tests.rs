@@ -307,7 +307,7 @@ fn a_put_that_fills_its_call_is_sent_whole() {
 
 #[test]
 fn a_window_pane_is_one_row_mutation_with_its_summary() {
-    // The shape `pipeline::codec::hourly::wide_put` gives a pane: points and summary cells all stamped
+    // The shape `sensor::codec::hourly::wide_put` gives a pane: points and summary cells all stamped
     // with the hour's last millisecond (pipeline's codec tests check that they share it).
     let qualifiers = ["1", "5", "3599", "n", "min", "max", "sum", "first", "last"];
     let cells: Vec<Cell> = qualifiers.iter().map(|q| cell(q, 7_199_999, "1")).collect();

@@ -12,17 +12,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use operators::{EventFeed, Poll};
-use pipeline::codec::narrow::KeyScheme;
 use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
-use pipeline::graph::{self, GraphConfig};
-use pipeline::query::{self, CurveSource};
-use pipeline::reading::Reading;
-use pipeline::source::Decoded;
 use pipeline::stats::Stats;
-use pipeline::summary::HourSummary;
-use pipeline::table::{TableReader, TableWriter};
+use sensor::codec::narrow::KeyScheme;
+use sensor::decode::Decoded;
+use sensor::graph::{self, GraphConfig};
+use sensor::query::{self, CurveSource};
+use sensor::reading::Reading;
+use sensor::summary::HourSummary;
 use sinks::dead_letter::DeadLetters;
+use sinks::table::{TableReader, TableWriter};
 use timely::dataflow::ProbeHandle;
 
 type Points = Vec<(i64, f64)>;
@@ -122,7 +122,7 @@ fn start(h: i64, writer: WriterFactory, scratch: &Path) -> Job {
                 rx: rx.lock().expect("lock").take().expect("one worker"),
                 max_ts: 0,
             };
-            let side: Arc<dyn pipeline::graph::SideOutput> = side.clone();
+            let side: Arc<dyn sensor::graph::SideOutput> = side.clone();
             worker.dataflow::<u64, _, _>(|scope| {
                 graph::build(
                     scope,

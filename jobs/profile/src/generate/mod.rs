@@ -78,12 +78,12 @@ impl GenerateConfig {
         let last = i64::try_from(self.span_secs)
             .ok()
             .and_then(|span| self.start.checked_add(span));
-        if self.start < 0 || last.is_none_or(|t| t > pipeline::decode::MAX_TS) {
+        if self.start < 0 || last.is_none_or(|t| t > pipeline::json::MAX_TS) {
             return invalid(format!(
                 "start {} plus span {} must be epoch seconds within 0..={}",
                 self.start,
                 self.span_secs,
-                pipeline::decode::MAX_TS
+                pipeline::json::MAX_TS
             ));
         }
         Ok(())

@@ -220,7 +220,7 @@ fn settings_out_of_range_are_refused() {
             ..GenerateConfig::default()
         },
         GenerateConfig {
-            start: pipeline::decode::MAX_TS,
+            start: pipeline::json::MAX_TS,
             span_secs: 1,
             ..GenerateConfig::default()
         },

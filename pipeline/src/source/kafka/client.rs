@@ -89,13 +89,13 @@ pub fn consumer(source: &SourceConfig, client_id: &str) -> Result<BaseConsumer> 
 }
 
 /// A client that librdkafka refused to create: a setting of the passthrough table is wrong.
-pub(super) fn rejected_setting(e: rdkafka::error::KafkaError) -> Error {
+pub fn rejected_setting(e: rdkafka::error::KafkaError) -> Error {
     Error::Config(format!("source.rdkafka: {e}"))
 }
 
 /// An error talking to the brokers about `topic` (the readings' topic or the registry's, as
 /// `what` says).
-pub(super) fn topic_error(what: &str, topic: &str, brokers: &str, message: String) -> Error {
+pub fn topic_error(what: &str, topic: &str, brokers: &str, message: String) -> Error {
     Error::Io {
         path: format!("kafka {what} {topic} at {brokers}"),
         source: std::io::Error::other(message),

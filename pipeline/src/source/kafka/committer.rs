@@ -96,12 +96,12 @@ impl OffsetCommitter {
         consumer: BaseConsumer,
         source: &SourceConfig,
         partitions: Vec<i32>,
-        allowed_lateness: u64,
+        window: operators::WindowSpec,
         probe: ProbeHandle<u64>,
         control: Arc<JobControl>,
         shared: Arc<KafkaShared>,
     ) -> Result<(Self, Vec<Option<Committed>>)> {
-        let mut ledger = OffsetLedger::new(partitions.len(), allowed_lateness);
+        let mut ledger = OffsetLedger::new(partitions.len(), window);
         let mut resumed = vec![None; partitions.len()];
         if !partitions.is_empty() {
             let mut wanted = TopicPartitionList::new();

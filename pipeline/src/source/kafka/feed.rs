@@ -44,12 +44,11 @@ use super::metadata::KafkaShared;
 use super::retry::{is_fatal, ErrorNote};
 use crate::config::SourceConfig;
 use crate::control::JobControl;
-use crate::decode::{decode_line, Reason, Rejected};
 use crate::source::counts::Counts;
-use crate::source::{Clock, Decoded};
+use crate::source::{rejected, Clock, Decoded, LineDecoder, Refusal};
 use crate::stats::Stats;
-use crate::table::TableWriter;
 use crate::Result;
+use sinks::table::TableWriter;
 
 /// How long the source sleeps when Kafka has nothing for it.
 const EMPTY_POLL_WAIT: Duration = Duration::from_millis(5);
@@ -59,13 +58,13 @@ const EMPTY_POLL_WAIT: Duration = Duration::from_millis(5);
 pub struct KafkaOptions {
     /// The `[source]` section.
     pub source: SourceConfig,
-    /// Primary metric field.
-    pub metric: String,
     /// Watermark bound, seconds.
     pub watermark_bound: u64,
-    /// The window's allowed lateness, seconds: offsets are committed only past hours that are
-    /// final (see [`OffsetCommitter::commit_durable`]).
-    pub allowed_lateness: u64,
+    /// The job's event-time window: offsets are committed only past windows that are final
+    /// (see [`OffsetCommitter::commit_durable`]).
+    pub window: operators::WindowSpec,
+    /// The table with one row per record read, whose writes [`KafkaFeed::timed_writer`] times.
+    pub record_table: &'static str,
     /// Stop reading once no worker has read a record for this long.
     pub exit_on_idle: Option<Duration>,
     /// Readings whose cells would already be expired by this TTL (seconds) are counted.
@@ -98,8 +97,9 @@ struct PartState {
     skipped: u64,
 }
 
-/// An [`EventFeed`] over one worker's partitions of a Kafka topic.
-pub struct KafkaFeed {
+/// An [`EventFeed`] over one worker's partitions of a Kafka topic, decoded by `D`.
+pub struct KafkaFeed<D: LineDecoder> {
+    decoder: D,
     opts: KafkaOptions,
     committer: OffsetCommitter,
     shared: Arc<KafkaShared>,
@@ -130,7 +130,7 @@ pub struct KafkaFeed {
     done: bool,
 }
 
-impl std::fmt::Debug for KafkaFeed {
+impl<D: LineDecoder> std::fmt::Debug for KafkaFeed<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaFeed")
             .field("opts", &self.opts)
@@ -140,7 +140,7 @@ impl std::fmt::Debug for KafkaFeed {
     }
 }
 
-impl KafkaFeed {
+impl<D: LineDecoder> KafkaFeed<D> {
     /// Connects worker `opts.worker`, assigns its partitions and positions each at its committed
     /// offset (or `auto.offset.reset`, default earliest, when it has none), restoring the
     /// partition's newest event time from the commit's metadata. `probe` is the probe the graph
@@ -149,6 +149,7 @@ impl KafkaFeed {
     /// # Errors
     /// An invalid client setting, or the brokers did not answer for committed offsets.
     pub fn open(
+        decoder: D,
         opts: KafkaOptions,
         shared: Arc<KafkaShared>,
         stats: Arc<Stats>,
@@ -176,7 +177,7 @@ impl KafkaFeed {
             consumer,
             source,
             partitions,
-            opts.allowed_lateness,
+            opts.window,
             probe,
             control.clone(),
             shared.clone(),
@@ -205,13 +206,17 @@ impl KafkaFeed {
         }
         // Hours the previous run had closed stay closed (see `CommitMeta`).
         let watermark = resume_frontier.unwrap_or(0);
-        let mut feed = KafkaFeed::new(opts, parts, watermark, committer, shared, stats, control);
+        let mut feed = KafkaFeed::new(
+            decoder, opts, parts, watermark, committer, shared, stats, control,
+        );
         feed.update_watermark(now);
         Ok(feed)
     }
 
     /// A feed of `parts`, starting at `watermark`.
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        decoder: D,
         opts: KafkaOptions,
         parts: Vec<PartState>,
         watermark: u64,
@@ -222,6 +227,7 @@ impl KafkaFeed {
     ) -> Self {
         let reading_since_ms = shared.now_ms();
         KafkaFeed {
+            decoder,
             idle_timeout: Duration::from_secs(opts.source.idle_partition_timeout_secs),
             commit_every: Duration::from_millis(opts.source.commit_interval_ms),
             next_commit: Instant::now(),
@@ -257,7 +263,12 @@ impl KafkaFeed {
     /// Wraps the worker's table writer so that it records, for each narrow row it makes durable,
     /// the delay since the record was produced (into [`KafkaShared::delays`]).
     pub fn timed_writer(&self, writer: Box<dyn TableWriter>) -> TimedWriter {
-        TimedWriter::new(writer, self.arrivals.clone(), self.shared.clone())
+        TimedWriter::new(
+            writer,
+            self.opts.record_table,
+            self.arrivals.clone(),
+            self.shared.clone(),
+        )
     }
 
     fn publish(&mut self) {
@@ -341,7 +352,7 @@ impl KafkaFeed {
         false
     }
 
-    fn finish(&mut self) -> Poll<Decoded> {
+    fn finish(&mut self) -> Poll<Decoded<D::Record, D::Reason>> {
         self.publish();
         if !self.done {
             self.done = true;
@@ -376,10 +387,10 @@ impl KafkaFeed {
     }
 }
 
-impl EventFeed for KafkaFeed {
-    type Item = Decoded;
+impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
+    type Item = Decoded<D::Record, D::Reason>;
 
-    fn poll(&mut self) -> Poll<Decoded> {
+    fn poll(&mut self) -> Poll<Self::Item> {
         if self.done || self.parts.is_empty() {
             return self.finish();
         }
@@ -445,24 +456,16 @@ impl EventFeed for KafkaFeed {
                 );
             }
         }
-        let mut decoded = decode_line(offset.max(0) as u64, raw, &self.opts.metric);
+        let mut decoded = self.decoder.decode(offset.max(0) as u64, raw);
         // A device clock running ahead must not move the partition's watermark: every other
         // device's readings would become late.
         if let Ok(r) = &decoded {
             let now = self.clock.now_secs();
             let skew = self.opts.max_future_skew;
-            if r.ts > now.saturating_add(i64::try_from(skew).unwrap_or(i64::MAX)) {
-                decoded = Err(Box::new(Rejected {
-                    line: offset.max(0) as u64,
-                    partition: None,
-                    reason: Reason::Future {
-                        ts: r.ts,
-                        reference: "the wall clock".to_string(),
-                        reference_ts: now,
-                        limit_secs: skew,
-                    },
-                    raw: raw.to_vec(),
-                }));
+            let ts = D::event_time(r);
+            if ts > now.saturating_add(i64::try_from(skew).unwrap_or(i64::MAX)) {
+                let reason = D::Reason::future(ts, "the wall clock", now, skew);
+                decoded = Err(rejected(offset.max(0) as u64, raw, reason));
             }
         }
         if let Err(rejected) = &mut decoded {
@@ -472,11 +475,12 @@ impl EventFeed for KafkaFeed {
         let part = &mut self.parts[local];
         part.last_seen = now;
         let before = part.newest;
-        // The start of the reading's hour (`None`: a rejected record).
-        let start = decoded
-            .as_ref()
-            .ok()
-            .map(|r| crate::codec::hourly::hour_start(r.ts));
+        // The start of the reading's window (`None`: a rejected record).
+        let width = i64::try_from(self.opts.window.width).unwrap_or(i64::MAX);
+        let start = decoded.as_ref().ok().map(|r| {
+            let ts = D::event_time(r);
+            ts - ts.rem_euclid(width)
+        });
         let mut skip = false;
         if let Some((durable, frontier)) = part.resume {
             if offset >= durable {
@@ -492,12 +496,13 @@ impl EventFeed for KafkaFeed {
             } else {
                 // Before `durable`, the previous run's dead letters are flushed: skip rejected
                 // records, and readings of the hours it had closed.
-                let window = crate::codec::hourly::hourly_window(self.opts.allowed_lateness, None);
+                let window = self.opts.window;
                 skip = start.is_none_or(|s| window.is_final(s.max(0) as u64, frontier));
             }
         }
         if let Ok(r) = &decoded {
-            part.newest = Some(part.newest.map_or(r.ts, |n| n.max(r.ts)));
+            let ts = D::event_time(r);
+            part.newest = Some(part.newest.map_or(ts, |n| n.max(ts)));
         }
         if skip {
             part.skipped += 1;
@@ -505,7 +510,7 @@ impl EventFeed for KafkaFeed {
         } else {
             match &decoded {
                 Ok(r) => {
-                    self.counts.accepted(r.ts);
+                    self.counts.accepted(D::event_time(r));
                     let produced = msg.timestamp().to_millis().unwrap_or(0);
                     if let Ok(mut q) = self.arrivals.lock() {
                         q.push_back(produced);
@@ -538,7 +543,63 @@ mod tests {
     use super::super::ledger::OffsetLedger;
     use super::*;
 
-    fn feed_with(parts: &[(i32, Option<i64>, u64)], shared: Arc<KafkaShared>) -> KafkaFeed {
+    const WINDOW: operators::WindowSpec = operators::WindowSpec {
+        width: 3600,
+        allowed_lateness: 3600,
+        early_fire: None,
+        max_pending: None,
+    };
+
+    /// A decoder of lines `ts` (a number) for the tests.
+    #[derive(Debug)]
+    struct Ts;
+
+    #[derive(Debug)]
+    struct Bad;
+
+    impl std::fmt::Display for Bad {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("bad")
+        }
+    }
+
+    impl Refusal for Bad {
+        const KINDS: &'static [&'static str] = &["bad"];
+        fn kind_index(&self) -> usize {
+            0
+        }
+        fn too_long(_: usize) -> Self {
+            Bad
+        }
+        fn future(_: i64, _: &str, _: i64, _: u64) -> Self {
+            Bad
+        }
+    }
+
+    impl LineDecoder for Ts {
+        type Record = i64;
+        type Reason = Bad;
+        fn decode(&self, line: u64, raw: &[u8]) -> Decoded<i64, Bad> {
+            std::str::from_utf8(raw)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| rejected(line, raw, Bad))
+        }
+        fn event_time(r: &i64) -> i64 {
+            *r
+        }
+        fn set_event_time(r: &mut i64, ts: i64) {
+            *r = ts;
+        }
+        fn key(_: &i64) -> &str {
+            ""
+        }
+        fn route_hint(_: &[u8]) -> Option<&str> {
+            None
+        }
+    }
+
+    fn feed_with(parts: &[(i32, Option<i64>, u64)], shared: Arc<KafkaShared>) -> KafkaFeed<Ts> {
         // A feed without a broker: the consumer is created but never connects.
         let source = SourceConfig {
             brokers: "127.0.0.1:1".into(),
@@ -547,9 +608,9 @@ mod tests {
         let now = Instant::now();
         let opts = KafkaOptions {
             source: source.clone(),
-            metric: "temp".into(),
             watermark_bound: 30,
-            allowed_lateness: 3600,
+            window: WINDOW,
+            record_table: "t",
             exit_on_idle: None,
             ttl_secs: u64::MAX / 4,
             partitions: parts.len(),
@@ -562,7 +623,7 @@ mod tests {
             consumer(&source, "test").unwrap(),
             source,
             parts.iter().map(|p| p.0).collect(),
-            OffsetLedger::new(parts.len(), 3600),
+            OffsetLedger::new(parts.len(), WINDOW),
             ProbeHandle::new(),
             Arc::default(),
             shared.clone(),
@@ -578,6 +639,7 @@ mod tests {
             })
             .collect();
         KafkaFeed::new(
+            Ts,
             opts,
             parts,
             0,

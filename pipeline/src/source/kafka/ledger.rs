@@ -42,13 +42,13 @@ fn merge(slot: &mut Option<Position>, next: Position) {
 }
 
 impl OffsetLedger {
-    pub(super) fn new(partitions: usize, allowed_lateness: u64) -> Self {
+    pub(super) fn new(partitions: usize, window: operators::WindowSpec) -> Self {
         OffsetLedger {
             pending: BTreeMap::new(),
             durable: vec![None; partitions],
             open: vec![BTreeMap::new(); partitions],
             committed: vec![None; partitions],
-            window: crate::codec::hourly::hourly_window(allowed_lateness, None),
+            window,
             frontier: 0,
             resumed_frontier: vec![0; partitions],
         }
@@ -132,11 +132,20 @@ impl OffsetLedger {
 mod tests {
     use super::*;
 
+    fn hourly(allowed_lateness: u64) -> operators::WindowSpec {
+        operators::WindowSpec {
+            width: 3600,
+            allowed_lateness,
+            early_fire: None,
+            max_pending: None,
+        }
+    }
+
     const H: i64 = 1724101200;
 
     #[test]
     fn ledger_commits_only_what_the_probe_passed() {
-        let mut l = OffsetLedger::new(2, 0);
+        let mut l = OffsetLedger::new(2, hourly(0));
         l.record(0, 0, 4, Some(H), None, Some(H + 10));
         l.record(0, 1, 2, None, None, None);
         l.record(70, 0, 8, Some(H + 3600), Some(H + 10), Some(H + 3601));
@@ -182,7 +191,7 @@ mod tests {
     #[test]
     fn a_commit_never_carries_a_frontier_below_the_one_its_partition_resumed_from() {
         // One hour of lateness: hour H is final from H + 7200 on.
-        let mut l = OffsetLedger::new(2, 3600);
+        let mut l = OffsetLedger::new(2, hourly(3600));
         let closed = H as u64 + 7200;
         // Partition 0 resumed from a commit at offset 10 whose frontier closed hour H; the
         // other partition resumed from an older commit, so the job's watermark starts at H + 60.

@@ -9,7 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::client::{consumer, kafka_error};
-use super::delay::DelayHistogram;
+use super::histogram::DelayHistogram;
 use crate::config::SourceConfig;
 use crate::control::JobControl;
 use crate::{Error, Result};

@@ -12,7 +12,7 @@ pub(super) const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the registry reader's start-up calls (metadata, watermarks) and admin requests may
 /// take.
-pub(super) const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often a consumer error that librdkafka retries by itself is logged.
 const NOTE_EVERY: Duration = Duration::from_secs(10);
@@ -61,13 +61,13 @@ pub(super) fn retrying<T, E: std::fmt::Display>(
 /// Says when an error that keeps coming back is worth a warning again: the first time, then at
 /// most every 10 s, so a broker that is down does not flood the log.
 #[derive(Debug, Default)]
-pub(super) struct ErrorNote {
+pub struct ErrorNote {
     last: Option<Instant>,
 }
 
 impl ErrorNote {
     /// Whether to log the error seen now (and, if so, notes that it was).
-    pub(super) fn due(&mut self) -> bool {
+    pub fn due(&mut self) -> bool {
         let due = self.last.is_none_or(|t| t.elapsed() >= NOTE_EVERY);
         if due {
             self.last = Some(Instant::now());

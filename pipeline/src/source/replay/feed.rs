@@ -9,10 +9,8 @@ use operators::{EventFeed, Poll};
 use super::guard::{FutureGuard, Verdict};
 use super::input::{self, LineReader};
 use crate::control::JobControl;
-use crate::decode::{self, decode_line, Reason, Rejected};
-use crate::reading::Reading;
 use crate::source::counts::Counts;
-use crate::source::{Clock, Decoded};
+use crate::source::{rejected, Clock, Decoded, LineDecoder, Refusal, Rejected};
 use crate::stats::Stats;
 
 /// How a worker replays its share of a recording.
@@ -20,8 +18,6 @@ use crate::stats::Stats;
 pub struct ReplayOptions {
     /// Input file, `-` for stdin.
     pub path: PathBuf,
-    /// Primary metric field.
-    pub metric: String,
     /// Watermark bound, seconds.
     pub watermark_bound: u64,
     /// Replay speed: `None` as fast as possible, `Some(f)` at `f` times recorded time.
@@ -40,8 +36,15 @@ pub struct ReplayOptions {
     pub max_future_skew: u64,
 }
 
-/// An [`EventFeed`] over one worker's share of a recording.
-pub struct ReplayFeed {
+/// A reading held by the guard, with the rejection it becomes unless the next confirms it.
+type Held<D> = (
+    Box<Rejected<<D as LineDecoder>::Reason>>,
+    <D as LineDecoder>::Record,
+);
+
+/// An [`EventFeed`] over one worker's share of a recording, decoded by `D`.
+pub struct ReplayFeed<D: LineDecoder> {
+    decoder: D,
     lines: Option<LineReader<Box<dyn std::io::BufRead + Send>>>,
     opts: ReplayOptions,
     stats: Arc<Stats>,
@@ -49,17 +52,17 @@ pub struct ReplayFeed {
     buf: Vec<u8>,
     max_ts: Option<i64>,
     pace: Option<(Instant, i64)>,
-    held: Option<Decoded>,
+    held: Option<Decoded<D::Record, D::Reason>>,
     counts: Counts,
     guard: FutureGuard,
     clock: Clock,
     /// A reading held by the guard, with the rejection it becomes unless the next confirms it.
-    ahead: Option<(Box<Rejected>, Reading)>,
+    ahead: Option<Held<D>>,
     /// The second reading of a confirmed pair, emitted after the first.
-    ready: Option<Decoded>,
+    ready: Option<Decoded<D::Record, D::Reason>>,
 }
 
-impl std::fmt::Debug for ReplayFeed {
+impl<D: LineDecoder> std::fmt::Debug for ReplayFeed<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplayFeed")
             .field("opts", &self.opts)
@@ -67,12 +70,13 @@ impl std::fmt::Debug for ReplayFeed {
     }
 }
 
-impl ReplayFeed {
+impl<D: LineDecoder> ReplayFeed<D> {
     /// Opens the input for worker `opts.worker`. Only worker 0 counts bytes for progress.
     ///
     /// # Errors
     /// The input cannot be opened.
     pub fn open(
+        decoder: D,
         opts: ReplayOptions,
         stats: Arc<Stats>,
         control: Arc<JobControl>,
@@ -82,13 +86,19 @@ impl ReplayFeed {
         Ok(ReplayFeed {
             lines: Some(LineReader::new(reader)),
             buf: Vec::with_capacity(512),
-            ..ReplayFeed::empty(opts, stats, control)
+            ..ReplayFeed::empty(decoder, opts, stats, control)
         })
     }
 
     /// A feed with no input (a worker that gets no share, e.g. for stdin on workers > 0).
-    pub fn empty(opts: ReplayOptions, stats: Arc<Stats>, control: Arc<JobControl>) -> Self {
+    pub fn empty(
+        decoder: D,
+        opts: ReplayOptions,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+    ) -> Self {
         ReplayFeed {
+            decoder,
             lines: None,
             stats,
             control,
@@ -109,19 +119,20 @@ impl ReplayFeed {
         self.counts.publish(&self.stats);
     }
 
-    fn accept(&mut self, mut r: Reading) -> Decoded {
-        r.ts = (r.ts + self.opts.shift).max(0);
-        self.counts.accepted(r.ts);
+    fn accept(&mut self, mut r: D::Record) -> Decoded<D::Record, D::Reason> {
+        let ts = (D::event_time(&r) + self.opts.shift).max(0);
+        D::set_event_time(&mut r, ts);
+        self.counts.accepted(ts);
         Ok(r)
     }
 
-    fn refuse(&mut self, rejected: Box<Rejected>) -> Decoded {
+    fn refuse(&mut self, rejected: Box<Rejected<D::Reason>>) -> Decoded<D::Record, D::Reason> {
         self.counts.rejected();
         Err(rejected)
     }
 
     /// The held reading, refused: nothing came to confirm it.
-    fn refuse_ahead(&mut self) -> Option<Decoded> {
+    fn refuse_ahead(&mut self) -> Option<Decoded<D::Record, D::Reason>> {
         let (rejected, _) = self.ahead.take()?;
         Some(self.refuse(rejected))
     }
@@ -136,7 +147,7 @@ impl ReplayFeed {
     }
 
     /// Whether this worker replays `line`: worker `i` of `n` takes the lines whose device id
-    /// hashes to `i` as the window's exchange routes it ([`decode::device_hint`],
+    /// hashes to `i` as the window's exchange routes it ([`LineDecoder::route_hint`],
     /// [`operators::key_hash`]), and a line without one by its number, `number % n == i`. So one
     /// worker reads each device's lines, in the recording's order: of a second sent twice the
     /// narrow table keeps the later line, the window meets a device's readings in order (a
@@ -147,11 +158,11 @@ impl ReplayFeed {
         if peers <= 1 {
             return true;
         }
-        let route = decode::device_hint(&line.bytes).map_or(line.number, operators::key_hash);
+        let route = D::route_hint(&line.bytes).map_or(line.number, operators::key_hash);
         (route % peers) as usize == self.opts.worker
     }
 
-    fn next_decoded(&mut self) -> Option<Decoded> {
+    fn next_decoded(&mut self) -> Option<Decoded<D::Record, D::Reason>> {
         if let Some(item) = self.ready.take() {
             return Some(item);
         }
@@ -174,14 +185,10 @@ impl ReplayFeed {
             }
             self.counts.read += 1;
             if line.len > line.bytes.len() {
-                return Some(self.refuse(Box::new(Rejected {
-                    line: line.number,
-                    partition: None,
-                    reason: Reason::TooLong(line.len),
-                    raw: line.bytes,
-                })));
+                let reason = D::Reason::too_long(line.len);
+                return Some(self.refuse(rejected(line.number, line.bytes, reason)));
             }
-            let reading = match decode_line(line.number, &line.bytes, &self.opts.metric) {
+            let reading = match self.decoder.decode(line.number, &line.bytes) {
                 Ok(r) => r,
                 Err(rejected) => {
                     self.buf = line.bytes;
@@ -190,7 +197,9 @@ impl ReplayFeed {
             };
             let verdict = self
                 .guard
-                .check(&reading.device, reading.ts, || self.clock.now_secs());
+                .check(D::key(&reading), D::event_time(&reading), || {
+                    self.clock.now_secs()
+                });
             let earlier = match verdict {
                 Verdict::Confirm => None,
                 _ => self.refuse_ahead(),
@@ -201,10 +210,11 @@ impl ReplayFeed {
                     Some(self.accept(reading))
                 }
                 Verdict::Refuse(reason) => {
-                    Some(self.refuse(rejected(line.number, line.bytes, reason)))
+                    Some(self.refuse(rejected(line.number, line.bytes, reason.refusal())))
                 }
                 Verdict::Hold(reason) => {
-                    self.ahead = Some((rejected(line.number, line.bytes, reason), reading));
+                    let refusal = reason.refusal();
+                    self.ahead = Some((rejected(line.number, line.bytes, refusal), reading));
                     None
                 }
                 Verdict::Confirm => {
@@ -241,19 +251,10 @@ impl ReplayFeed {
     }
 }
 
-fn rejected(line: u64, raw: Vec<u8>, reason: Reason) -> Box<Rejected> {
-    Box::new(Rejected {
-        line,
-        partition: None,
-        reason,
-        raw,
-    })
-}
+impl<D: LineDecoder> EventFeed for ReplayFeed<D> {
+    type Item = Decoded<D::Record, D::Reason>;
 
-impl EventFeed for ReplayFeed {
-    type Item = Decoded;
-
-    fn poll(&mut self) -> Poll<Decoded> {
+    fn poll(&mut self) -> Poll<Self::Item> {
         if self.counts.read >= 4096 {
             self.publish();
         }
@@ -269,7 +270,8 @@ impl EventFeed for ReplayFeed {
             }
         };
         if let Ok(r) = &item {
-            let newest = self.max_ts.map_or(r.ts, |m| m.max(r.ts));
+            let ts = D::event_time(r);
+            let newest = self.max_ts.map_or(ts, |m| m.max(ts));
             if let Some(wait) = self.wait_for(newest) {
                 self.held = Some(item);
                 return Poll::Pending(wait);

@@ -1,6 +1,25 @@
 //! The replay's guard against a device clock running ahead: see [`FutureGuard`].
 
-use crate::decode::Reason;
+/// How far a reading is ahead of a reference time: what a [`Verdict`] refuses or holds, made
+/// a refusal of its job by [`crate::source::Refusal::future`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ahead {
+    /// The reading's event time, epoch seconds.
+    pub ts: i64,
+    /// What it was compared with: `the wall clock` or `the watermark`.
+    pub reference: &'static str,
+    /// The reference time, epoch seconds.
+    pub reference_ts: i64,
+    /// The allowed skew, seconds.
+    pub limit_secs: u64,
+}
+
+impl Ahead {
+    /// The job's refusal of the reading.
+    pub fn refusal<R: crate::source::Refusal>(&self) -> R {
+        R::future(self.ts, self.reference, self.reference_ts, self.limit_secs)
+    }
+}
 
 /// What [`FutureGuard::check`] decides about a reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,12 +28,12 @@ pub enum Verdict {
     Accept,
     /// Refuse it, to the dead-letter output with this reason. A reading held before it is
     /// refused too.
-    Refuse(Reason),
+    Refuse(Ahead),
     /// Hold it: it jumps more than the skew ahead of the watermark. The next reading checked
     /// decides: if it comes from another device and agrees within the skew, the fleet has
     /// moved on (a silence in the recording) and [`Verdict::Confirm`] accepts both; otherwise
     /// the held reading is refused with this reason. A reading held before it is refused.
-    Hold(Reason),
+    Hold(Ahead),
     /// It confirms the held reading: accept both, the held one first.
     Confirm,
 }
@@ -85,10 +104,10 @@ impl FutureGuard {
         Verdict::Hold(self.ahead_of("the watermark", ts, watermark))
     }
 
-    fn ahead_of(&self, reference: &str, ts: i64, reference_ts: i64) -> Reason {
-        Reason::Future {
+    fn ahead_of(&self, reference: &'static str, ts: i64, reference_ts: i64) -> Ahead {
+        Ahead {
             ts,
-            reference: reference.to_string(),
+            reference,
             reference_ts,
             limit_secs: self.skew.unsigned_abs(),
         }
@@ -102,10 +121,10 @@ mod tests {
     const NOW: i64 = 1724200000;
     const T: i64 = 1724101200;
 
-    fn future(reference: &str, ts: i64, reference_ts: i64) -> Verdict {
-        let reason = Reason::Future {
+    fn future(reference: &'static str, ts: i64, reference_ts: i64) -> Verdict {
+        let reason = Ahead {
             ts,
-            reference: reference.to_string(),
+            reference,
             reference_ts,
             limit_secs: 3600,
         };

@@ -5,7 +5,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::decode::MAX_LINE_BYTES;
+use crate::source::MAX_LINE_BYTES;
 use crate::stats::{add, Stats};
 use crate::{Error, Result};
 

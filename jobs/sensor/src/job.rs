@@ -1,0 +1,120 @@
+//! The sensor job as the engine's driver runs it: its dataflow ([`graph::build`]) over the
+//! readings, with the settings every process of a cluster must share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use operators::EventFeed;
+use pipeline::control::JobControl;
+use pipeline::driver::{Dataflow, Pace, Settings};
+use pipeline::source::Clock;
+use pipeline::stats::Stats;
+use pipeline::store::Backend;
+use sinks::dead_letter::DeadLetters;
+use sinks::table::TableWriter;
+use timely::dataflow::{ProbeHandle, Scope};
+
+use crate::config::JobConfig;
+use crate::decode::Decoded;
+use crate::graph::{self, GraphConfig, SideOutput};
+use crate::room::PreviousView;
+use crate::tables::ROOM_TABLE;
+use crate::Result;
+
+/// The sensor job: readings → narrow rows, hourly wide cells and the room view.
+#[derive(Debug)]
+pub struct SensorJob {
+    graph: GraphConfig,
+    settings: Settings,
+}
+
+impl SensorJob {
+    /// The job `cfg` describes, paced as its source asks, continuing the room view a previous
+    /// run left in `backend`.
+    ///
+    /// # Errors
+    /// The stored room view cannot be read.
+    pub fn new(cfg: &JobConfig, pace: Pace, backend: &Backend) -> Result<Self> {
+        Ok(SensorJob {
+            graph: GraphConfig {
+                scheme: cfg.key_scheme,
+                window: cfg.window,
+                flush_every: pace.flush_every,
+                flush_min_gap: pace.flush_min_gap,
+                registry: cfg.registry_source(),
+                previous_view: previous_view(backend)?,
+                clock: Clock::start(),
+                early_fire_past_hours: pace.early_fire_past_hours,
+                room_write_interval: Duration::from_secs(cfg.room_write_interval_secs),
+            },
+            settings: vec![
+                ("metric".into(), cfg.metric.clone()),
+                ("key_scheme".into(), format!("{:?}", cfg.key_scheme)),
+                (
+                    "room_write_interval_secs".into(),
+                    cfg.room_write_interval_secs.to_string(),
+                ),
+                (
+                    "registry_topic".into(),
+                    cfg.registry_topic.clone().unwrap_or_default(),
+                ),
+            ],
+        })
+    }
+}
+
+impl Dataflow for SensorJob {
+    type Item = Decoded;
+
+    fn settings(&self) -> Settings {
+        self.settings.clone()
+    }
+
+    fn build<'scope, F>(
+        &self,
+        scope: Scope<'scope, u64>,
+        feed: F,
+        writer: Box<dyn TableWriter>,
+        side: Arc<DeadLetters>,
+        stats: Arc<Stats>,
+        control: Arc<JobControl>,
+        probe: &ProbeHandle<u64>,
+    ) where
+        F: EventFeed<Item = Decoded> + 'static,
+    {
+        let side: Arc<dyn SideOutput> = side;
+        graph::build(
+            scope,
+            feed,
+            &self.graph,
+            writer,
+            side,
+            stats,
+            control,
+            probe,
+        );
+    }
+}
+
+/// The room view a previous run left in `backend` (see [`PreviousView`]), which a job continues
+/// from; says so when there is one.
+///
+/// # Errors
+/// The room view's table cannot be read.
+pub fn previous_view(backend: &Backend) -> Result<PreviousView> {
+    let view = PreviousView::read(&backend.reader()).map_err(|e| pipeline::Error::Context {
+        what: format!(
+            "reading the room view a previous run left in {} ({})",
+            ROOM_TABLE,
+            backend.location()
+        ),
+        source: Box::new(e),
+    })?;
+    if !view.is_empty() {
+        tracing::info!(
+            rows = view.len(),
+            "room view: continuing from the stored rows"
+        );
+    }
+    Ok(view)
+}

@@ -1,0 +1,238 @@
+//! The sensor domain's tables, as data: names, the family with its TTL, versions, compression
+//! and bloom filter, split keys, the hourly table's summary qualifiers and packing.
+//!
+//! Storage (`sinks`) knows no domain: it is opened with these [`TableSpec`]s
+//! (`sinks::open(&cfg, &all_tables(), &options)`). Adding a sensor table touches this file, and
+//! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
+
+use crate::codec::key::{SALT_BUCKETS, SEPARATOR};
+use sinks::schema::{
+    pattern_split_keys, quantile_split_keys, salt_split_keys, Bloom, Compression, FamilySpec,
+    TableSpec,
+};
+
+/// Name of the main table of narrow rows.
+pub const NARROW_TABLE: &str = "ts_metric";
+/// Name of the table of hourly wide rows.
+pub const HOURLY_TABLE: &str = "ts_metric_hourly";
+/// Name of the room view: every device's latest reading under its room.
+pub const ROOM_TABLE: &str = "ts_room_latest";
+/// The single column family of every sensor table.
+pub const FAMILY: &str = "t";
+/// Retention of readings: 90 days, in seconds.
+pub const RETENTION_SECS: u64 = 90 * 24 * 3600;
+/// Regions `ts_metric_hourly` and `ts_room_latest` are pre-split into unless told otherwise:
+/// as many as the narrow table's, so that the three tables spread over the same servers.
+pub const DEFAULT_ID_REGIONS: u32 = SALT_BUCKETS;
+/// The device ids the default split of `ts_metric_hourly` is made for: `hourglass generate`'s
+/// `dev` followed by five digits (see [`IdSplits::generator_default`]).
+pub const DEFAULT_DEVICE_PATTERN: (&str, u32) = ("dev", 5);
+/// The room ids the default split of `ts_room_latest` is made for: `hourglass generate`'s
+/// `room` followed by three digits.
+pub const DEFAULT_ROOM_PATTERN: (&str, u32) = ("room", 3);
+/// The qualifiers of a wide row's summary cells in `ts_metric_hourly`, in the order written;
+/// its other cells are points, one per second offset.
+pub const HOURLY_SUMMARY_QUALIFIERS: [&str; 6] = ["n", "min", "max", "sum", "first", "last"];
+
+/// The split keys of the tables whose row keys start with an id: `ts_metric_hourly`
+/// (`<device>_<hour>`) and `ts_room_latest` (`<room>_<device>`).
+///
+/// A split key is an id followed by the key separator `_` (the row-key prefix of the id's rows),
+/// so that a device's wide rows, and a room's rows, never straddle two regions: ids contain no
+/// `_` (see [`quantile_split_keys`]). HBase leaves a table it was not told how to split in one
+/// region until that region grows to its split size: every dashboard read and every write of
+/// the table meanwhile go to one region server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdSplits {
+    /// Split keys of `ts_metric_hourly`: device ids.
+    pub devices: Vec<Vec<u8>>,
+    /// Split keys of `ts_room_latest`: room ids.
+    pub rooms: Vec<Vec<u8>>,
+}
+
+impl IdSplits {
+    /// No pre-split: one region each.
+    pub fn none() -> Self {
+        IdSplits {
+            devices: Vec::new(),
+            rooms: Vec::new(),
+        }
+    }
+
+    /// The split when nothing is known of the fleet: `regions` equal ranges of the ids
+    /// `hourglass generate` writes at the widths it starts from, `dev00000`..`dev99999` and
+    /// `room000`..`room999` ([`DEFAULT_DEVICE_PATTERN`], [`DEFAULT_ROOM_PATTERN`]): for 16,
+    /// `dev06250_`, `dev12500_`, … and `room062_`, `room125_`, ….
+    ///
+    /// Why the widest fleet of that pattern and not the generator's default 1,000 devices: one
+    /// hot region hurts at scale, and a fleet of 100,000 devices split for 1,000 would write
+    /// 99 % of its rows into the last region, where a fleet of 1,000 split for 100,000 lands in
+    /// the first region, which holds its load. Ids of another pattern all land in one region,
+    /// as without a pre-split: give the fleet's ids instead ([`IdSplits::from_weights`]).
+    pub fn generator_default(regions: u32) -> Self {
+        IdSplits {
+            devices: pattern_split_keys(DEFAULT_DEVICE_PATTERN, regions, SEPARATOR),
+            rooms: pattern_split_keys(DEFAULT_ROOM_PATTERN, regions, SEPARATOR),
+        }
+    }
+
+    /// The split at the quantiles of the fleet's ids: `devices` and `rooms` are ids with their
+    /// weight (rows each adds to its table, in any order, repeats added up), and each table is
+    /// cut into at most `regions` ranges of about equal weight, in the order of their rows'
+    /// keys. Fewer distinct ids than regions give fewer regions; no ids, one region.
+    pub fn from_weights<'a>(
+        devices: impl IntoIterator<Item = (&'a str, u64)>,
+        rooms: impl IntoIterator<Item = (&'a str, u64)>,
+        regions: u32,
+    ) -> Self {
+        IdSplits {
+            devices: quantile_split_keys(devices, regions, SEPARATOR),
+            rooms: quantile_split_keys(rooms, regions, SEPARATOR),
+        }
+    }
+}
+
+impl Default for IdSplits {
+    /// [`IdSplits::generator_default`] over [`DEFAULT_ID_REGIONS`].
+    fn default() -> Self {
+        IdSplits::generator_default(DEFAULT_ID_REGIONS)
+    }
+}
+
+fn data_family() -> FamilySpec {
+    FamilySpec {
+        name: FAMILY,
+        ttl_secs: Some(RETENTION_SECS),
+        compression: Compression::Snappy,
+        bloom: Bloom::Row,
+        max_versions: 1,
+        packed: false,
+        packed_apart: &[],
+    }
+}
+
+/// `ts_metric`: one narrow row per reading, salted and time-reversed, pre-split per salt bucket.
+pub fn narrow_table() -> TableSpec {
+    TableSpec {
+        name: NARROW_TABLE,
+        // One put per row: a reading's `t:v` and `t:x` go in one key-value.
+        families: vec![FamilySpec {
+            packed: true,
+            ..data_family()
+        }],
+        split_keys: salt_split_keys(SALT_BUCKETS),
+    }
+}
+
+/// `ts_metric_hourly` pre-split by the default [`IdSplits`].
+pub fn hourly_table() -> TableSpec {
+    hourly_table_split(&IdSplits::default())
+}
+
+/// `ts_metric_hourly`: one wide row per device and hour, `<device>_<hour start>`; pre-split at
+/// `splits.devices`, since its keys start with the device id.
+pub fn hourly_table_split(splits: &IdSplits) -> TableSpec {
+    TableSpec {
+        name: HOURLY_TABLE,
+        // A replay writes a wide row once, a live hour at every early firing: its new points and
+        // the summary, which is kept apart so that each firing's replaces the last one's.
+        families: vec![FamilySpec {
+            packed: true,
+            packed_apart: &HOURLY_SUMMARY_QUALIFIERS,
+            ..data_family()
+        }],
+        split_keys: splits.devices.clone(),
+    }
+}
+
+/// `ts_room_latest` pre-split by the default [`IdSplits`].
+pub fn room_table() -> TableSpec {
+    room_table_split(&IdSplits::default())
+}
+
+/// `ts_room_latest`: row `<room>_<device>`, cell `t:v` = the device's latest value stamped with
+/// its event time. Small (one row per device) but read by every dashboard's room scans, so it
+/// is pre-split at `splits.rooms`: a room's rows stay in one region, and rooms spread.
+pub fn room_table_split(splits: &IdSplits) -> TableSpec {
+    TableSpec {
+        name: ROOM_TABLE,
+        families: vec![data_family()],
+        split_keys: splits.rooms.clone(),
+    }
+}
+
+/// Every table hourglass writes, the id-keyed ones pre-split by the default [`IdSplits`].
+pub fn all_tables() -> Vec<TableSpec> {
+    all_tables_split(&IdSplits::default())
+}
+
+/// Every table hourglass writes, `ts_metric_hourly` and `ts_room_latest` pre-split at `splits`.
+pub fn all_tables_split(splits: &IdSplits) -> Vec<TableSpec> {
+    vec![
+        narrow_table(),
+        hourly_table_split(splits),
+        room_table_split(splits),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrow_table_has_one_region_per_bucket() {
+        let spec = narrow_table();
+        assert_eq!(spec.split_keys.len() + 1, SALT_BUCKETS as usize);
+        assert_eq!(spec.split_keys.first(), Some(&b"01".to_vec()));
+        assert_eq!(spec.split_keys.last(), Some(&b"15".to_vec()));
+        // Every bucket prefix falls in a region of its own.
+        for b in 0..SALT_BUCKETS {
+            let key = format!("{b:02}_dev");
+            let region = spec
+                .split_keys
+                .iter()
+                .filter(|k| k.as_slice() <= key.as_bytes())
+                .count();
+            assert_eq!(region, b as usize);
+        }
+    }
+
+    #[test]
+    fn the_default_split_cuts_the_generators_ids_evenly() {
+        let s = IdSplits::default();
+        assert_eq!(s.devices.len(), 15);
+        assert_eq!(s.devices[0], b"dev06250_");
+        assert_eq!(s.devices[14], b"dev93750_");
+        assert_eq!(s.rooms[0], b"room062_");
+        assert_eq!(s.rooms[14], b"room937_");
+        for keys in [&s.devices, &s.rooms] {
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        }
+        // 100,000 generated devices: 6,250 in each region.
+        let keys = &s.devices;
+        let mut per_region = vec![0u32; keys.len() + 1];
+        for i in 0..100_000 {
+            let key = format!("dev{i:05}_1724101200");
+            per_region[keys.partition_point(|k| k.as_slice() <= key.as_bytes())] += 1;
+        }
+        assert!(per_region.iter().all(|&n| n == 6250), "{per_region:?}");
+        assert_eq!(IdSplits::generator_default(1), IdSplits::none());
+    }
+
+    #[test]
+    fn ddl_names_the_schema() {
+        let ddl = narrow_table().hbase_shell_ddl();
+        assert!(ddl.starts_with("create 'ts_metric', {NAME => 't', VERSIONS => 1, TTL => 7776000"));
+        assert!(ddl.contains("COMPRESSION => 'SNAPPY'"));
+        assert!(ddl.contains("BLOOMFILTER => 'ROW'"));
+        assert!(ddl.ends_with("SPLITS => ['01', '02', '03', '04', '05', '06', '07', '08', '09', '10', '11', '12', '13', '14', '15']"));
+        let ddl = hourly_table().hbase_shell_ddl();
+        assert!(
+            ddl.starts_with("create 'ts_metric_hourly', {NAME => 't'")
+                && ddl.ends_with("SPLITS => ['dev06250_', 'dev12500_', 'dev18750_', 'dev25000_', 'dev31250_', 'dev37500_', 'dev43750_', 'dev50000_', 'dev56250_', 'dev62500_', 'dev68750_', 'dev75000_', 'dev81250_', 'dev87500_', 'dev93750_']"),
+            "{ddl}"
+        );
+        let ddl = room_table_split(&IdSplits::none()).hbase_shell_ddl();
+        assert!(!ddl.contains("SPLITS"), "{ddl}");
+    }
+}
