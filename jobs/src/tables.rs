@@ -143,6 +143,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             // The shell reads `#` as a comment: the output stays a script it runs.
             writeln!(out, "# split points: {}", splits.origin)?;
             for spec in tables::all_tables_split(&splits.ids) {
+                writeln!(out, "# {} row key: {}", spec.name, spec.key.layout)?;
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;
             }
         }

@@ -35,6 +35,7 @@ fn family() -> FamilySpec {
 /// The narrow table: packed, split per salt bucket.
 pub(crate) fn narrow_table() -> TableSpec {
     TableSpec {
+        key: crate::schema::KeyCodec::raw(),
         name: NARROW_TABLE,
         families: vec![FamilySpec {
             packed: true,
@@ -49,6 +50,7 @@ pub(crate) fn all_tables() -> Vec<TableSpec> {
     vec![
         narrow_table(),
         TableSpec {
+            key: crate::schema::KeyCodec::raw(),
             name: HOURLY_TABLE,
             families: vec![FamilySpec {
                 packed: true,
@@ -58,6 +60,7 @@ pub(crate) fn all_tables() -> Vec<TableSpec> {
             split_keys: Vec::new(),
         },
         TableSpec {
+            key: crate::schema::KeyCodec::raw(),
             name: ROOM_TABLE,
             families: vec![family()],
             split_keys: Vec::new(),

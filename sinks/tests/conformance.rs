@@ -68,6 +68,7 @@ impl Tables {
             packed_apart: if self.packed { &["q2"] } else { &[] },
         };
         let spec = |name, families| TableSpec {
+            key: sinks::schema::KeyCodec::raw(),
             name,
             families,
             split_keys: Vec::new(),
