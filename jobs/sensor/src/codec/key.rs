@@ -45,8 +45,7 @@ pub fn salt_bucket_of(device: &str, buckets: u32) -> u32 {
 /// room view's rooms): the id and the separator, so that `dev1`'s rows are not `dev10`'s.
 pub fn id_prefix(id: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(id.len() + 1);
-    key.extend_from_slice(id.as_bytes());
-    key.push(SEPARATOR);
+    push_id_prefix(&mut key, id);
     key
 }
 
@@ -54,11 +53,21 @@ pub fn id_prefix(id: &str) -> Vec<u8> {
 /// ([`salt_bucket`]).
 pub fn salted_prefix(device: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(device.len() + 4);
-    push_salt_bucket(&mut key, salt_bucket(device));
-    key.push(SEPARATOR);
-    key.extend_from_slice(device.as_bytes());
-    key.push(SEPARATOR);
+    push_salted_prefix(&mut key, device);
     key
+}
+
+/// Appends [`id_prefix`]`(id)` to `key`.
+pub fn push_id_prefix(key: &mut Vec<u8>, id: &str) {
+    key.extend_from_slice(id.as_bytes());
+    key.push(SEPARATOR);
+}
+
+/// Appends [`salted_prefix`]`(device)` to `key`.
+pub fn push_salted_prefix(key: &mut Vec<u8>, device: &str) {
+    push_salt_bucket(key, salt_bucket(device));
+    key.push(SEPARATOR);
+    push_id_prefix(key, device);
 }
 
 /// Checks a device id: 1–64 bytes of `[A-Za-z0-9.:-]`.
