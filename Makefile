@@ -69,10 +69,10 @@ FUZZ_TARGETS = fuzz::decode::decoder fuzz::keys::key_codecs fuzz::prom::promql f
 ## target so an abort stops only its own; prints executions per target. See docs/RELIABILITY.md.
 fuzz: export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS = true
 fuzz:
-	$(CARGO) test --release --locked -p hourglass-jobs --no-run
+	$(CARGO) test --release --locked -p hourglass-sensor --no-run
 	@status=0; for t in $(FUZZ_TARGETS); do \
 	  ( ulimit -v $(FUZZ_MEM_KB); HOURGLASS_FUZZ_SECS=$(FUZZ_SECS) \
-	    $(CARGO) test --release --locked -p hourglass-jobs $$t -- --exact --include-ignored --nocapture ) \
+	    $(CARGO) test --release --locked -p hourglass-sensor $$t -- --exact --include-ignored --nocapture ) \
 	    || { status=1; echo "fuzz: $$t FAILED (above)"; }; \
 	done; exit $$status
 

@@ -1,18 +1,9 @@
 //! The `hourglass` binary: replay recordings into the tables, generate traffic, answer
 //! dashboard queries, manage tables and measure throughput.
 
-mod bench;
-#[cfg(test)]
-mod fuzz;
-mod generate;
-mod landing;
-mod produce;
 mod profile;
+mod purge;
 mod query;
-mod replay;
-mod report;
-mod run;
-mod serve;
 mod tables;
 mod tags;
 
@@ -90,13 +81,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a recorded traffic file into the tables (narrow rows and hourly wide rows).
-    Replay(replay::ReplayArgs),
+    Replay(sensor::replay::ReplayArgs),
     /// The long-running job: consume readings from Kafka into the tables.
-    Run(run::RunArgs),
+    Run(sensor::run::RunArgs),
     /// Publish a recorded traffic file to a Kafka topic, keyed by device id.
-    Produce(produce::ProduceArgs),
+    Produce(sensor::tools::produce::ProduceArgs),
     /// Write realistic recorded sensor traffic (JSON Lines).
-    Generate(generate::GenerateArgs),
+    Generate(sensor::tools::generate::GenerateArgs),
     /// Answer a dashboard query.
     #[command(subcommand)]
     Query(query::QueryCommand),
@@ -105,18 +96,38 @@ enum Command {
     Tables(tables::TablesCommand),
     /// Measure throughput.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(sensor::tools::bench::BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
-    Serve(serve::ServeArgs),
+    Serve(sensor::serve::ServeArgs),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
-    Report(report::ReportArgs),
-    /// The profile job's tag registry: import definitions from CSV, list them, set a status.
+    Report(sensor::report::ReportArgs),
+    /// The profile job's tag registry: import definitions from CSV, list them, set a status,
+    /// purge an offline tag's values.
     #[command(subcommand)]
     Tags(tags::TagsCommand),
     /// The profile job: replay or consume tag events into the profile store, read a user's
     /// tags, generate tag traffic.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+}
+
+/// Whether `e` is an I/O error on a closed pipe: itself, or the one the engine's and the sensor
+/// crate's errors carry (which show it as theirs instead of as a source).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let io = e.downcast_ref::<std::io::Error>().or_else(|| {
+        match e
+            .downcast_ref::<sensor::Error>()
+            .and_then(|e| match e {
+                sensor::Error::Engine(e) => Some(e),
+                _ => None,
+            })
+            .or_else(|| e.downcast_ref::<pipeline::Error>())
+        {
+            Some(pipeline::Error::Os(io)) => Some(io),
+            _ => None,
+        }
+    });
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn main() -> ExitCode {
@@ -150,29 +161,32 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Replay(args) => replay::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Run(args) => run::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Produce(args) => produce::run(&args).map(|_| ExitCode::SUCCESS),
-        Command::Generate(args) => generate::run(&args).map(|_| ExitCode::SUCCESS),
+        Command::Replay(args) => sensor::replay::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Run(args) => sensor::run::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Produce(args) => sensor::tools::produce::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Generate(args) => sensor::tools::generate::run(&args)
+            .map(|_| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
-        Command::Bench(cmd) => bench::run(cmd),
-        Command::Serve(args) => serve::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Report(args) => report::run(&args),
+        Command::Bench(cmd) => sensor::tools::bench::run(cmd).map_err(Into::into),
+        Command::Serve(args) => sensor::serve::run(&args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        Command::Report(args) => sensor::report::run(&args).map_err(Into::into),
         Command::Tags(cmd) => tags::run(cmd),
         Command::Profile(cmd) => profile::run(cmd),
     };
     match result {
         Ok(code) => code,
         // `hourglass query … | head` closes our stdout early: that is not an error.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if e.chain().any(is_broken_pipe) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

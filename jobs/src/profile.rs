@@ -139,7 +139,7 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
     }
     profile::job::check_registry(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
-    let backend = pipeline::store::open_for_writing(
+    let backend = pipeline::store::open_for_merging(
         &cfg.store,
         &profile::tables(),
         &BackendArgs::default(),
@@ -197,7 +197,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         cluster: &cluster,
         reject_kinds: &RejectReason::KINDS,
     })?;
-    let backend = pipeline::store::open_for_writing(
+    let backend = pipeline::store::open_for_merging(
         &cfg.store,
         &profile::tables(),
         &BackendArgs::default(),

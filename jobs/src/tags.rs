@@ -1,4 +1,5 @@
-//! `hourglass tags`: the profile job's tag registry (import a CSV, list, set a tag's status).
+//! `hourglass tags`: the profile job's tag registry (import a CSV, list, set a tag's status,
+//! purge an offline tag's values).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -63,8 +64,7 @@ impl From<StatusArg> for TagStatus {
     }
 }
 
-/// Tag registry commands. (`tags purge`, which deletes an offline tag's stored values, comes
-/// with the profile tables.)
+/// Tag registry commands, and the purge of an offline tag's stored values.
 #[derive(Debug, clap::Subcommand)]
 pub enum TagsCommand {
     /// Insert or update tag definitions from a CSV file (header:
@@ -96,6 +96,24 @@ pub enum TagsCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Delete an offline tag's stored values: its column from every user_profile_tag row and
+    /// its user_tag_history rows, then ask the store to major-compact both tables. Refused
+    /// unless the tag is offline. A killed purge resumes from its checkpoint; a finished one
+    /// is not run again.
+    Purge {
+        /// The tag code.
+        code: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        #[command(flatten)]
+        backend: pipeline::store::BackendArgs,
+        /// The purge's checkpoint file [default: hourglass-data/purge-CODE.json].
+        #[arg(long, value_name = "FILE")]
+        checkpoint: Option<PathBuf>,
+        /// Rows scanned per page; the checkpoint is written after each [default: 1000].
+        #[arg(long, value_name = "N")]
+        page_rows: Option<usize>,
+    },
 }
 
 pub fn run(cmd: TagsCommand) -> Result<ExitCode> {
@@ -126,6 +144,22 @@ pub fn run(cmd: TagsCommand) -> Result<ExitCode> {
             let old = reg.set_status(&code, status)?;
             println!("{code}: {old} -> {status} ({})", reg.location());
             Ok(ExitCode::SUCCESS)
+        }
+        TagsCommand::Purge {
+            code,
+            registry,
+            backend,
+            checkpoint,
+            page_rows,
+        } => {
+            let mut reg = registry.open()?;
+            crate::purge::run(
+                &code,
+                reg.as_mut(),
+                &backend,
+                checkpoint.as_deref(),
+                page_rows,
+            )
         }
     }
 }

@@ -91,6 +91,17 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result
     }
 }
 
+impl<T> Context<T> for Option<T> {
+    /// `None` is the failure `what`, as [`Error::Failed`].
+    fn context(self, what: impl Into<String>) -> Result<T> {
+        self.ok_or_else(|| Error::Failed(what.into()))
+    }
+
+    fn with_context<S: Into<String>>(self, what: impl FnOnce() -> S) -> Result<T> {
+        self.ok_or_else(|| Error::Failed(what().into()))
+    }
+}
+
 impl From<sinks::Error> for Error {
     /// Keeps the storage crate's own argument, configuration and file errors what they are (a
     /// query with a bad argument is the caller's fault, not an unavailable store).

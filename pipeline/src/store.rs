@@ -96,6 +96,30 @@ pub fn open_for_writing(
     open_with(cfg, tables, args, mode, None)
 }
 
+/// [`open_for_writing`] for a job whose events may arrive out of event-time order across
+/// flushes (the profile job's late tag events): in the embedded store as in HBase, a put older
+/// than a cell's visible one does not hide it, at the price of a read per cell
+/// ([`OpenOptions::newest_timestamp_wins`]). The sensor job needs no such read: its cell
+/// timestamps are functions of the cell.
+pub fn open_for_merging(
+    cfg: &StoreConfig,
+    tables: &[TableSpec],
+    args: &BackendArgs,
+    recover: bool,
+) -> Result<Backend> {
+    let mode = if recover {
+        OpenMode::Recover
+    } else {
+        OpenMode::ReadWrite
+    };
+    let options = OpenOptions {
+        clock: Arc::new(crate::time::now_ms),
+        newest_timestamp_wins: true,
+        ..OpenOptions::new(mode)
+    };
+    open_as(cfg, tables, args, &options)
+}
+
 /// Opens the store as `mode` says, HBase retries bounded by `retry_limit`, measuring the
 /// embedded store's TTLs against [`crate::time::now_ms`] (so `HOURGLASS_NOW` applies).
 pub fn open_with(
@@ -105,14 +129,24 @@ pub fn open_with(
     mode: OpenMode,
     retry_limit: Option<Duration>,
 ) -> Result<Backend> {
-    let mut cfg = cfg.clone();
-    args.apply(&mut cfg);
     let options = OpenOptions {
         clock: Arc::new(crate::time::now_ms),
         retry_limit,
         ..OpenOptions::new(mode)
     };
-    let store = sinks::open(&cfg, tables, &options).map_err(Error::Storage)?;
+    open_as(cfg, tables, args, &options)
+}
+
+/// Opens the store `cfg` and the flags name with `options`, printing its open warnings.
+fn open_as(
+    cfg: &StoreConfig,
+    tables: &[TableSpec],
+    args: &BackendArgs,
+    options: &OpenOptions,
+) -> Result<Backend> {
+    let mut cfg = cfg.clone();
+    args.apply(&mut cfg);
+    let store = sinks::open(&cfg, tables, options).map_err(Error::Storage)?;
     for warning in store.open_warnings() {
         eprintln!("warning: {warning}");
     }

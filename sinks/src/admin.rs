@@ -1,7 +1,7 @@
 //! What table administration answers, the same for every backend: a creation's outcome and a
 //! table's description.
 
-/// What creating one table did ([`crate::seam::StorageAdmin::create_tables`]).
+/// What creating one table did (`StorageAdmin::create_tables`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
     /// The table did not exist and was created with its split keys.

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::embedded::EmbeddedConfig;
 use crate::hbase::HbaseConfig;
-use crate::seam::StorageConfig;
+use crate::schema::TableSpec;
+use crate::seam::{OpenOptions, StorageConfig, Store};
 use crate::{Error, Result};
 
 fn default_dir() -> PathBuf {
@@ -260,4 +261,19 @@ impl StoreConfig {
             StoreKind::Hbase => Box::new(HbaseConfig::from_store(self)?),
         })
     }
+}
+
+/// Opens the backend `cfg` names over `tables`, which the domain declares (the sensors':
+/// `sensor::tables::all_tables`): storage knows no table of its own.
+///
+/// The embedded store is opened once here (its directory is locked until every clone of the
+/// [`Store`] is dropped); HBase is not contacted until the first call.
+///
+/// # Errors
+/// [`Error::Config`] for an invalid `[store]` section; [`Error::NoEmbeddedStore`] when a
+/// read-only open names a directory that does not exist; the embedded store's refusals (locked,
+/// damaged journal, …).
+pub fn open(cfg: &StoreConfig, tables: &[TableSpec], options: &OpenOptions) -> Result<Store> {
+    let storage = cfg.backend()?.build(tables, options)?;
+    Ok(Store::new(storage))
 }

@@ -1,5 +1,5 @@
 //! Dead-letter and late-data files: JSON Lines, created on first use, shared by the workers.
-//! The records themselves are made by `pipeline::dead_letter`, which knows what was rejected.
+//! The records themselves are made by `sensor::dead_letter`, which knows what was rejected.
 //!
 //! Dead letters: `{"line":N,"kind":"invalid_json","reason":"…","raw":"…"}`; a line that is not
 //! UTF-8 has `raw` decoded lossily and `raw_hex` with its exact bytes. Refused device registry

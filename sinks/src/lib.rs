@@ -15,8 +15,9 @@ pub mod table;
 #[cfg(test)]
 mod test_tables;
 
+pub use config::open;
 pub use seam::{
-    open, Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,
+    Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,
     StorageConfig, StorageReader, Store, WriterFactory,
 };
 

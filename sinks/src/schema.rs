@@ -1,7 +1,8 @@
 //! What a table is, as data: [`TableSpec`] (name, families with TTL, versions, compression and
 //! bloom filter, split keys) and the split policies that compute split keys. A domain declares
-//! its tables with them (the sensor tables: `pipeline::tables`); storage knows no domain.
+//! its tables with them (the sensor tables: `sensor::tables`); storage knows no domain.
 
+use std::fmt;
 use std::fmt::Write as _;
 
 /// Block compression of a column family.
@@ -68,11 +69,62 @@ pub struct FamilySpec {
     pub packed_apart: &'static [&'static str],
 }
 
-/// One table: name, families and the split keys it is created with.
+/// How a table's row keys are made, as its domain's codec makes them: the layout in words, and
+/// the row-key prefix of one entity's rows (a device's, a room's, a user's), which decides the
+/// region they land in. Storage only carries it: the codec functions stay in the domain's codec
+/// module, and `tables describe` and the landing check ask the spec instead of knowing them.
+#[derive(Clone, Copy)]
+pub struct KeyCodec {
+    /// The key's layout, e.g. `<bucket:2>_<device>_<Long.MAX - ts:19>`.
+    pub layout: &'static str,
+    /// The row-key prefix every row of one entity starts with (its salt included).
+    pub entity_prefix: fn(&str) -> Vec<u8>,
+}
+
+impl KeyCodec {
+    /// A codec of `layout` whose entity rows start with `entity_prefix(entity)`.
+    pub const fn new(layout: &'static str, entity_prefix: fn(&str) -> Vec<u8>) -> Self {
+        KeyCodec {
+            layout,
+            entity_prefix,
+        }
+    }
+
+    /// Row key = the entity itself, unsalted (tables of tests, and plain keys to compare a
+    /// salted layout with).
+    pub const fn raw() -> Self {
+        KeyCodec::new("<entity>", raw_prefix)
+    }
+}
+
+fn raw_prefix(entity: &str) -> Vec<u8> {
+    entity.as_bytes().to_vec()
+}
+
+impl fmt::Debug for KeyCodec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyCodec")
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two codecs are the same when their layouts are (function addresses are not comparable).
+impl PartialEq for KeyCodec {
+    fn eq(&self, other: &Self) -> bool {
+        self.layout == other.layout
+    }
+}
+
+impl Eq for KeyCodec {}
+
+/// One table: name, row-key codec, families and the split keys it is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSpec {
     /// Table name.
     pub name: &'static str,
+    /// How its row keys are made.
+    pub key: KeyCodec,
     /// Column families.
     pub families: Vec<FamilySpec>,
     /// Region split keys, strictly increasing (`n` keys make `n + 1` regions). HBase creates
@@ -82,6 +134,14 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
+    /// The region (0-based, in split-key order) where the rows of `entity` start: the number of
+    /// split keys at or below its row-key prefix.
+    pub fn region_of(&self, entity: &str) -> usize {
+        let prefix = (self.key.entity_prefix)(entity);
+        self.split_keys
+            .partition_point(|k| k.as_slice() <= prefix.as_slice())
+    }
+
     /// The family with this name.
     pub fn family(&self, name: &str) -> Option<&FamilySpec> {
         self.families.iter().find(|f| f.name == name)
@@ -194,7 +254,7 @@ pub fn quantile_split_keys<'a>(
 
 /// Appends the bytes of salt bucket `bucket` to `key`: its number as at least two decimal
 /// digits (`00`..`15`; Java's `String.format("%02d", bucket)`). A salted table's row keys
-/// start with them (the sensors' narrow keys: `pipeline::codec::narrow::narrow_prefix`) and its
+/// start with them (the sensors' narrow keys: `sensor::codec::narrow::narrow_prefix`) and its
 /// split keys are them ([`salt_split_keys`]); this is their one definition.
 pub fn push_salt_bucket(key: &mut Vec<u8>, bucket: u32) {
     if bucket < 100 {

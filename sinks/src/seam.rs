@@ -1,5 +1,5 @@
 //! The storage seam: the traits every backend implements ([`Storage`], built by its
-//! [`StorageConfig`]), and [`open`], which builds the backend a [`StoreConfig`] names.
+//! [`StorageConfig`]), and the [`Store`] handle that `sinks::open` returns.
 //!
 //! A backend lives in its own module (`embedded/storage.rs`, `hbase/storage.rs`) and is known
 //! here only through these traits: nothing outside its module asks which one it is, except the
@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::{Created, TableDescription};
-use crate::config::StoreConfig;
 use crate::embedded::OpenMode;
 use crate::schema::TableSpec;
 use crate::table::{Row, ScanSpec, TableReader, TableWriter, TimeRange};
@@ -24,7 +23,7 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 /// Makes one writer per call: one per timely worker.
 pub type WriterFactory = Arc<dyn Fn() -> Box<dyn TableWriter> + Send + Sync>;
 
-/// How [`open`] opens a store.
+/// How `sinks::open` opens a store.
 #[derive(Clone)]
 pub struct OpenOptions {
     /// Whether the embedded store may be created or changed, and what happens to a damaged
@@ -73,7 +72,7 @@ impl fmt::Debug for OpenOptions {
 
 /// A backend's settings, which build the backend (as Vector's `SinkConfig::build` builds a
 /// sink): the embedded store's [`crate::embedded::EmbeddedConfig`], HBase's
-/// [`crate::hbase::HbaseConfig`]. [`StoreConfig::backend`] picks the one `store.kind` names.
+/// [`crate::hbase::HbaseConfig`]. `StoreConfig::backend` picks the one `store.kind` names.
 pub trait StorageConfig: fmt::Debug {
     /// Opens the backend over `tables`.
     ///
@@ -155,6 +154,14 @@ pub trait StorageAdmin {
     /// # Errors
     /// The backend's failure to read.
     fn dump_rows(&self, table: &str, each: &mut dyn FnMut(Row) -> ControlFlow<()>) -> Result<()>;
+
+    /// Asks the backend to rewrite `table`'s files without the cells deleted or expired, as
+    /// HBase's `major_compact`: HBase starts it and returns (it runs on the region servers);
+    /// the embedded store compacts before returning.
+    ///
+    /// # Errors
+    /// An unknown table; the backend is unreachable or fails.
+    fn major_compact(&self, table: &str) -> Result<()>;
 }
 
 /// One statistic a backend keeps, read when asked.
@@ -198,21 +205,6 @@ pub trait MetricsSource: fmt::Debug + Send + Sync {
 pub trait StorageReader: TableReader + MetricsSource {}
 
 impl<T: TableReader + MetricsSource> StorageReader for T {}
-
-/// Opens the backend `cfg` names over `tables`, which the domain declares (the sensors':
-/// `pipeline::tables::all_tables`): storage knows no table of its own.
-///
-/// The embedded store is opened once here (its directory is locked until every clone of the
-/// [`Store`] is dropped); HBase is not contacted until the first call.
-///
-/// # Errors
-/// [`Error::Config`] for an invalid `[store]` section; [`Error::NoEmbeddedStore`] when a
-/// read-only open names a directory that does not exist; the embedded store's refusals (locked,
-/// damaged journal, …).
-pub fn open(cfg: &StoreConfig, tables: &[TableSpec], options: &OpenOptions) -> Result<Store> {
-    let storage = cfg.backend()?.build(tables, options)?;
-    Ok(Store(Arc::from(storage)))
-}
 
 /// An open backend. Cloning is cheap and shares it.
 #[derive(Debug, Clone)]
@@ -369,6 +361,17 @@ impl Admin<'_> {
     /// table; HBase is unreachable.
     pub fn describe_tables(&self) -> Result<Vec<TableDescription>> {
         self.0.describe_tables()
+    }
+
+    /// Asks the backend to rewrite `table`'s files without its deleted and expired cells, to
+    /// reclaim their space: HBase's Thrift1 `majorCompact`, which returns once the region
+    /// servers have queued it; the embedded store's compaction of every generation, done when
+    /// this returns.
+    ///
+    /// # Errors
+    /// An unknown table; HBase is unreachable or refuses; the embedded store fails to write.
+    pub fn major_compact(&self, table: &str) -> Result<()> {
+        self.0.major_compact(table)
     }
 
     /// Calls `each` on every visible row of `table`, in key order, and stops at its first

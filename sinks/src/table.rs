@@ -41,20 +41,42 @@ pub enum Mutation {
         /// Upper bound (inclusive) of the deleted cells' timestamps.
         ts_ms: i64,
     },
+    /// Delete every version of one column of the row whose timestamp is at most `ts_ms`, as
+    /// HBase's `Delete.addColumns(family, qualifier, ts)`. Other columns of the row stay; a
+    /// missing column or row is no error. A later put of the column stamped after `ts_ms` is
+    /// visible. (HBase also hides a later put stamped at most `ts_ms` until a major compaction,
+    /// the embedded store does not: write later puts with newer stamps.)
+    DeleteColumn {
+        /// Table name.
+        table: &'static str,
+        /// Row key.
+        row: Vec<u8>,
+        /// Column family; it must be one of the table's.
+        family: String,
+        /// Column qualifier.
+        qualifier: Vec<u8>,
+        /// Upper bound (inclusive) of the deleted versions' timestamps (`i64::MAX`: every
+        /// version; HBase then takes its server's current time as the bound).
+        ts_ms: i64,
+    },
 }
 
 impl Mutation {
     /// The table this mutation goes to.
     pub fn table(&self) -> &'static str {
         match self {
-            Mutation::Put { table, .. } | Mutation::DeleteRow { table, .. } => table,
+            Mutation::Put { table, .. }
+            | Mutation::DeleteRow { table, .. }
+            | Mutation::DeleteColumn { table, .. } => table,
         }
     }
 
     /// The row key this mutation changes.
     pub fn row(&self) -> &[u8] {
         match self {
-            Mutation::Put { row, .. } | Mutation::DeleteRow { row, .. } => row,
+            Mutation::Put { row, .. }
+            | Mutation::DeleteRow { row, .. }
+            | Mutation::DeleteColumn { row, .. } => row,
         }
     }
 
@@ -69,6 +91,12 @@ impl Mutation {
                         .sum::<usize>()
             }
             Mutation::DeleteRow { row, .. } => row.len() + 16,
+            Mutation::DeleteColumn {
+                row,
+                family,
+                qualifier,
+                ..
+            } => row.len() + family.len() + qualifier.len() + 16,
         }
     }
 }

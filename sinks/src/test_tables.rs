@@ -1,5 +1,5 @@
 //! Tables shaped like a time-series domain's, for this crate's own tests: storage knows no
-//! domain, and its unit tests cannot use one (the sensor tables are `pipeline::tables`).
+//! domain, and its unit tests cannot use one (the sensor tables are `sensor::tables`).
 //!
 //! A salted narrow table of packed readings, a wide table of packed hours with its summary kept
 //! apart, and a small view, under the sensor tables' names, so that the tests exercise the
@@ -35,6 +35,7 @@ fn family() -> FamilySpec {
 /// The narrow table: packed, split per salt bucket.
 pub(crate) fn narrow_table() -> TableSpec {
     TableSpec {
+        key: crate::schema::KeyCodec::raw(),
         name: NARROW_TABLE,
         families: vec![FamilySpec {
             packed: true,
@@ -49,6 +50,7 @@ pub(crate) fn all_tables() -> Vec<TableSpec> {
     vec![
         narrow_table(),
         TableSpec {
+            key: crate::schema::KeyCodec::raw(),
             name: HOURLY_TABLE,
             families: vec![FamilySpec {
                 packed: true,
@@ -58,6 +60,7 @@ pub(crate) fn all_tables() -> Vec<TableSpec> {
             split_keys: Vec::new(),
         },
         TableSpec {
+            key: crate::schema::KeyCodec::raw(),
             name: ROOM_TABLE,
             families: vec![family()],
             split_keys: Vec::new(),

@@ -1,6 +1,7 @@
 //! One conformance suite, run against both backends through [`sinks::open`]: what the dataflow
 //! and the queries rely on must hold for the embedded store and HBase alike. Gets, multi-gets
-//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), deletes, TTLs and
+//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), row and
+//! column deletes, major compactions, TTLs and
 //! cell timestamps (`VERSIONS => 1`: the newest timestamp wins), and cell versions
 //! (`VERSIONS => 3`: reads ask for versions and get at most three, newest first). `ScanSpec`
 //! has no reverse scan, so there is none to check.
@@ -67,6 +68,7 @@ impl Tables {
             packed_apart: if self.packed { &["q2"] } else { &[] },
         };
         let spec = |name, families| TableSpec {
+            key: sinks::schema::KeyCodec::raw(),
             name,
             families,
             split_keys: Vec::new(),
@@ -168,11 +170,23 @@ fn conforms(store: &Store, t: &Tables) {
     put_and_get(store, t, now);
     get_many(store, t, now);
     deletes(store, t, now);
+    column_deletes(store, t, now);
     timestamps(store, t, now);
     ttl(store, t, now);
     time_ranges(store, t, now);
     scans(store, t, now);
     versions(store, t, now);
+    for table in t.names() {
+        store
+            .admin()
+            .major_compact(table)
+            .expect("a major compaction is accepted");
+    }
+    assert_eq!(
+        values(get(store, t.data, "a/row").as_ref()).len(),
+        2,
+        "a major compaction changes no read"
+    );
 }
 
 fn put_and_get(store: &Store, t: &Tables, now: i64) {
@@ -331,6 +345,158 @@ fn deletes(store: &Store, t: &Tables, now: i64) {
         values(get(store, t.data, "c/row").as_ref()),
         [("v".into(), now + 1, "back".into())],
         "a put newer than the delete is visible"
+    );
+}
+
+fn delete_column(
+    table: &'static str,
+    row: &str,
+    family: &str,
+    qualifier: &str,
+    ts: i64,
+) -> Mutation {
+    Mutation::DeleteColumn {
+        table,
+        row: row.as_bytes().to_vec(),
+        family: family.into(),
+        qualifier: qualifier.as_bytes().to_vec(),
+        ts_ms: ts,
+    }
+}
+
+/// Column deletes (HBase's `Delete.addColumns`): every version of the column stamped at most
+/// the bound goes, the row's other columns stay (packed ones too: `q2` is stored apart from
+/// `q1` and `q3` then), and a newer put of the column shows again.
+fn column_deletes(store: &Store, t: &Tables, now: i64) {
+    let row = "k/row";
+    write(
+        store,
+        vec![put(
+            t.data,
+            row,
+            vec![
+                cell("q1", now - 10, "one"),
+                cell("q2", now - 10, "two"),
+                cell("q3", now - 10, "three"),
+            ],
+        )],
+    );
+    // A second put of `q1` only: its newer value hides the first put's.
+    write(
+        store,
+        vec![put(t.data, row, vec![cell("q1", now - 5, "uno")])],
+    );
+    write(store, vec![delete_column(t.data, row, FAMILY, "q3", now)]);
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [
+            ("q1".into(), now - 5, "uno".into()),
+            ("q2".into(), now - 10, "two".into())
+        ],
+        "a column delete leaves the row's other columns"
+    );
+    write(
+        store,
+        vec![delete_column(t.data, row, FAMILY, "q2", now - 11)],
+    );
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()).len(),
+        2,
+        "a cell stamped after the bound stays"
+    );
+    write(
+        store,
+        vec![
+            delete_column(t.data, row, FAMILY, "missing", now),
+            delete_column(t.data, "k/no-such-row", FAMILY, "q1", now),
+        ],
+    );
+    assert_eq!(values(get(store, t.data, row).as_ref()).len(), 2);
+    assert_eq!(get(store, t.data, "k/no-such-row"), None);
+    write(store, vec![delete_column(t.data, row, FAMILY, "q1", now)]);
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [("q2".into(), now - 10, "two".into())],
+        "no older value of the column shows once it is deleted"
+    );
+    write(
+        store,
+        vec![put(t.data, row, vec![cell("q3", now + 1, "back")])],
+    );
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [
+            ("q2".into(), now - 10, "two".into()),
+            ("q3".into(), now + 1, "back".into())
+        ],
+        "a put newer than the delete is visible"
+    );
+    write(
+        store,
+        vec![
+            delete_column(t.data, row, FAMILY, "q2", i64::MAX),
+            delete_column(t.data, row, FAMILY, "q3", i64::MAX),
+        ],
+    );
+    assert_eq!(get(store, t.data, row), None, "every column deleted");
+
+    // Versions: the column's every version goes, the other family's cell and the other
+    // column of the family stay.
+    let tv = t.versions;
+    let v = |qualifier: &str, ts_ms, value: &str| Cell {
+        family: VERSIONED.into(),
+        ..cell(qualifier, ts_ms, value)
+    };
+    for i in 0..3 {
+        write(
+            store,
+            vec![put(
+                tv,
+                row,
+                vec![
+                    v("q", now - 30 + i, &format!("v{i}")),
+                    v("p", now - 30 + i, "p"),
+                ],
+            )],
+        );
+    }
+    write(store, vec![put(tv, row, vec![cell("q", now, "single")])]);
+    write(store, vec![delete_column(tv, row, VERSIONED, "q", now)]);
+    let got = store
+        .reader()
+        .get_versions(tv, row.as_bytes(), None, 10)
+        .expect("get with versions")
+        .expect("the row keeps cells");
+    let columns: Vec<(String, String, i64)> = got
+        .cells
+        .iter()
+        .map(|c| {
+            let q = String::from_utf8_lossy(&c.qualifier).into_owned();
+            (c.family.clone(), q, c.ts_ms)
+        })
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            (FAMILY.into(), "q".into(), now),
+            (VERSIONED.into(), "p".into(), now - 28),
+            (VERSIONED.into(), "p".into(), now - 29),
+            (VERSIONED.into(), "p".into(), now - 30),
+        ],
+        "every version of the deleted column is gone, and only those"
+    );
+    write(store, vec![put(tv, row, vec![v("q", now + 1, "after")])]);
+    let got = store
+        .reader()
+        .get_versions(tv, row.as_bytes(), None, 10)
+        .expect("get with versions")
+        .expect("the row");
+    assert_eq!(
+        got.versions(VERSIONED, b"q")
+            .map(|c| c.ts_ms)
+            .collect::<Vec<_>>(),
+        [now + 1],
+        "a newer put is the column's only version"
     );
 }
 

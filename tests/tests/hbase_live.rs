@@ -996,6 +996,7 @@ fn create_names_the_split_points_an_existing_table_lacks() {
         .into_boxed_str(),
     );
     let spec = |splits: &tables::IdSplits| sinks::schema::TableSpec {
+        key: sinks::schema::KeyCodec::raw(),
         name,
         ..tables::room_table_split(splits)
     };

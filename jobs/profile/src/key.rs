@@ -17,6 +17,8 @@
 
 use std::fmt::Write as _;
 
+use sinks::schema::KeyCodec;
+
 /// Length of the salt: 4 lowercase hex digits, 65,536 buckets, enough to spread any realistic
 /// number of regions evenly.
 pub const SALT_LEN: usize = 4;
@@ -26,6 +28,15 @@ pub const REVERSED_TS_DIGITS: usize = 19;
 pub const MAX_USER_ID_LEN: usize = 64;
 /// The byte between the parts of a history row key. User ids never contain it.
 pub const SEPARATOR: u8 = b'_';
+
+/// `user_profile_tag`'s key codec for its table spec: a user's row is [`profile_row`].
+pub const PROFILE_KEY_CODEC: KeyCodec = KeyCodec::new("<md5 hex:4><user>", profile_row);
+/// `user_tag_history`'s key codec for its table spec: a user's rows under
+/// [`user_history_prefix`].
+pub const HISTORY_KEY_CODEC: KeyCodec = KeyCodec::new(
+    "<md5 hex:4>_<user>_<tag code>_<Long.MAX - ts_ms:19>",
+    user_history_prefix,
+);
 
 /// Why a user id is refused: what is wrong and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The user-profile tag store's domain: its tag registry (definitions, CSV import, SQLite and
 //! MySQL backends), its tables and row keys, tag events, the per-user merge, the short-term
-//! tags' store (Redis or SQLite) and a generator of realistic tag traffic.
+//! tags' store (Redis or SQLite), tag purges and a generator of realistic tag traffic.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -10,6 +10,7 @@ pub mod import;
 pub mod job;
 pub mod key;
 pub mod merge;
+pub mod purge;
 pub mod query;
 pub mod registry;
 pub mod short_term;
@@ -24,6 +25,7 @@ pub use event::{
 pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
 pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
+pub use purge::{purge, Outcome as PurgeOutcome, PurgeCounts, PurgeOptions};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
 pub use short_term::{ShortTermStore, Written};
 pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};
@@ -81,6 +83,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The tag store (the profile tables) failed; the message says what to do.
+    #[error(transparent)]
+    Store(#[from] sinks::Error),
     /// A SQLite file failed: the registry's, or the embedded short-term tags'.
     #[error("SQLite database {path}")]
     Sqlite {
@@ -99,9 +104,6 @@ pub enum Error {
         #[source]
         source: mysql::Error,
     },
-    /// The tables could not be read or written.
-    #[error("storage: {0}")]
-    Storage(#[from] sinks::Error),
     /// The short-term tags' Redis failed ([`short_term::is_retriable`] tells whether to try
     /// again).
     #[error("Redis {url}")]

@@ -113,8 +113,8 @@ struct Buffered {
 /// out of order); of two with the same event time, the later arrival. Every distinct event
 /// time of a (user, tag) is a change, written to `user_tag_history`. Across flushes the store
 /// decides: each cell is stamped with its event time, and HBase shows the newest stamp (so does
-/// the embedded store for `behavior`, which keeps versions; its one-version families keep the
-/// last put, docs/ARCHITECTURE.md §7, so a late event in a later flush would win there).
+/// the embedded store: the job opens it with `pipeline::store::open_for_merging`, whose writers
+/// keep the newest stamp of a one-version family too, at a read per cell).
 #[derive(Debug, Default)]
 pub struct UserMerge {
     config: MergeConfig,

@@ -3,7 +3,7 @@
 //! bloom filters and split keys.
 //!
 //! Storage (`sinks`) knows no domain: it is opened with these [`TableSpec`]s, as with the
-//! sensor domain's (`pipeline/src/tables.rs`). Row keys are built in [`crate::key`] only.
+//! sensor domain's (`jobs/sensor/src/tables.rs`). Row keys are built in [`crate::key`] only.
 //!
 //! The choices follow HBase practice for a profile store:
 //! - **Few families, split by how the cells live**, not by topic: every family is a store of
@@ -83,6 +83,7 @@ fn family(name: &'static str, max_versions: u32, ttl_secs: Option<u64>) -> Famil
 pub fn profile_table() -> TableSpec {
     TableSpec {
         name: PROFILE_TABLE,
+        key: crate::key::PROFILE_KEY_CODEC,
         families: vec![
             family(DIMENSION_FAMILY, 1, None),
             family(BEHAVIOR_FAMILY, BEHAVIOR_VERSIONS, None),
@@ -108,6 +109,7 @@ pub fn history_table() -> TableSpec {
 pub fn history_table_ttl(ttl_secs: u64) -> TableSpec {
     TableSpec {
         name: HISTORY_TABLE,
+        key: crate::key::HISTORY_KEY_CODEC,
         families: vec![family(HISTORY_FAMILY, 1, Some(ttl_secs))],
         split_keys: salt_split_keys(REGIONS),
     }
@@ -121,7 +123,22 @@ pub fn tables() -> Vec<TableSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{history_row, profile_row};
+    use crate::key::{history_row, profile_row, salt, user_history_prefix};
+
+    #[test]
+    fn each_tables_key_codec_is_its_row_codec() {
+        let (profile, history) = (profile_table(), history_table());
+        for user in ["10086", "13800138000", "13800138001", "u-a", "anon:x"] {
+            assert_eq!((profile.key.entity_prefix)(user), profile_row(user));
+            assert_eq!((history.key.entity_prefix)(user), user_history_prefix(user));
+            assert!(history_row(user, "dim_city", 1).starts_with(&user_history_prefix(user)));
+            // 16 regions on the first hex digit of the salt.
+            let first = salt(user)[0];
+            let region = usize::from(first - if first <= b'9' { b'0' } else { b'a' - 10 });
+            assert_eq!(profile.region_of(user), region, "{user}");
+            assert_eq!(history.region_of(user), region, "{user}");
+        }
+    }
 
     #[test]
     fn ddl_names_the_schema() {

@@ -1,20 +1,51 @@
 //! The sensor job: readings and their decoder, the row codecs and tables, the room view, the
-//! dataflow graph the engine runs, and the queries that read it back.
+//! dataflow graph the engine runs, and the read path (queries, `serve`, `report`).
 #![deny(missing_docs)]
+
+/// Returns a [`Error::Engine`] failure with the formatted message.
+macro_rules! bail {
+    ($($t:tt)*) => {
+        return Err(failed!($($t)*))
+    };
+}
+
+/// [`bail!`] unless the condition holds.
+macro_rules! ensure {
+    ($cond:expr, $($t:tt)*) => {
+        let holds: bool = $cond;
+        if !holds {
+            bail!($($t)*);
+        }
+    };
+}
+
+/// A [`Error::Engine`] failure with the formatted message.
+macro_rules! failed {
+    ($($t:tt)*) => {
+        $crate::Error::Engine(pipeline::Error::Failed(format!($($t)*)))
+    };
+}
 
 pub mod codec;
 pub mod config;
 pub mod dead_letter;
 pub mod decode;
+#[cfg(test)]
+mod fuzz;
 pub mod graph;
 pub mod job;
 pub mod query;
 pub mod reading;
 pub mod registry;
 pub mod registry_topic;
+pub mod replay;
+pub mod report;
 pub mod room;
+pub mod run;
+pub mod serve;
 pub mod summary;
 pub mod tables;
+pub mod tools;
 
 /// Errors of the sensor crate.
 #[derive(Debug, thiserror::Error)]
@@ -39,9 +70,37 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The engine failed, as it says.
+    /// The engine failed, or a command could not do what it was asked, as it says.
     #[error(transparent)]
     Engine(pipeline::Error),
+    /// Another library failed, as it says.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// `?` on the errors of the libraries the commands call: [`Error::Other`] (I/O errors are the
+/// engine's [`pipeline::Error::Os`]).
+macro_rules! other_errors {
+    ($($t:ty),* $(,)?) => {
+        $(impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Other(Box::new(e))
+            }
+        })*
+    };
+}
+
+other_errors!(
+    serde_json::Error,
+    std::num::ParseIntError,
+    std::num::ParseFloatError,
+    std::fmt::Error,
+);
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Engine(pipeline::Error::Os(e))
+    }
 }
 
 /// Result with the sensor [`Error`].

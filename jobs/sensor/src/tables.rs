@@ -5,10 +5,10 @@
 //! (`sinks::open(&cfg, &all_tables(), &options)`). Adding a sensor table touches this file, and
 //! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
 
-use crate::codec::key::{SALT_BUCKETS, SEPARATOR};
+use crate::codec::key::{id_prefix, salted_prefix, SALT_BUCKETS, SEPARATOR};
 use sinks::schema::{
     pattern_split_keys, quantile_split_keys, salt_split_keys, Bloom, Compression, FamilySpec,
-    TableSpec,
+    KeyCodec, TableSpec,
 };
 
 /// Name of the main table of narrow rows.
@@ -19,6 +19,13 @@ pub const HOURLY_TABLE: &str = "ts_metric_hourly";
 pub const ROOM_TABLE: &str = "ts_room_latest";
 /// The single column family of every sensor table.
 pub const FAMILY: &str = "t";
+/// `ts_metric`'s keys (`codec::narrow`, salted scheme): a device's rows start with its bucket.
+pub const NARROW_KEY: KeyCodec =
+    KeyCodec::new("<bucket:2>_<device>_<Long.MAX - ts:19>", salted_prefix);
+/// `ts_metric_hourly`'s keys (`codec::hourly`): a device's rows start with its id.
+pub const HOURLY_KEY: KeyCodec = KeyCodec::new("<device>_<hour start>", id_prefix);
+/// `ts_room_latest`'s keys (`codec::room`): a room's rows start with its id.
+pub const ROOM_KEY: KeyCodec = KeyCodec::new("<room>_<device>", id_prefix);
 /// Retention of readings: 90 days, in seconds.
 pub const RETENTION_SECS: u64 = 90 * 24 * 3600;
 /// Regions `ts_metric_hourly` and `ts_room_latest` are pre-split into unless told otherwise:
@@ -115,6 +122,7 @@ fn data_family() -> FamilySpec {
 pub fn narrow_table() -> TableSpec {
     TableSpec {
         name: NARROW_TABLE,
+        key: NARROW_KEY,
         // One put per row: a reading's `t:v` and `t:x` go in one key-value.
         families: vec![FamilySpec {
             packed: true,
@@ -134,6 +142,7 @@ pub fn hourly_table() -> TableSpec {
 pub fn hourly_table_split(splits: &IdSplits) -> TableSpec {
     TableSpec {
         name: HOURLY_TABLE,
+        key: HOURLY_KEY,
         // A replay writes a wide row once, a live hour at every early firing: its new points and
         // the summary, which is kept apart so that each firing's replaces the last one's.
         families: vec![FamilySpec {
@@ -156,6 +165,7 @@ pub fn room_table() -> TableSpec {
 pub fn room_table_split(splits: &IdSplits) -> TableSpec {
     TableSpec {
         name: ROOM_TABLE,
+        key: ROOM_KEY,
         families: vec![data_family()],
         split_keys: splits.rooms.clone(),
     }
@@ -178,6 +188,37 @@ pub fn all_tables_split(splits: &IdSplits) -> Vec<TableSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::hourly::{wide_key, wide_prefix};
+    use crate::codec::key::salt_bucket;
+    use crate::codec::narrow::{narrow_key, narrow_prefix, KeyScheme};
+    use crate::codec::room::{room_key, room_prefix};
+
+    #[test]
+    fn each_tables_key_codec_is_its_row_codecs() {
+        let splits = IdSplits::generator_default(16);
+        let [narrow, hourly, room] =
+            <[TableSpec; 3]>::try_from(all_tables_split(&splits)).expect("three sensor tables");
+        for device in [
+            "dev00000", "dev06249", "dev06250", "dev99999", "sensor-7", "a",
+        ] {
+            let prefix = (narrow.key.entity_prefix)(device);
+            assert_eq!(prefix, narrow_prefix(KeyScheme::Salted, device));
+            assert!(narrow_key(KeyScheme::Salted, device, 1_796_400_000).starts_with(&prefix));
+            // A device's narrow rows are in its salt bucket's region.
+            assert_eq!(narrow.region_of(device), salt_bucket(device) as usize);
+
+            assert_eq!((hourly.key.entity_prefix)(device), wide_prefix(device));
+            assert!(wide_key(device, 1_796_400_000).starts_with(&wide_prefix(device)));
+        }
+        assert_eq!(hourly.region_of("dev00000"), 0);
+        assert_eq!(hourly.region_of("dev06249"), 0);
+        assert_eq!(hourly.region_of("dev06250"), 1);
+        assert_eq!(hourly.region_of("dev99999"), 15);
+        assert_eq!((room.key.entity_prefix)("room125"), room_prefix("room125"));
+        assert!(room_key("room125", "dev1").starts_with(&room_prefix("room125")));
+        assert_eq!(room.region_of("room124"), 1);
+        assert_eq!(room.region_of("room125"), 2);
+    }
 
     #[test]
     fn narrow_table_has_one_region_per_bucket() {

@@ -129,6 +129,11 @@ impl StorageAdmin for EmbeddedStorage {
         )))
     }
 
+    /// See [`EmbeddedStore::major_compact`].
+    fn major_compact(&self, table: &str) -> Result<()> {
+        self.store.major_compact(table)
+    }
+
     fn dump_rows(&self, table: &str, each: &mut dyn FnMut(Row) -> ControlFlow<()>) -> Result<()> {
         for row in self.store.dump(table)? {
             if each(row).is_break() {

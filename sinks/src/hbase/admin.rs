@@ -447,6 +447,22 @@ pub fn table_regions(cfg: &HbaseConfig, table: &str) -> Result<Vec<RegionDescrip
     Admin::new(cfg).regions(table)
 }
 
+/// Asks HBase to major-compact `table` (Thrift1 `majorCompact`): its regions' files are
+/// rewritten without deleted, expired and surplus cells, and delete markers are dropped. The
+/// call returns once the region servers have queued the compactions, which then run in the
+/// background (the HBase UI or `compaction_state` in the shell shows them).
+///
+/// # Errors
+/// [`Error::TableNotFound`]; an unreachable gateway, or HBase's refusal.
+pub fn major_compact(cfg: &HbaseConfig, table: &str) -> Result<()> {
+    let mut t1: Connection<Thrift1> = Connection::new(&cfg.thrift1, cfg);
+    retrying(&cfg.retry, &format!("majorCompact {table}"), || {
+        t1.call("majorCompact", table, |c| {
+            c.major_compact(table.as_bytes().to_vec())
+        })
+    })
+}
+
 /// Disables and deletes each table of `names` that exists, with all its data. Returns the names
 /// of the tables it deleted.
 ///

@@ -65,6 +65,8 @@ struct Group {
     put_index: HashMap<Vec<u8>, usize>,
     deletes: Vec<TDelete>,
     delete_index: HashMap<Vec<u8>, usize>,
+    /// Per row, the `TDelete` of `deletes` that holds its column deletes.
+    column_delete_index: HashMap<Vec<u8>, usize>,
     cells: usize,
     bytes: usize,
 }
@@ -246,6 +248,46 @@ impl Buffer {
         self.full(table).then(|| self.take(table))
     }
 
+    /// Queues the deletion of the versions of `family:qualifier` in `row` stamped at most
+    /// `ts_ms` (`Delete.addColumns`). Returns the call that became full, if any, to be sent now.
+    ///
+    /// A row's column deletes share one `TDelete` of type `DELETE_COLUMNS`, each column with
+    /// its own stamp; a row delete of the same row is another `TDelete` of the same call, which
+    /// HBase applies as well (deletes commute).
+    pub(crate) fn push_delete_column(
+        &mut self,
+        table: &'static str,
+        row: Vec<u8>,
+        family: String,
+        qualifier: Vec<u8>,
+        ts_ms: i64,
+    ) -> Option<PlannedCall> {
+        let group = self.groups.entry(table).or_default();
+        let before = group.bytes;
+        group.bytes += family.len() + qualifier.len() + CELL_OVERHEAD;
+        let column = TColumn::new(family.into_bytes(), qualifier, ts_ms);
+        match group.column_delete_index.get(&row) {
+            Some(&i) => group.deletes[i]
+                .columns
+                .get_or_insert_with(Vec::new)
+                .push(column),
+            None => {
+                group.bytes += row.len() + ROW_OVERHEAD;
+                group
+                    .column_delete_index
+                    .insert(row.clone(), group.deletes.len());
+                group.deletes.push(TDelete::new(
+                    row,
+                    vec![column],
+                    None,
+                    TDeleteType::DELETE_COLUMNS,
+                ));
+            }
+        }
+        self.total_bytes = self.total_bytes + group.bytes - before;
+        self.full(table).then(|| self.take(table))
+    }
+
     /// Whether the buffer holds `max_total_bytes` or more and should be drained.
     pub(crate) fn over_budget(&self) -> bool {
         self.total_bytes >= self.max_total_bytes
@@ -287,7 +329,8 @@ fn delete_ts(d: &TDelete) -> i64 {
 /// carries its own timestamp, so narrow rows of many event-time seconds share one call: a flush
 /// makes one call per table when its rows fit. The dataflow flushes when its frontier advances
 /// and at least every second. A `DeleteRow` is buffered too: as family deletes at its
-/// timestamp on a table given to [`HbaseWriter::for_tables`], as a whole-row delete on another.
+/// timestamp on a table given to [`HbaseWriter::for_tables`], as a whole-row delete on another;
+/// so is a `DeleteColumn`, as a column delete of all versions (`DELETE_COLUMNS`).
 ///
 /// The connection is opened on first use and replaced after failures. Retriable failures
 /// (see [`super::is_retriable`]) are retried with capped exponential backoff per
@@ -441,6 +484,15 @@ impl TableWriter for HbaseWriter {
                     let families = self.families.get(table).map(Vec::as_slice);
                     self.buffer.push_delete(table, row, ts_ms, families)
                 }
+                Mutation::DeleteColumn {
+                    table,
+                    row,
+                    family,
+                    qualifier,
+                    ts_ms,
+                } => self
+                    .buffer
+                    .push_delete_column(table, row, family, qualifier, ts_ms),
             };
             self.send_all(full)?;
             if self.buffer.over_budget() {

@@ -111,6 +111,11 @@ impl StorageAdmin for HbaseStorage {
         Ok(admin::describe_tables(&self.cfg, &self.tables)?)
     }
 
+    /// Thrift1 `majorCompact`: asynchronous, HBase compacts after the call returns.
+    fn major_compact(&self, table: &str) -> Result<()> {
+        Ok(admin::major_compact(&self.cfg, table)?)
+    }
+
     /// The scan goes on to its end after `each` breaks; the rows after are not passed on.
     fn dump_rows(&self, table: &str, each: &mut dyn FnMut(Row) -> ControlFlow<()>) -> Result<()> {
         let mut stopped = false;

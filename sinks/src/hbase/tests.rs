@@ -190,6 +190,52 @@ fn deletes_travel_in_the_buffer_at_their_own_timestamp() {
 }
 
 #[test]
+fn column_deletes_of_a_row_share_one_delete_columns_tdelete() {
+    let mut buf = buffer();
+    let mut delete_column = |row: &str, qualifier: &str, ts: i64| {
+        let planned = buf.push_delete_column(
+            "profile",
+            row.as_bytes().to_vec(),
+            "t".into(),
+            qualifier.as_bytes().to_vec(),
+            ts,
+        );
+        assert!(planned.is_none());
+    };
+    delete_column("r1", "a", i64::MAX);
+    delete_column("r2", "a", 5000);
+    delete_column("r1", "b", 7000);
+    // A row delete of the same row stays a delete of its own: HBase applies both.
+    assert!(buf
+        .push_delete("profile", b"r1".to_vec(), 9000, Some(&["t"]))
+        .is_none());
+    let calls = buf.drain();
+    let column =
+        |q: &str, ts: i64| super::thrift2::TColumn::new(b"t".to_vec(), q.as_bytes().to_vec(), ts);
+    let columns = |row: &str, columns| {
+        TDelete::new(
+            row.as_bytes().to_vec(),
+            columns,
+            None,
+            TDeleteType::DELETE_COLUMNS,
+        )
+    };
+    assert_eq!(
+        calls[0].deletes,
+        [
+            columns("r1", vec![column("a", i64::MAX), column("b", 7000)]),
+            columns("r2", vec![column("a", 5000)]),
+            TDelete::new(
+                b"r1".to_vec(),
+                vec![super::thrift2::TColumn::new(b"t".to_vec(), None, 9000)],
+                None,
+                TDeleteType::DELETE_FAMILY,
+            ),
+        ]
+    );
+}
+
+#[test]
 fn a_call_is_sent_when_it_reaches_max_rows_or_max_cells() {
     let mut buf = Buffer::new(3, 1000, 1 << 20, 4 << 20);
     let mut sent = Vec::new();
@@ -261,7 +307,7 @@ fn a_put_that_fills_its_call_is_sent_whole() {
 
 #[test]
 fn a_window_pane_is_one_row_mutation_with_its_summary() {
-    // The shape `pipeline::codec::hourly::wide_put` gives a pane: points and summary cells all stamped
+    // The shape `sensor::codec::hourly::wide_put` gives a pane: points and summary cells all stamped
     // with the hour's last millisecond (pipeline's codec tests check that they share it).
     let qualifiers = ["1", "5", "3599", "n", "min", "max", "sum", "first", "last"];
     let cells: Vec<Cell> = qualifiers.iter().map(|q| cell(q, 7_199_999, "1")).collect();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use operators::WindowSpec;
 
-use super::key::SEPARATOR;
+use super::key::{id_prefix, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::format_value;
 use crate::summary::HourSummary;
@@ -53,10 +53,7 @@ pub fn wide_key(device: &str, hour_start: i64) -> Vec<u8> {
 
 /// The prefix shared by every wide row of `device`: `<device>_`.
 pub fn wide_prefix(device: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(device.len() + 1);
-    key.extend_from_slice(device.as_bytes());
-    key.push(SEPARATOR);
-    key
+    id_prefix(device)
 }
 
 /// The device and hour start of a wide row key `<device>_<hourStart>`, split at the last `_`;

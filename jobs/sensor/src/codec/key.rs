@@ -7,6 +7,7 @@
 //! ([`sinks::schema::push_salt_bucket`]), which the codec writes its keys with.
 
 use crate::{Error, Result};
+use sinks::schema::push_salt_bucket;
 
 /// The separator between row-key parts; device ids may not contain it. The id-keyed tables are
 /// split at it.
@@ -38,6 +39,35 @@ pub fn salt_bucket(device: &str) -> u32 {
 pub fn salt_bucket_of(device: &str, buckets: u32) -> u32 {
     let buckets = i32::try_from(buckets).expect("salt buckets fit an i32");
     (java_string_hash(device) % buckets).unsigned_abs()
+}
+
+/// The prefix of every row of `id` in a table keyed `<id>_…` (the hourly table's devices, the
+/// room view's rooms): the id and the separator, so that `dev1`'s rows are not `dev10`'s.
+pub fn id_prefix(id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(id.len() + 1);
+    push_id_prefix(&mut key, id);
+    key
+}
+
+/// The prefix of every salted row of `device`: `<bucket>_<device>_`, the bucket two digits
+/// ([`salt_bucket`]).
+pub fn salted_prefix(device: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(device.len() + 4);
+    push_salted_prefix(&mut key, device);
+    key
+}
+
+/// Appends [`id_prefix`]`(id)` to `key`.
+pub fn push_id_prefix(key: &mut Vec<u8>, id: &str) {
+    key.extend_from_slice(id.as_bytes());
+    key.push(SEPARATOR);
+}
+
+/// Appends [`salted_prefix`]`(device)` to `key`.
+pub fn push_salted_prefix(key: &mut Vec<u8>, device: &str) {
+    push_salt_bucket(key, salt_bucket(device));
+    key.push(SEPARATOR);
+    push_id_prefix(key, device);
 }
 
 /// Checks a device id: 1–64 bytes of `[A-Za-z0-9.:-]`.

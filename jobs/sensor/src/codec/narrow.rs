@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::key::SALT_BUCKETS;
-use super::key::{salt_bucket, validate_device, SEPARATOR};
+use super::key::{push_id_prefix, push_salted_prefix, salt_bucket, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::{format_value, room_of_extra, Reading};
 use crate::tables::{FAMILY, NARROW_TABLE};
@@ -56,13 +56,12 @@ pub fn narrow_key(scheme: KeyScheme, device: &str, ts: i64) -> Vec<u8> {
 
 /// The prefix shared by every narrow row of `device`: `<bucket>_<device>_` or `<device>_`.
 pub fn narrow_prefix(scheme: KeyScheme, device: &str) -> Vec<u8> {
+    // Room for the timestamp narrow_key appends.
     let mut key = Vec::with_capacity(device.len() + 24);
-    if scheme == KeyScheme::Salted {
-        push_salt_bucket(&mut key, salt_bucket(device));
-        key.push(SEPARATOR);
+    match scheme {
+        KeyScheme::Salted => push_salted_prefix(&mut key, device),
+        KeyScheme::Plain => push_id_prefix(&mut key, device),
     }
-    key.extend_from_slice(device.as_bytes());
-    key.push(SEPARATOR);
     key
 }
 

@@ -6,7 +6,7 @@
 //! milliseconds. A row is deleted with a row delete bounded by the retracted reading's time.
 
 use super::cell;
-use super::key::SEPARATOR;
+use super::key::{id_prefix, SEPARATOR};
 use crate::tables::{FAMILY, ROOM_TABLE};
 use sinks::table::{Mutation, Row};
 
@@ -25,10 +25,7 @@ pub fn room_key(room: &str, device: &str) -> Vec<u8> {
 
 /// The prefix of every row key of `room` in the room view: `<room>_`.
 pub fn room_prefix(room: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(room.len() + 1);
-    key.extend_from_slice(room.as_bytes());
-    key.push(SEPARATOR);
-    key
+    id_prefix(room)
 }
 
 /// The room and device of a room-view row key, split at the first `_` (neither a valid room id

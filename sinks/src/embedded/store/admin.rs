@@ -83,6 +83,29 @@ impl EmbeddedStore {
         Ok(purged)
     }
 
+    /// Compacts every generation of `table` into its last level, as HBase's major compaction
+    /// does a region's files: each keyspace's memtable is flushed, then its tables merged
+    /// (fjall's `major_compact`, blocking). Removed cells are gone from reads at once (deletes
+    /// remove keys, they leave no marker for reads to honour); this drops their fjall
+    /// tombstones and the values under them from disk, and the expired cells the TTL filter
+    /// meets on the way.
+    ///
+    /// # Errors
+    /// `Error::Invalid` for an unknown table; `Error::Embedded` if fjall fails to write.
+    pub fn major_compact(&self, table: &str) -> Result<()> {
+        let inner = &self.inner;
+        let (_, t) = inner.table(table)?;
+        for keyspace in t.generations() {
+            keyspace
+                .rotate_memtable_and_wait()
+                .map_err(|e| inner.fjall_error("major compaction", e))?;
+            keyspace
+                .major_compact()
+                .map_err(|e| inner.fjall_error("major compaction", e))?;
+        }
+        Ok(())
+    }
+
     /// Sets the disk bytes at which a table's newest generation is closed and writes move on to a
     /// new one (default [`GENERATION_BYTES`](crate::embedded::GENERATION_BYTES); see the
     /// `generations` module). Small values are for tests; a value smaller than one write makes

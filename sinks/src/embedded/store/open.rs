@@ -86,7 +86,7 @@ fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
 impl EmbeddedStore {
     /// Opens the store in `dir`, creating the directory and any missing table, with the system
     /// clock for TTLs. Pass the tables a domain declares (the sensors':
-    /// `pipeline::tables::all_tables()`).
+    /// `sensor::tables::all_tables()`).
     ///
     /// # Errors
     /// `Error::Invalid` for an unusable table spec (see [`EmbeddedStore::open_with_clock`]);

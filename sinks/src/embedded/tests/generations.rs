@@ -315,6 +315,7 @@ fn every_cell_of_a_generation_is_within_its_recorded_span() {
 fn a_generation_whose_cells_have_all_expired_is_dropped_when_no_writer_holds_it() {
     const FIFO: &str = "fifo";
     let fifo = TableSpec {
+        key: crate::schema::KeyCodec::raw(),
         name: FIFO,
         families: vec![family("t", Some(TTL_SECS))],
         split_keys: Vec::new(),

@@ -1,6 +1,7 @@
 //! Tests of the embedded store against HBase's semantics.
 
 mod bench;
+mod delete_column;
 mod generations;
 mod lifecycle;
 mod model;
@@ -33,6 +34,7 @@ fn family(name: &'static str, ttl_secs: Option<u64>) -> FamilySpec {
 /// A table whose family `t` keeps cells for `TTL_SECS`, plus two families without TTL.
 fn table() -> TableSpec {
     TableSpec {
+        key: crate::schema::KeyCodec::raw(),
         name: T,
         families: vec![
             family("t", Some(TTL_SECS)),

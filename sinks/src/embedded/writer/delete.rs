@@ -1,10 +1,10 @@
-//! Row deletes: a row's cells stamped at most the delete's stamp removed from every generation,
-//! a packed family's survivors written back.
+//! Row and column deletes: the cells stamped at most the delete's stamp removed from every
+//! generation, a packed family's survivors written back.
 
 use super::put::is_apart;
 use super::read_before::{Visible, VisibleCell};
 use super::EmbeddedWriter;
-use crate::embedded::codec;
+use crate::embedded::codec::{self, Column};
 use crate::embedded::generations::{self, Lease};
 use crate::embedded::store::Table;
 use crate::Result;
@@ -59,7 +59,7 @@ impl EmbeddedWriter {
                 table.packed_apart(family),
                 &keys,
                 visible,
-                ts_ms,
+                |_, cell| cell.hidden || cell.ts <= ts_ms,
                 &generations,
             )?;
         }
@@ -71,10 +71,88 @@ impl EmbeddedWriter {
         Ok(())
     }
 
-    /// Deletes a packed family's cells stamped at most `ts_ms` from `row`, given its stored
-    /// `keys` there and their `visible` cells: when any goes, every key is removed and the
-    /// visible cells that stay are written back as one put, so no cell an earlier put hid
-    /// shows again.
+    /// Removes the versions of the column `family:qualifier` of `row` stamped at most `ts_ms`,
+    /// as [`EmbeddedWriter::delete_row`] removes a row's cells (no marker: a later put of the
+    /// column shows whatever its stamp).
+    ///
+    /// How each layout loses one column:
+    /// - a family of single cells: the cell's key is removed from every generation;
+    /// - a versioned family ([`codec::encode_version_key`]): each version's key stamped at most
+    ///   `ts_ms`, found by the column's key prefix;
+    /// - a packed family: a put's cells share one key-value, so the column cannot be removed on
+    ///   its own. The row's key-values of the family are removed and its visible cells but the
+    ///   deleted one written back as one put under a new seq, as a row delete does with the
+    ///   cells it keeps. Reads and puts stay as they are (no per-column marker for every read
+    ///   to consult, no read before a put), at the price of rewriting the family's row on a
+    ///   column delete, which only purges do.
+    pub(super) fn delete_column(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        ts_ms: i64,
+    ) -> Result<()> {
+        self.write_all()?;
+        let packed = table.is_packed(family);
+        // `row 0x00 family`: the family's keys, and those of longer families, skipped below.
+        codec::encode_row_prefix(&mut self.key, row);
+        self.key.extend_from_slice(family.as_bytes());
+        let generations = table.leases();
+        let (mut keys, mut visible) = (Vec::new(), Visible::default());
+        for item in table.prefix(&self.key, None) {
+            let (key, stored) =
+                item.map_err(|e| self.store.inner.fjall_error("delete column", e))?;
+            let corrupt = || self.store.inner.corrupt(table.name, &key);
+            let (_, f, column) = codec::decode_key(&key).ok_or_else(corrupt)?;
+            if f != family.as_bytes() {
+                continue;
+            }
+            if packed {
+                visible.add(column, &stored).ok_or_else(corrupt)?;
+                keys.push(key);
+                continue;
+            }
+            let ts = match column {
+                Column::Cell(q) if q == qualifier => {
+                    codec::decode_ts(&stored).ok_or_else(corrupt)?
+                }
+                // The key's stamp: a compaction may have expired the value's.
+                Column::Version(q, ts) if q == qualifier => ts,
+                _ => continue,
+            };
+            if ts <= ts_ms {
+                generations::remove_everywhere(&mut self.batch, &generations, &key);
+            }
+        }
+        let deleted = visible
+            .0
+            .get(qualifier)
+            .is_some_and(|cell| !cell.hidden && cell.ts <= ts_ms);
+        if deleted {
+            self.delete_packed(
+                table_index,
+                row,
+                family,
+                table.packed_apart(family),
+                &keys,
+                visible,
+                |q, cell| cell.hidden || (q == qualifier && cell.ts <= ts_ms),
+                &generations,
+            )?;
+        }
+        // Committed at once in either mode: a put of the column later in the same batch would
+        // be a removal and an insert of one key, whose order a batch does not keep.
+        self.leases.extend(generations);
+        self.commit()
+    }
+
+    /// Deletes from `row` a packed family's visible cells that `goes` picks (by qualifier),
+    /// given the family's stored `keys` there and their `visible` cells: when any goes, every
+    /// key is removed and the visible cells that stay are written back as one put, so no cell
+    /// an earlier put hid shows again. `goes` must pick the hidden cells (of a put a compaction
+    /// expired): with every key removed there is nothing left for them to hide.
     #[allow(clippy::too_many_arguments)]
     fn delete_packed(
         &mut self,
@@ -84,28 +162,21 @@ impl EmbeddedWriter {
         apart: &'static [&'static str],
         keys: &[Slice],
         visible: Visible,
-        ts_ms: i64,
+        goes: impl Fn(&[u8], &VisibleCell) -> bool,
         generations: &[Lease],
     ) -> Result<()> {
-        if visible
-            .0
-            .values()
-            .all(|cell| cell.ts > ts_ms && !cell.hidden)
-        {
+        if !visible.0.iter().any(|(q, cell)| goes(q, cell)) {
             return Ok(());
         }
         let mut kept: Vec<(Vec<u8>, VisibleCell)> = Vec::new();
         for (qualifier, cell) in visible.0 {
+            let stays = !goes(&qualifier, &cell);
             if let Some(queued_ts) = &mut self.queued_ts {
                 codec::encode_key(&mut self.key, row, family, &qualifier);
-                let ts = if cell.ts > ts_ms && !cell.hidden {
-                    cell.ts
-                } else {
-                    i64::MIN
-                };
+                let ts = if stays { cell.ts } else { i64::MIN };
                 queued_ts[table_index].insert(self.key.clone(), ts);
             }
-            if cell.ts > ts_ms && !cell.hidden {
+            if stays {
                 kept.push((qualifier, cell));
             }
         }

@@ -156,20 +156,15 @@ fn new_batch(store: &EmbeddedStore, capacity: usize) -> OwnedWriteBatch {
 fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
     let (_, table) = store.inner.table(mutation.table())?;
     codec::check_row(table.name, mutation.row())?;
+    if let Mutation::DeleteColumn { family, .. } = mutation {
+        if table.family(family.as_bytes()).is_none() {
+            return Err(no_family(table, family));
+        }
+    }
     if let Mutation::Put { row, cells, .. } = mutation {
         for cell in cells {
             if table.family(cell.family.as_bytes()).is_none() {
-                return Err(Error::Invalid(format!(
-                    "table {} has no column family {:?}; put cells in one of {}",
-                    table.name,
-                    cell.family,
-                    table
-                        .families
-                        .iter()
-                        .map(|(f, _)| *f)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
+                return Err(no_family(table, &cell.family));
             }
             if table.is_packed(&cell.family) {
                 // A put's packed cells are split into key-values that fit
@@ -207,12 +202,26 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
     Ok(())
 }
 
+/// The error for a mutation naming a family `table` does not have.
+fn no_family(table: &super::store::Table, family: &str) -> Error {
+    Error::Invalid(format!(
+        "table {} has no column family {family:?}; use one of {}",
+        table.name,
+        table
+            .families
+            .iter()
+            .map(|(f, _)| *f)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 impl TableWriter for EmbeddedWriter {
     /// Queues `mutations` in order; a table's buffer is written once it holds 8 MiB of cells
     /// (with `newest_timestamp_wins`: a batch whenever 4096 mutations are queued).
     ///
-    /// A `DeleteRow` writes the mutations queued before it, then removes the cells the row
-    /// holds at that point.
+    /// A `DeleteRow` or `DeleteColumn` writes the mutations queued before it, then removes the
+    /// cells the row (the column) holds at that point.
     ///
     /// # Errors
     /// `Error::Invalid`, with nothing of this call queued, if a mutation names an unknown table
@@ -229,6 +238,15 @@ impl TableWriter for EmbeddedWriter {
                 Mutation::Put { row, cells, .. } => self.put(table_index, table, row, cells)?,
                 Mutation::DeleteRow { row, ts_ms, .. } => {
                     self.delete_row(table_index, table, row, *ts_ms)?;
+                }
+                Mutation::DeleteColumn {
+                    row,
+                    family,
+                    qualifier,
+                    ts_ms,
+                    ..
+                } => {
+                    self.delete_column(table_index, table, row, family, qualifier, *ts_ms)?;
                 }
             }
             if self.queued_ts.is_some() {

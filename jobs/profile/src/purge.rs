@@ -1,0 +1,572 @@
+//! Purging an offline tag: its column deleted from every `user_profile_tag` row, its
+//! `user_tag_history` rows deleted, page by page from a checkpoint file, then both tables
+//! major-compacted.
+//!
+//! A purge runs while the tag is `offline`, so no job writes the column meanwhile. It scans
+//! each table in pages of [`PurgeOptions::page_rows`] rows, deletes what it found, flushes, and
+//! only then records the page's last row key in the checkpoint: a purge killed at any point
+//! resumes after the last page it finished, and a page done twice deletes nothing more
+//! (deletes are idempotent). Once both tables are done and compaction asked for, the checkpoint
+//! says so, and a purge run again returns [`Outcome::AlreadyPurged`] without scanning.
+//!
+//! The checkpoint is a small JSON file rather than a registry table: it is local to the purge,
+//! needs no change to the registry's schema in two databases, and is deleted with the store's
+//! working directory. Its path is the caller's (the CLI's default:
+//! `hourglass-data/purge-CODE.json`).
+
+use std::io::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sinks::table::{Column, Mutation, ScanSpec, TableReader};
+use sinks::Store;
+
+use crate::key::parse_history_row;
+use crate::registry::TagRegistry;
+use crate::tables::{BEHAVIOR_FAMILY, DIMENSION_FAMILY, HISTORY_TABLE, PROFILE_TABLE};
+use crate::tag::TagStatus;
+use crate::{Error, Result};
+
+/// Rows a page holds by default: each page is one scan, one flush of deletes and one write of
+/// the checkpoint.
+pub const PAGE_ROWS: usize = 1000;
+
+/// The stamp purge deletes bound: every version of every cell. HBase takes its server's current
+/// time for it (`LATEST_TIMESTAMP`), so a cell stamped in the future would stay there; profile
+/// events are stamped with their event time, which is never ahead of the writing job's clock.
+const EVERY_VERSION: i64 = i64::MAX;
+
+/// What a purge found and deleted, added up over the runs of one purge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeCounts {
+    /// `user_profile_tag` rows scanned: those holding the tag's column (the scan asks HBase
+    /// for that column only, so rows without it are skipped on the server).
+    pub profile_rows: u64,
+    /// Columns deleted from them (one per family holding the code).
+    pub columns_deleted: u64,
+    /// `user_tag_history` rows scanned: every row of the table (its keys start with the user).
+    pub history_rows: u64,
+    /// History rows of the tag deleted.
+    pub history_deleted: u64,
+}
+
+/// How far one table's scan has gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableProgress {
+    /// The last row key of the last finished page (`None`: none yet).
+    pub after: Option<Vec<u8>>,
+    /// Whether the table's scan reached its end.
+    pub done: bool,
+}
+
+/// A purge's checkpoint, as its file holds it (JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// The tag purged.
+    pub code: String,
+    /// Where the tables are ([`Store::location`]): a checkpoint resumes a purge of that store
+    /// only (`None` until the first run opened one).
+    #[serde(default)]
+    pub location: Option<String>,
+    /// `user_profile_tag`'s progress.
+    pub profile: TableProgress,
+    /// `user_tag_history`'s progress.
+    pub history: TableProgress,
+    /// What the runs so far found and deleted.
+    pub counts: PurgeCounts,
+    /// Whether the purge finished: both tables done and their compaction asked for.
+    pub done: bool,
+}
+
+impl Checkpoint {
+    /// The checkpoint in the file at `path`, if there is one.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be read; [`Error::Invalid`] if it is not a checkpoint.
+    pub fn load(path: &Path) -> Result<Option<Self>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(io_error(path, source)),
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            Error::Invalid(format!(
+                "{} is not a purge checkpoint ({e}); delete it to start the purge over",
+                path.display()
+            ))
+        })
+    }
+
+    /// Writes the checkpoint to `path` (its directory created if missing), atomically: a
+    /// kill leaves the old file or the new one.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be written.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        }
+        let text = serde_json::to_vec_pretty(self).expect("a checkpoint serializes");
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = Path::new(&tmp);
+        let written = std::fs::File::create(tmp).and_then(|mut f| {
+            f.write_all(&text)?;
+            f.sync_all()
+        });
+        written.map_err(|e| io_error(tmp, e))?;
+        std::fs::rename(tmp, path).map_err(|e| io_error(path, e))
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// What to purge and how.
+#[derive(Debug, Clone)]
+pub struct PurgeOptions<'a> {
+    /// The tag's code.
+    pub code: &'a str,
+    /// The checkpoint file: read to resume, written after every page.
+    pub checkpoint: &'a Path,
+    /// Rows per page (default [`PAGE_ROWS`]; 0 is read as 1).
+    pub page_rows: usize,
+    /// Stop after this many pages, as a kill would, and return [`Outcome::Stopped`] (default
+    /// `None`: to the end). For tests of resuming, and for purging in slices.
+    pub max_pages: Option<u64>,
+}
+
+impl<'a> PurgeOptions<'a> {
+    /// A purge of `code` checkpointed in `checkpoint`, in pages of [`PAGE_ROWS`] rows.
+    pub fn new(code: &'a str, checkpoint: &'a Path) -> Self {
+        PurgeOptions {
+            code,
+            checkpoint,
+            page_rows: PAGE_ROWS,
+            max_pages: None,
+        }
+    }
+}
+
+/// What a purge reports as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// A page of `table` is done: the purge's counts so far.
+    Page {
+        /// The table.
+        table: &'static str,
+        /// Counts so far, earlier runs included.
+        counts: PurgeCounts,
+    },
+    /// The scan of `table` reached its end.
+    TableDone {
+        /// The table.
+        table: &'static str,
+        /// Counts so far.
+        counts: PurgeCounts,
+    },
+    /// The major compaction of `table` is being asked for.
+    Compacting {
+        /// The table.
+        table: &'static str,
+    },
+}
+
+/// How a purge ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Both tables purged and compaction asked for: the counts of every run of this purge.
+    Purged(PurgeCounts),
+    /// The checkpoint says an earlier run finished: nothing was done.
+    AlreadyPurged(PurgeCounts),
+    /// [`PurgeOptions::max_pages`] pages were done; run again to go on.
+    Stopped(PurgeCounts),
+}
+
+/// Purges the tag `options.code`: deletes its column (family `dimension` or `behavior`,
+/// qualifier = the code) from every `user_profile_tag` row, deletes its `user_tag_history`
+/// rows, then asks `store` to major-compact both tables. Resumes from `options.checkpoint` and
+/// writes it after every page; reports each page to `progress`.
+///
+/// # Errors
+/// [`Error::UnknownTag`]; [`Error::Refused`] unless the tag is `offline` (saying to run
+/// `hourglass tags set-status CODE offline`), also when it was purged and set online since;
+/// [`Error::Invalid`] for a checkpoint of another tag or store; [`Error::Store`] when the
+/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file.
+pub fn purge(
+    store: &Store,
+    registry: &mut dyn TagRegistry,
+    options: &PurgeOptions<'_>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Outcome> {
+    let mut checkpoint = check(registry, options)?;
+    let location = store.location();
+    match &checkpoint.location {
+        Some(purged) if *purged != location => {
+            return Err(Error::Invalid(format!(
+                "{} is the checkpoint of a purge of the store at {purged}, not {location}: \
+                 pass another checkpoint file",
+                options.checkpoint.display()
+            )));
+        }
+        Some(_) => {}
+        None => checkpoint.location = Some(location),
+    }
+    if checkpoint.done {
+        return Ok(Outcome::AlreadyPurged(checkpoint.counts));
+    }
+    let mut run = Run {
+        store,
+        reader: store.reader(),
+        writer: store.writer(),
+        options,
+        pages: 0,
+    };
+    if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
+        return Ok(Outcome::Stopped(checkpoint.counts));
+    }
+    for table in [PROFILE_TABLE, HISTORY_TABLE] {
+        progress(Progress::Compacting { table });
+        store.admin().major_compact(table)?;
+    }
+    checkpoint.done = true;
+    checkpoint.save(options.checkpoint)?;
+    Ok(Outcome::Purged(checkpoint.counts))
+}
+
+/// Whether [`purge`] may run, without a store: the tag's definition and status, and the
+/// checkpoint to resume from (a new one if there is none; `done` if the purge finished).
+///
+/// # Errors
+/// As [`purge`], but for the store's.
+pub fn check(registry: &mut dyn TagRegistry, options: &PurgeOptions<'_>) -> Result<Checkpoint> {
+    let code = options.code;
+    let def = registry
+        .get(code)?
+        .ok_or_else(|| Error::UnknownTag(code.to_string()))?;
+    let checkpoint = Checkpoint::load(options.checkpoint)?.unwrap_or_else(|| Checkpoint {
+        code: code.to_string(),
+        ..Checkpoint::default()
+    });
+    if checkpoint.code != code {
+        return Err(Error::Invalid(format!(
+            "{} is the checkpoint of a purge of tag '{}', not '{code}': pass another \
+             checkpoint file",
+            options.checkpoint.display(),
+            checkpoint.code
+        )));
+    }
+    if def.status != TagStatus::Offline {
+        let since = if checkpoint.done {
+            format!(" (it was purged, and set {} since)", def.status)
+        } else {
+            String::new()
+        };
+        return Err(Error::Refused {
+            code: code.to_string(),
+            reason: format!(
+                "is {}{since}; only an offline tag can be purged: run `hourglass tags \
+                 set-status {code} offline` first",
+                def.status
+            ),
+        });
+    }
+    Ok(checkpoint)
+}
+
+/// One run of a purge: the store's reader and writer, and the pages done so far.
+struct Run<'a> {
+    store: &'a Store,
+    reader: sinks::Reader,
+    writer: Box<dyn sinks::table::TableWriter>,
+    options: &'a PurgeOptions<'a>,
+    pages: u64,
+}
+
+impl Run<'_> {
+    /// Scans `table` from `at` on, one page at a time: `page` turns a page's rows into deletes
+    /// and adds to the counts. Returns `false` if the page budget ran out first.
+    fn pages(
+        &mut self,
+        table: &'static str,
+        columns: Vec<Column>,
+        checkpoint: &mut Checkpoint,
+        at: fn(&mut Checkpoint) -> &mut TableProgress,
+        page: &mut dyn FnMut(&[sinks::table::Row], &mut PurgeCounts) -> Vec<Mutation>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<bool> {
+        let limit = self.options.page_rows.max(1);
+        while !at(checkpoint).done {
+            if self.options.max_pages.is_some_and(|max| self.pages >= max) {
+                return Ok(false);
+            }
+            // The first key after the last one done: `after 0x00`.
+            let start = at(checkpoint).after.clone().map_or_else(Vec::new, |mut k| {
+                k.push(0);
+                k
+            });
+            let spec = ScanSpec {
+                start,
+                limit: Some(limit),
+                columns: columns.clone(),
+                ..ScanSpec::default()
+            };
+            let rows = self.reader.scan(table, &spec)?;
+            let deletes = page(&rows, &mut checkpoint.counts);
+            self.writer.write(deletes)?;
+            self.writer.flush()?;
+            self.store.persist()?;
+            let state = at(checkpoint);
+            if let Some(last) = rows.last() {
+                state.after = Some(last.key.clone());
+            }
+            state.done = rows.len() < limit;
+            checkpoint.save(self.options.checkpoint)?;
+            self.pages += 1;
+            progress(Progress::Page {
+                table,
+                counts: checkpoint.counts,
+            });
+        }
+        progress(Progress::TableDone {
+            table,
+            counts: checkpoint.counts,
+        });
+        Ok(true)
+    }
+
+    /// Deletes the code's column, in either family, from every profile row holding it.
+    fn profile(
+        &mut self,
+        checkpoint: &mut Checkpoint,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<bool> {
+        let code = self.options.code.as_bytes();
+        // Both families: a gray tag may change its value type, and so its family.
+        let families = [DIMENSION_FAMILY, BEHAVIOR_FAMILY];
+        let columns = families.iter().map(|f| Column::new(f, code)).collect();
+        self.pages(
+            PROFILE_TABLE,
+            columns,
+            checkpoint,
+            |c| &mut c.profile,
+            &mut |rows, counts| {
+                counts.profile_rows += rows.len() as u64;
+                let mut deletes = Vec::new();
+                for row in rows {
+                    for family in families {
+                        if row.cell(family, code).is_some() {
+                            counts.columns_deleted += 1;
+                            deletes.push(Mutation::DeleteColumn {
+                                table: PROFILE_TABLE,
+                                row: row.key.clone(),
+                                family: family.to_string(),
+                                qualifier: code.to_vec(),
+                                ts_ms: EVERY_VERSION,
+                            });
+                        }
+                    }
+                }
+                deletes
+            },
+            progress,
+        )
+    }
+
+    /// Deletes every history row of the code.
+    fn history(
+        &mut self,
+        checkpoint: &mut Checkpoint,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<bool> {
+        let code = self.options.code;
+        self.pages(
+            HISTORY_TABLE,
+            Vec::new(),
+            checkpoint,
+            |c| &mut c.history,
+            &mut |rows, counts| {
+                counts.history_rows += rows.len() as u64;
+                let ours = rows
+                    .iter()
+                    .filter(|row| parse_history_row(&row.key).is_some_and(|(_, c, _)| c == code));
+                ours.map(|row| {
+                    counts.history_deleted += 1;
+                    Mutation::DeleteRow {
+                        table: HISTORY_TABLE,
+                        row: row.key.clone(),
+                        ts_ms: EVERY_VERSION,
+                    }
+                })
+                .collect()
+            },
+            progress,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::CellValue;
+    use crate::merge::{MergeConfig, TagUpdate, UserMerge};
+    use crate::registry::SqliteRegistry;
+    use crate::tag::{DataType, TagDef, ValueType};
+    use sinks::config::StoreConfig;
+    use sinks::OpenOptions;
+    use tempfile::TempDir;
+
+    /// Event time of the writes, epoch seconds; the store's clock is two seconds later.
+    const TS: i64 = 1_724_200_000;
+
+    fn def(code: &str, value_type: ValueType, status: TagStatus) -> TagDef {
+        TagDef {
+            tag_code: code.into(),
+            name: code.into(),
+            data_type: DataType::Int,
+            value_type,
+            status,
+            ttl_secs: None,
+            category: String::new(),
+            owner: String::new(),
+            update_frequency: String::new(),
+        }
+    }
+
+    /// A store holding `users` users with `dim_a` and `beh_b` (two changes each), a registry
+    /// with both tags, `beh_b` offline.
+    fn setup(dir: &TempDir, users: usize) -> (Store, SqliteRegistry) {
+        let cfg = StoreConfig {
+            dir: dir.path().join("store"),
+            ..StoreConfig::default()
+        };
+        let options = OpenOptions {
+            clock: std::sync::Arc::new(|| (TS + 2) * 1000),
+            ..OpenOptions::default()
+        };
+        let store = sinks::open(&cfg, &crate::tables::tables(), &options).unwrap();
+        let mut registry = SqliteRegistry::open(&dir.path().join("tags.sqlite")).unwrap();
+        let defs = [
+            def("dim_a", ValueType::Dimension, TagStatus::Online),
+            def("beh_b", ValueType::Statistic, TagStatus::Offline),
+        ];
+        for outcome in registry.upsert(&defs).unwrap() {
+            outcome.unwrap();
+        }
+        let mut merge = UserMerge::new(MergeConfig::default());
+        for u in 0..users {
+            for (i, d) in defs.iter().enumerate() {
+                for ts in [TS, TS + 1] {
+                    let value = CellValue::Int(i64::try_from(u + i).unwrap());
+                    merge.push(TagUpdate::new(d, &format!("u{u}"), ts, value));
+                }
+            }
+        }
+        let mut w = store.writer();
+        w.write(merge.flush().mutations).unwrap();
+        w.flush().unwrap();
+        (store, registry)
+    }
+
+    fn codes_left(store: &Store) -> (Vec<String>, Vec<String>) {
+        let reader = store.reader();
+        let profile = reader.scan(PROFILE_TABLE, &ScanSpec::default()).unwrap();
+        let columns = profile
+            .iter()
+            .flat_map(|r| &r.cells)
+            .map(|c| String::from_utf8(c.qualifier.clone()).unwrap())
+            .collect();
+        let history = reader.scan(HISTORY_TABLE, &ScanSpec::default()).unwrap();
+        let codes = history
+            .iter()
+            .map(|r| parse_history_row(&r.key).unwrap().1.to_string())
+            .collect();
+        (columns, codes)
+    }
+
+    #[test]
+    fn refuses_unknown_and_online_tags() {
+        let dir = TempDir::new().unwrap();
+        let (store, mut registry) = setup(&dir, 1);
+        let checkpoint = dir.path().join("purge.json");
+        let mut run = |code| {
+            purge(
+                &store,
+                &mut registry,
+                &PurgeOptions::new(code, &checkpoint),
+                &mut |_| {},
+            )
+        };
+        assert!(matches!(run("nope"), Err(Error::UnknownTag(_))));
+        let refused = run("dim_a").unwrap_err().to_string();
+        assert!(
+            refused.contains("hourglass tags set-status dim_a offline"),
+            "{refused}"
+        );
+        assert!(!checkpoint.exists(), "a refusal writes no checkpoint");
+    }
+
+    #[test]
+    fn a_stopped_purge_resumes_and_a_finished_one_is_not_run_again() {
+        let dir = TempDir::new().unwrap();
+        let (store, mut registry) = setup(&dir, 5);
+        let checkpoint = dir.path().join("purge.json");
+        let options = PurgeOptions {
+            page_rows: 2,
+            max_pages: Some(2),
+            ..PurgeOptions::new("beh_b", &checkpoint)
+        };
+        let mut pages = 0;
+        let outcome = purge(&store, &mut registry, &options, &mut |p| {
+            pages += u32::from(matches!(p, Progress::Page { .. }));
+        })
+        .unwrap();
+        assert!(
+            matches!(outcome, Outcome::Stopped(c) if c.profile_rows == 4),
+            "{outcome:?}"
+        );
+        assert_eq!(pages, 2);
+        let saved = Checkpoint::load(&checkpoint).unwrap().unwrap();
+        assert!(saved.profile.after.is_some() && !saved.profile.done);
+        // The rest, two pages a run.
+        let outcome = loop {
+            match purge(&store, &mut registry, &options, &mut |_| {}).unwrap() {
+                Outcome::Stopped(_) => continue,
+                done => break done,
+            }
+        };
+        let want = PurgeCounts {
+            profile_rows: 5,
+            columns_deleted: 5,
+            history_rows: 20,
+            history_deleted: 10,
+        };
+        assert_eq!(outcome, Outcome::Purged(want));
+        let (columns, codes) = codes_left(&store);
+        assert_eq!(columns, ["dim_a"; 5]);
+        assert_eq!(codes, ["dim_a"; 10]);
+        let again = purge(&store, &mut registry, &options, &mut |_| {}).unwrap();
+        assert_eq!(again, Outcome::AlreadyPurged(want));
+        // Another store: the checkpoint is not its purge's.
+        let other_dir = TempDir::new().unwrap();
+        let (other, _) = setup(&other_dir, 1);
+        let refused = purge(&other, &mut registry, &options, &mut |_| {}).unwrap_err();
+        assert!(refused.to_string().contains("not "), "{refused}");
+        // Set online again: refused, saying it was purged.
+        registry.set_status("beh_b", TagStatus::Online).unwrap();
+        let refused = purge(&store, &mut registry, &options, &mut |_| {}).unwrap_err();
+        assert!(refused.to_string().contains("it was purged"), "{refused}");
+        // Another tag's purge refuses this one's checkpoint.
+        registry.set_status("dim_a", TagStatus::Offline).unwrap();
+        let other = PurgeOptions::new("dim_a", &checkpoint);
+        let refused = purge(&store, &mut registry, &other, &mut |_| {}).unwrap_err();
+        assert!(matches!(refused, Error::Invalid(_)), "{refused}");
+    }
+}

@@ -1,0 +1,380 @@
+//! `hourglass run`: the long-running job, Kafka → timely dataflow → tables.
+//!
+//! Each worker reads its partitions (`partition % workers == worker`, over every worker of every
+//! process in a cluster, see `driver::Cluster`), and commits offsets only
+//! once the readings before them are durable in both tables (see `pipeline::source::kafka`). SIGINT or
+//! SIGTERM stops reading; open windows then write what they hold, the writers flush, the offsets
+//! are committed and the job exits 0. A second signal exits at once (130): nothing is committed
+//! past what is stored, so a restart loses nothing. With `--metrics-listen` (or
+//! `metrics_listen`), the job serves its own `/metrics` and `/healthz` (`pipeline::job_metrics`).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::codec::hourly::hourly_window;
+use crate::config::{JobConfig, EXAMPLE};
+use crate::decode::SensorDecoder;
+use crate::job::SensorJob;
+use crate::tables::{NARROW_TABLE, RETENTION_SECS};
+use crate::Result;
+use pipeline::control::JobControl;
+use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
+use pipeline::stats::{Stats, Summary};
+use pipeline::Context;
+use timely::dataflow::ProbeHandle;
+
+use crate::serve::DashboardServer;
+use pipeline::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, Pace, RunSummary, Source, WorkerInput,
+};
+use pipeline::store::{self, Backend, BackendArgs};
+
+/// Arguments of `hourglass run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Job configuration (TOML): source, store, window, workers. See `--example-config`.
+    #[arg(long, required_unless_present = "example_config")]
+    pub config: Option<PathBuf>,
+    /// Print the commented example configuration and exit.
+    #[arg(long)]
+    pub example_config: bool,
+    /// Flush, commit and exit 0 once no record has arrived for this long (`500ms`, `5s`, `2m`):
+    /// for catch-up runs and tests.
+    #[arg(long, value_name = "DURATION")]
+    pub exit_on_idle: Option<String>,
+    /// Serve dashboards from the job's own store while it runs, with the endpoints of
+    /// `hourglass serve` (JSON API, Grafana's Prometheus API, the page at /), at
+    /// http://HOST:PORT/. The way to watch a job writing the embedded store, which admits one
+    /// process. Port 0 picks a free port (printed on stderr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
+    /// With `--serve`: a file holding a bearer token that every endpoint but /healthz requires.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    pub token_file: Option<PathBuf>,
+    /// Output, metrics and store-recovery flags, as `hourglass replay`'s.
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// Runs `hourglass run`.
+pub fn run(args: &RunArgs) -> Result<()> {
+    if args.example_config {
+        print!("{EXAMPLE}");
+        return Ok(());
+    }
+    let path = args
+        .config
+        .as_deref()
+        .context("--config FILE is required (see --example-config)")?;
+    let mut cfg = JobConfig::load(path)?;
+    if let Some(registry) = &cfg.registry {
+        // As replay: fail at start on a missing or malformed registry (later reload errors
+        // only warn and keep the previous one, and at start there is none to keep).
+        crate::registry::load(registry)
+            .with_context(|| format!("registry = {:?} in {}", registry, path.display()))?;
+    }
+    if let Some(addr) = args.job.checked_metrics_listen()? {
+        cfg.metrics_listen = Some(addr.to_string());
+    }
+    args.job.cluster.apply(&mut cfg.cluster);
+    cfg.validate()?;
+    let exit_on_idle = args
+        .exit_on_idle
+        .as_deref()
+        .map(pipeline::time::parse_duration)
+        .transpose()?;
+    run_job(&cfg, args, path, exit_on_idle)?;
+    Ok(())
+}
+
+fn run_job(
+    cfg: &JobConfig,
+    args: &RunArgs,
+    config: &Path,
+    exit_on_idle: Option<Duration>,
+) -> Result<RunSummary> {
+    // Before the store opens: a cluster refuses the embedded store.
+    let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
+    let job = Job::start(JobOptions {
+        args: &args.job,
+        metrics_listen: cfg.metrics_listen.as_deref(),
+        stop_on_signals: true,
+        quiet: false,
+        cluster: &cluster,
+        reject_kinds: &crate::decode::Reason::KINDS,
+    })?;
+    let backend = store::open_for_writing(
+        &cfg.store,
+        &crate::tables::all_tables(),
+        &BackendArgs::default(),
+        args.job.recover,
+    )?;
+    backend.ensure_tables()?;
+    let dashboards = args
+        .serve
+        .as_deref()
+        .map(|listen| {
+            DashboardServer::start(
+                listen,
+                &backend,
+                cfg,
+                args.token_file.as_deref(),
+                &args.job.http,
+            )
+        })
+        .transpose()?;
+    if let Some(server) = &dashboards {
+        // Tests and scripts read the address (port 0 picks one) from this line.
+        eprintln!("dashboards: http://{}/", server.addr());
+    }
+    let source = &cfg.source;
+    let partitions = kafka::wait_for_partitions(source, job.control())?;
+    // `JobConfig::validate` has checked a configured count against `MAX_WORKERS`.
+    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
+    // Partitions are spread over every worker of every process, by timely's global index.
+    let peers = cluster.peers(workers);
+    if peers > partitions {
+        eprintln!(
+            "note: {peers} workers but topic {} has {partitions} partitions: {} workers stay idle",
+            source.topic,
+            peers - partitions
+        );
+    }
+    tracing::info!(topic = %source.topic, partitions, workers, peers, process = cluster.process, group = %source.group_id, store = %backend.location(), "starting");
+    eprintln!(
+        "run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers{} → {}",
+        source.topic,
+        source.brokers,
+        source.group_id,
+        cluster.label().map_or_else(String::new, |p| format!(
+            " in {p} of {} ({peers} in all)",
+            cluster.processes()
+        )),
+        backend.location()
+    );
+
+    let first = cluster.process * workers;
+    let shared = Arc::new(KafkaShared::for_process(
+        partitions,
+        peers,
+        first..first + workers,
+    ));
+    job.metrics().attach_kafka(shared.clone());
+    let topic = TopicSource {
+        decoder: SensorDecoder {
+            metric: cfg.metric.clone(),
+        },
+        base: KafkaOptions {
+            source: source.clone(),
+            watermark_bound: cfg.window.watermark_bound_secs,
+            window: hourly_window(cfg.window.allowed_lateness_secs, None),
+            record_table: NARROW_TABLE,
+            exit_on_idle,
+            ttl_secs: RETENTION_SECS,
+            partitions,
+            worker: 0,
+            peers,
+            max_future_skew: cfg.window.future_skew_secs(),
+            // The room view holds a reading back for up to its write interval.
+            stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
+        },
+        shared,
+        threads: workers,
+        process: cluster.label(),
+        status_every: Duration::from_secs(cfg.status_interval_secs),
+        config: config.to_path_buf(),
+        stats: job.stats().clone(),
+        control: job.control().clone(),
+    };
+    let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend)?;
+    let summary = job.run(topic, sensor, &cfg.window, &cfg.store, &backend)?;
+    drop(dashboards);
+    Ok(summary)
+}
+
+/// A Kafka topic: worker `i` (over every process of a cluster) reads the partitions
+/// `p % peers == i` and commits their offsets once what every worker read before them is durable.
+struct TopicSource {
+    /// The readings' decoder.
+    decoder: SensorDecoder,
+    /// Worker 0's options; the others differ by `worker`.
+    base: KafkaOptions,
+    shared: Arc<KafkaShared>,
+    /// Worker threads of this process.
+    threads: usize,
+    /// `process I` in a cluster, for the status line.
+    process: Option<String>,
+    /// How often the status line is printed.
+    status_every: Duration,
+    /// The job's configuration file, which the report names.
+    config: PathBuf,
+    stats: Arc<Stats>,
+    control: Arc<JobControl>,
+}
+
+impl Source for TopicSource {
+    type Feed = KafkaFeed<SensorDecoder>;
+    type Watch = KafkaStatus;
+    type Report = RunSummary;
+
+    fn workers(&self) -> usize {
+        self.threads
+    }
+
+    fn settings(&self) -> driver::Settings {
+        let s = &self.base.source;
+        vec![
+            ("source.topic".into(), s.topic.clone()),
+            ("source.brokers".into(), s.brokers.clone()),
+            ("source.group_id".into(), s.group_id.clone()),
+            ("partitions".into(), self.base.partitions.to_string()),
+        ]
+    }
+
+    /// `source.flush_interval_ms`: short, so that readings become visible soon after they are
+    /// produced.
+    fn flush_every(&self) -> Duration {
+        Duration::from_millis(self.base.source.flush_interval_ms)
+    }
+
+    /// A catch-up races through event time, and a flush each time the frontier passes wrote a
+    /// batch per input batch through the embedded store's memtable (`perf` of a 100k-device
+    /// catch-up: skiplist `memcmp`, filters of tiny tables): at most one such flush per
+    /// `flush_interval_ms`, which a live reading may wait anyway.
+    fn flush_min_gap(&self) -> Duration {
+        self.flush_every()
+    }
+
+    /// Early firings are what let committed offsets pass an open hour's readings.
+    fn early_fire_past_hours(&self) -> bool {
+        true
+    }
+
+    fn open(
+        &self,
+        worker: usize,
+        probe: &ProbeHandle<u64>,
+        backend: &Backend,
+    ) -> Result<WorkerInput<KafkaFeed<SensorDecoder>>, String> {
+        let opts = KafkaOptions {
+            worker,
+            ..self.base.clone()
+        };
+        let feed = KafkaFeed::open(
+            self.decoder.clone(),
+            opts,
+            self.shared.clone(),
+            self.stats.clone(),
+            self.control.clone(),
+            probe.clone(),
+        )
+        .map_err(|e| format!("worker {worker}: {e}"))?;
+        let committer = feed.committer();
+        let writer = Box::new(feed.timed_writer(backend.writer()));
+        Ok(WorkerInput {
+            feed,
+            writer,
+            finish: Some(Box::new(move || {
+                committer.finish().map_err(|e| {
+                    format!(
+                        "final offset commit failed: {e}; the stored readings are safe and will \
+                         be re-read (idempotently) on restart"
+                    )
+                })
+            })),
+        })
+    }
+
+    fn watch(&self) -> pipeline::Result<KafkaStatus> {
+        let source = &self.base.source;
+        Ok(KafkaStatus::start(
+            self.process.clone(),
+            self.status_every,
+            kafka::consumer(source, "hourglass-status")?,
+            source.topic.clone(),
+            self.base.partitions,
+            self.shared.clone(),
+            self.stats.clone(),
+        ))
+    }
+
+    fn report(&self, counters: Summary, stats: &Stats) -> RunSummary {
+        let span = self.shared.input_span().map_or(0.0, |d| d.as_secs_f64());
+        let (samples, q) = self.shared.delays.quantiles(&[0.5, 0.99, 1.0]);
+        let summary = RunSummary {
+            consume_per_s: if span > 0.0 {
+                counters.read as f64 / span
+            } else {
+                0.0
+            },
+            counters,
+            input_span_s: span,
+            delay_samples: samples,
+            delay_p50_ms: q[0],
+            delay_p99_ms: q[1],
+            delay_max_ms: q[2],
+            registry_rejected: stats.registry_rejected.load(Ordering::Relaxed),
+            resume_skipped: self.shared.resume_skipped(),
+            config: self.config.clone(),
+        };
+        let ms = |q: Option<u64>| q.map_or("-".to_string(), |v| format!("{v} ms"));
+        // `bench live` reads these lines from the job's stderr: the store's share of the delay.
+        for (what, h) in [
+            ("flushes", &self.shared.flushes),
+            ("writes", &self.shared.writes),
+        ] {
+            let (n, q) = h.quantiles(&[0.5, 0.99, 1.0]);
+            eprintln!(
+                "store {what}: {n}, p50 {}, p99 {}, max {}, {:.1} s in all",
+                ms(q[0]),
+                ms(q[1]),
+                ms(q[2]),
+                h.snapshot(&[]).sum_secs
+            );
+        }
+        tracing::info!(summary = ?summary, committed = ?self.shared.committed(), "stopped");
+        summary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flushes_are_paced_by_the_flush_interval_live_and_catching_up() {
+        let source = pipeline::config::SourceConfig {
+            flush_interval_ms: 40,
+            ..Default::default()
+        };
+        let topic = TopicSource {
+            decoder: SensorDecoder {
+                metric: "temp".into(),
+            },
+            base: KafkaOptions {
+                source,
+                watermark_bound: 30,
+                window: hourly_window(3600, None),
+                record_table: NARROW_TABLE,
+                exit_on_idle: None,
+                ttl_secs: RETENTION_SECS,
+                partitions: 1,
+                worker: 0,
+                peers: 1,
+                max_future_skew: 3600,
+                stop_drain: Duration::from_secs(20),
+            },
+            shared: Arc::new(KafkaShared::new(1, 1)),
+            threads: 1,
+            process: None,
+            status_every: Duration::from_secs(10),
+            config: PathBuf::from("job.toml"),
+            stats: Arc::default(),
+            control: Arc::default(),
+        };
+        assert_eq!(topic.flush_every(), Duration::from_millis(40));
+        assert_eq!(topic.flush_min_gap(), Duration::from_millis(40));
+    }
+}
