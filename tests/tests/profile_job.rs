@@ -772,3 +772,61 @@ fn run_from_kafka_into_hbase_stores_the_models_profiles() {
         );
     }
 }
+
+/// A late event of a one-version (`dimension`) tag that reaches a later flush than the newer
+/// one must not replace it: the newest event time wins across flushes too, in the embedded
+/// store as in HBase (the job opens it with `newest_timestamp_wins`).
+#[test]
+fn a_late_event_in_a_later_flush_does_not_hide_the_newer_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    std::fs::write(
+        d.join("tags.csv"),
+        "tag_code,name,data_type,value_type,status,ttl_secs,category,owner,update_frequency\n\
+         dim_city,City,STRING,dimension,online,,geo,crm,daily\n",
+    )
+    .expect("writing the registry CSV");
+    // One user per flush: the late line (ts 100) is flushed after the newer one (ts 200).
+    std::fs::write(
+        d.join("p.toml"),
+        "[registry]\nurl = \"sqlite://./tags.sqlite\"\n[short_term]\npath = \"./short.sqlite\"\n\
+         [merge]\nmax_users = 1\n",
+    )
+    .expect("writing the config");
+    std::fs::write(
+        d.join("events.jsonl"),
+        "{\"user_id\": \"10086\", \"ts\": 1796400200, \"tags\": {\"dim_city\": \"hz\"}}\n\
+         {\"user_id\": \"10010\", \"ts\": 1796400150, \"tags\": {\"dim_city\": \"sh\"}}\n\
+         {\"user_id\": \"10086\", \"ts\": 1796400100, \"tags\": {\"dim_city\": \"bj\"}}\n",
+    )
+    .expect("writing the events");
+    ok(
+        d,
+        FIXED_NOW,
+        &["tags", "import", "tags.csv", "--config", "p.toml"],
+    );
+    ok(
+        d,
+        FIXED_NOW,
+        &[
+            "profile",
+            "replay",
+            "events.jsonl",
+            "--config",
+            "p.toml",
+            "--store",
+            "store",
+            "--workers",
+            "1",
+        ],
+    );
+    let got: Value = serde_json::from_str(&ok(
+        d,
+        FIXED_NOW,
+        &[
+            "profile", "get", "10086", "--config", "p.toml", "--store", "store",
+        ],
+    ))
+    .expect("profile get prints JSON");
+    assert_eq!(got["tags"]["dim_city"], "hz", "{got}");
+}
