@@ -88,12 +88,7 @@ pub fn open_for_writing(
     args: &BackendArgs,
     recover: bool,
 ) -> Result<Backend> {
-    let mode = if recover {
-        OpenMode::Recover
-    } else {
-        OpenMode::ReadWrite
-    };
-    open_with(cfg, tables, args, mode, None)
+    open_with(cfg, tables, args, writing_mode(recover), None)
 }
 
 /// [`open_for_writing`] for a job whose events may arrive out of event-time order across
@@ -107,17 +102,30 @@ pub fn open_for_merging(
     args: &BackendArgs,
     recover: bool,
 ) -> Result<Backend> {
-    let mode = if recover {
+    let options = OpenOptions {
+        newest_timestamp_wins: true,
+        ..job_options(writing_mode(recover), None)
+    };
+    open_as(cfg, tables, args, &options)
+}
+
+/// A writing job's open mode: `recover` keeps what a damaged journal holds before the damage.
+fn writing_mode(recover: bool) -> OpenMode {
+    if recover {
         OpenMode::Recover
     } else {
         OpenMode::ReadWrite
-    };
-    let options = OpenOptions {
+    }
+}
+
+/// How every open here opens: as `mode` says, HBase retries bounded by `retry_limit`, the
+/// embedded store's TTLs measured against [`crate::time::now_ms`] (so `HOURGLASS_NOW` applies).
+fn job_options(mode: OpenMode, retry_limit: Option<Duration>) -> OpenOptions {
+    OpenOptions {
         clock: Arc::new(crate::time::now_ms),
-        newest_timestamp_wins: true,
+        retry_limit,
         ..OpenOptions::new(mode)
-    };
-    open_as(cfg, tables, args, &options)
+    }
 }
 
 /// Opens the store as `mode` says, HBase retries bounded by `retry_limit`, measuring the
@@ -129,12 +137,7 @@ pub fn open_with(
     mode: OpenMode,
     retry_limit: Option<Duration>,
 ) -> Result<Backend> {
-    let options = OpenOptions {
-        clock: Arc::new(crate::time::now_ms),
-        retry_limit,
-        ..OpenOptions::new(mode)
-    };
-    open_as(cfg, tables, args, &options)
+    open_as(cfg, tables, args, &job_options(mode, retry_limit))
 }
 
 /// Opens the store `cfg` and the flags name with `options`, printing its open warnings.

@@ -14,6 +14,7 @@ pub mod purge;
 pub mod query;
 pub mod registry;
 pub mod short_term;
+mod sqlite;
 pub mod tables;
 pub mod tag;
 

@@ -1,7 +1,6 @@
 //! The embedded registry: one SQLite file (rusqlite, SQLite compiled in).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
@@ -9,10 +8,6 @@ use super::{create_table_sql, from_row, plan, to_row, Plan, TagRegistry, TagStat
 use super::{COLUMNS, TABLE};
 use crate::tag::{TagDef, TagStatus};
 use crate::{Error, Result};
-
-/// How long a writer waits for another process's write lock (a running job reading statuses,
-/// a second import) before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A tag registry in a SQLite file.
 #[derive(Debug)]
@@ -31,18 +26,7 @@ impl SqliteRegistry {
     /// [`Error::Io`] when the directory cannot be created; [`Error::Sqlite`] when the file
     /// cannot be opened as a database.
     pub fn open(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        let err = sqlite_error(path);
-        let conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&err)?;
-        conn.execute_batch(&create_table_sql("")).map_err(&err)?;
+        let conn = crate::sqlite::open(path, &create_table_sql(""))?;
         Ok(Self {
             conn,
             path: path.to_path_buf(),
@@ -50,14 +34,7 @@ impl SqliteRegistry {
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
-        sqlite_error(&self.path)
-    }
-}
-
-fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> Error + '_ {
-    move |source| Error::Sqlite {
-        path: path.display().to_string(),
-        source,
+        crate::sqlite::error(&self.path)
     }
 }
 
@@ -86,7 +63,7 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<super::Row> {
 
 impl TagRegistry for SqliteRegistry {
     fn upsert(&mut self, tags: &[TagDef]) -> Result<Vec<Result<Upserted>>> {
-        let err = sqlite_error(&self.path);
+        let err = crate::sqlite::error(&self.path);
         // IMMEDIATE: the write lock from the first read, so two imports cannot both see a
         // code as new.
         let tx = self
@@ -153,7 +130,7 @@ impl TagRegistry for SqliteRegistry {
     }
 
     fn set_status(&mut self, code: &str, status: TagStatus) -> Result<TagStatus> {
-        let err = sqlite_error(&self.path);
+        let err = crate::sqlite::error(&self.path);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)

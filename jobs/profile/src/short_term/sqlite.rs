@@ -1,16 +1,12 @@
 //! The short-term tags without Redis: one SQLite table, each value with its expiry.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::{expires_at, ShortTermStore, Written};
 use crate::merge::ShortTermValue;
-use crate::{Error, Result};
-
-/// How long a writer waits for another process's write lock before failing (retriably).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::Result;
 
 /// The table: the stored value's event time beside its expiry, so that a late write of an
 /// older event is refused even when the tag's TTL changed.
@@ -55,18 +51,7 @@ impl SqliteStore {
     /// [`Error::Io`] when the directory cannot be created; [`Error::Sqlite`] when the file
     /// cannot be opened as a database.
     pub fn open(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        let err = sqlite_error(path);
-        let conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(&err)?;
-        conn.execute_batch(CREATE).map_err(&err)?;
+        let conn = crate::sqlite::open(path, CREATE)?;
         Ok(Self {
             conn,
             path: path.to_path_buf(),
@@ -74,16 +59,9 @@ impl SqliteStore {
     }
 }
 
-fn sqlite_error(path: &Path) -> impl Fn(rusqlite::Error) -> Error + '_ {
-    move |source| Error::Sqlite {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
 impl ShortTermStore for SqliteStore {
     fn write_batch(&mut self, values: &[ShortTermValue], now: i64) -> Result<Written> {
-        let err = sqlite_error(&self.path);
+        let err = crate::sqlite::error(&self.path);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -117,7 +95,7 @@ impl ShortTermStore for SqliteStore {
         codes: &[&str],
         now: i64,
     ) -> Result<Vec<Vec<(String, String)>>> {
-        let err = sqlite_error(&self.path);
+        let err = crate::sqlite::error(&self.path);
         let mut select = self
             .conn
             .prepare_cached(
