@@ -1,5 +1,7 @@
 //! `hourglass tables`: the schema as HBase shell DDL, table creation, description and splits
-//! in HBase, and dumps of stored tables.
+//! in HBase, and dumps of stored tables, for the tables of both jobs: the sensor job's
+//! (`ts_metric`, `ts_metric_hourly`, `ts_room_latest`) and the profile job's
+//! (`user_profile_tag`, `user_tag_history`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,26 +38,35 @@ pub struct HbaseArgs {
     pub split: SplitArgs,
 }
 
+/// Every table of both jobs: the sensor job's with the split `splits` gives its id-keyed
+/// tables, then the profile job's (split over their salt, whatever the flags).
+fn every_table(splits: &Splits) -> Vec<TableSpec> {
+    let mut specs = tables::all_tables_split(&splits.ids);
+    specs.extend(profile::tables());
+    specs
+}
+
 impl HbaseArgs {
     /// The tables with the split these flags ask for, and where it comes from.
     fn tables(&self) -> Result<(Vec<TableSpec>, Splits)> {
         let splits = self.split.resolve(&load_config(self.config.as_ref())?)?;
-        Ok((tables::all_tables_split(&splits.ids), splits))
+        Ok((every_table(&splits), splits))
     }
 
     /// The HBase settings of [`HbaseArgs::open`]. `tables create` and `tables split` are
     /// HBase's own admin (region split keys the flags choose, regions to compare and recreate),
     /// so they ask for HBase by its type rather than through the generic [`sinks::Storage`].
     fn hbase(&self) -> Result<HbaseConfig> {
-        let backend = self.open()?;
+        let backend = self.open(&tables::all_tables())?;
         backend
             .downcast_ref::<HbaseStorage>()
             .map(|hbase| hbase.config().clone())
             .context("the table admin commands need HBase")
     }
 
-    /// HBase as the flags and the config name it, whatever the config's `store.kind`.
-    fn open(&self) -> Result<Backend> {
+    /// HBase as the flags and the config name it, whatever the config's `store.kind`, opened
+    /// with `specs`.
+    fn open(&self, specs: &[TableSpec]) -> Result<Backend> {
         let cfg = load_config(self.config.as_ref())?;
         let backend = BackendArgs {
             store: None,
@@ -67,11 +78,7 @@ impl HbaseArgs {
             "store.kind = \"hbase\" needs an address: pass --hbase HOST:PORT or set store.hbase"
         );
         Ok(pipeline::store::open(
-            &cfg.store,
-            &sensor::tables::all_tables(),
-            &backend,
-            true,
-            false,
+            &cfg.store, specs, &backend, true, false,
         )?)
     }
 }
@@ -86,7 +93,7 @@ fn load_config(path: Option<&PathBuf>) -> Result<JobConfig> {
 /// Table commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum TablesCommand {
-    /// Print the HBase shell DDL that creates every hourglass table, pre-split.
+    /// Print the HBase shell DDL that creates every hourglass table (both jobs'), pre-split.
     Ddl {
         /// Split points of ts_metric_hourly and ts_room_latest.
         #[command(flatten)]
@@ -95,18 +102,20 @@ pub enum TablesCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Create every hourglass table in HBase, pre-split (no-op for tables that exist with the
+    /// Create every hourglass table in HBase, both jobs', pre-split (no-op for tables that exist with the
     /// same schema, saying so when one lacks split points; an error naming the differences
     /// when the schema differs).
     Create(HbaseArgs),
     /// Show the hourglass tables in HBase: families, TTL, compression, bloom filter, versions,
-    /// region boundaries and the split points the flags ask for that are missing.
+    /// region boundaries and the split points the flags ask for that are missing; the tables
+    /// not created yet are named as such.
     Describe(HbaseArgs),
     /// Give an existing table the split points the flags ask for: recreate it pre-split if it
     /// is empty and --recreate-if-empty is given, else print the HBase shell commands that
     /// split it (HBase's Thrift gateways have no split call).
     Split {
-        /// The table: ts_metric, ts_metric_hourly or ts_room_latest.
+        /// The table: ts_metric, ts_metric_hourly, ts_room_latest, user_profile_tag or
+        /// user_tag_history.
         #[arg(long)]
         table: String,
         /// If the table holds no row, drop it and create it again pre-split (stop the jobs
@@ -119,7 +128,8 @@ pub enum TablesCommand {
     },
     /// Print every visible cell of a table: `row<TAB>family:qualifier<TAB>ts_ms<TAB>value`.
     Dump {
-        /// Table name (`ts_metric` or `ts_metric_hourly`).
+        /// Table name (`ts_metric`, `ts_metric_hourly`, `ts_room_latest`, `user_profile_tag` or
+        /// `user_tag_history`).
         table: String,
         /// Where the table is: `--store DIR` (default ./hourglass-data) or `--hbase HOST:PORT`.
         #[command(flatten)]
@@ -142,7 +152,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             let splits = split.resolve(&load_config(config.as_ref())?)?;
             // The shell reads `#` as a comment: the output stays a script it runs.
             writeln!(out, "# split points: {}", splits.origin)?;
-            for spec in tables::all_tables_split(&splits.ids) {
+            for spec in every_table(&splits) {
                 writeln!(out, "# {} row key: {}", spec.name, spec.key.layout)?;
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;
             }
@@ -189,7 +199,19 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
         TablesCommand::Describe(args) => {
             let (specs, splits) = args.tables()?;
             writeln!(out, "split points asked for: {}", splits.origin)?;
-            for t in args.open()?.admin().describe_tables()? {
+            let missing = admin::missing_tables(&args.hbase()?, &specs)?;
+            for name in &missing {
+                writeln!(
+                    out,
+                    "table {name}: not in HBase; `hourglass tables create` creates it"
+                )?;
+            }
+            let present: Vec<TableSpec> = specs
+                .iter()
+                .filter(|s| !missing.iter().any(|m| m == s.name))
+                .cloned()
+                .collect();
+            for t in args.open(&present)?.admin().describe_tables()? {
                 writeln!(out, "table {}", t.name)?;
                 for f in &t.families {
                     let ttl = f.ttl_secs.map_or("FOREVER".into(), |s| s.to_string());
@@ -239,12 +261,13 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
         } => {
             let spec = tables::all_tables()
                 .into_iter()
+                .chain(profile::tables())
                 .find(|t| t.name == table)
                 .with_context(|| unknown_table(&table))?;
             let cfg = load_config(config.as_ref())?;
             let db = pipeline::store::open(
                 &cfg.store,
-                &sensor::tables::all_tables(),
+                std::slice::from_ref(&spec),
                 &backend,
                 true,
                 false,
@@ -270,10 +293,12 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
 
 fn unknown_table(table: &str) -> String {
     format!(
-        "unknown table {table}: use {}, {} or {}",
+        "unknown table {table}: use {}, {}, {}, {} or {}",
         tables::NARROW_TABLE,
         tables::HOURLY_TABLE,
-        tables::ROOM_TABLE
+        tables::ROOM_TABLE,
+        profile::PROFILE_TABLE,
+        profile::HISTORY_TABLE
     )
 }
 

@@ -307,13 +307,27 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
         "{described}"
     );
     assert!(described.contains("16 regions:"), "{described}");
-    assert_eq!(
-        described
-            .matches("split points: all 15 present as region boundaries")
-            .count(),
-        3,
-        "{described}"
-    );
+    // Each sensor table's section says its 15 split points are region boundaries; the profile
+    // job's tables are described too, or named as not created yet.
+    for table in table_names() {
+        let section = described
+            .split("\ntable ")
+            .find(|s| s.starts_with(&format!("{table}\n")))
+            .unwrap_or_else(|| panic!("no section of {table}: {described}"));
+        assert!(
+            section.contains("split points: all 15 present as region boundaries"),
+            "{described}"
+        );
+    }
+    for table in [profile::PROFILE_TABLE, profile::HISTORY_TABLE] {
+        assert!(
+            described.contains(&format!("\ntable {table}\n"))
+                || described.contains(&format!(
+                    "table {table}: not in HBase; `hourglass tables create` creates it"
+                )),
+            "{described}"
+        );
+    }
     let ddl = run(dir, &now, &["tables", "ddl"]);
     assert!(
         ddl.starts_with("# split points: default")
@@ -327,6 +341,19 @@ fn tables_are_pre_split_and_every_region_receives_writes() {
         again.contains("ts_metric: exists with the same schema"),
         "{again}"
     );
+    // `tables create` makes the profile job's tables too, pre-split over their salt.
+    for table in [profile::PROFILE_TABLE, profile::HISTORY_TABLE] {
+        assert!(
+            again.contains(&format!("{table}: created"))
+                || again.contains(&format!("{table}: exists with the same schema")),
+            "{again}"
+        );
+        assert_eq!(
+            admin::table_regions(&cfg, table).expect("regions").len(),
+            16,
+            "{table}"
+        );
+    }
 
     let regions = admin::table_regions(&cfg, NARROW_TABLE).expect("regions");
     let bounds: Vec<(String, String)> = regions

@@ -728,6 +728,17 @@ fn run_from_kafka_into_hbase_stores_the_models_profiles() {
          hbase = {THRIFT1:?}\n"
     );
     std::fs::write(s.path().join("p.toml"), config).unwrap();
+    // From empty profile tables, made as a user makes them: `tables create` (both jobs'
+    // tables). Test files run one after another, and this is this file's only HBase test.
+    sinks::hbase::admin::drop_tables(
+        &sinks::hbase::HbaseConfig::new(THRIFT1),
+        &[profile::PROFILE_TABLE, profile::HISTORY_TABLE],
+    )
+    .expect("dropping the profile tables");
+    let created = s.ok(&["tables", "create", "--hbase", THRIFT1]);
+    for table in [profile::PROFILE_TABLE, profile::HISTORY_TABLE] {
+        assert!(created.contains(&format!("{table}: created")), "{created}");
+    }
     s.ok(&[
         "produce",
         "events.jsonl",
