@@ -45,7 +45,7 @@ use super::retry::{is_fatal, ErrorNote};
 use crate::config::SourceConfig;
 use crate::control::JobControl;
 use crate::source::counts::Counts;
-use crate::source::{rejected, Clock, Decoded, LineDecoder, Refusal};
+use crate::source::{rejected, Ahead, Clock, Decoded, LineDecoder};
 use crate::stats::Stats;
 use crate::Result;
 use sinks::table::TableWriter;
@@ -464,7 +464,12 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
             let skew = self.opts.max_future_skew;
             let ts = D::event_time(r);
             if ts > now.saturating_add(i64::try_from(skew).unwrap_or(i64::MAX)) {
-                let reason = D::Reason::future(ts, "the wall clock", now, skew);
+                let reason = D::Reason::from(Ahead {
+                    ts,
+                    reference: "the wall clock".into(),
+                    reference_ts: now,
+                    limit_secs: skew,
+                });
                 decoded = Err(rejected(offset.max(0) as u64, raw, reason));
             }
         }
@@ -542,6 +547,7 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
 mod tests {
     use super::super::ledger::OffsetLedger;
     use super::*;
+    use crate::source::{LineFault, Refusal};
 
     const WINDOW: operators::WindowSpec = operators::WindowSpec {
         width: 3600,
@@ -563,16 +569,22 @@ mod tests {
         }
     }
 
+    impl From<LineFault> for Bad {
+        fn from(_: LineFault) -> Self {
+            Bad
+        }
+    }
+
+    impl From<Ahead> for Bad {
+        fn from(_: Ahead) -> Self {
+            Bad
+        }
+    }
+
     impl Refusal for Bad {
         const KINDS: &'static [&'static str] = &["bad"];
         fn kind_index(&self) -> usize {
             0
-        }
-        fn too_long(_: usize) -> Self {
-            Bad
-        }
-        fn future(_: i64, _: &str, _: i64, _: u64) -> Self {
-            Bad
         }
     }
 
