@@ -11,6 +11,7 @@
 mod cluster;
 mod progress;
 mod report;
+mod sources;
 mod status;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use crate::{Context, Error, Result};
 pub use cluster::{job_settings, lost_peer_message, Cluster, ClusterArgs, Settings};
 pub use progress::Progress;
 pub use report::{Report, RunSummary};
+pub use sources::{MakeReport, RecordingSource, TopicSource, TopicSplit};
 pub use status::KafkaStatus;
 
 /// Flags of the job driver, shared by `hourglass replay` and `hourglass run`.
