@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use operators::EventFeed;
 use pipeline::driver::{
-    self, Cluster, Job, JobArgs, JobOptions, MakeReport, Pace, RecordingSource, Source,
-    TopicSource, TopicSplit,
+    self, Cluster, Job, JobArgs, JobOptions, MakeReport, Pace, RecordingSource, Source, TopicSource,
 };
 use pipeline::source::kafka::KafkaShared;
 use pipeline::store::{Backend, BackendArgs};
@@ -190,12 +189,8 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     })?;
     let backend = open_store(&cfg, args.job.recover)?;
     let source = &cfg.source;
-    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
-    let TopicSplit {
-        partitions,
-        peers,
-        shared,
-    } = job.split_topic(source, &cluster, workers)?;
+    let split = job.split_topic(source, &cluster, cfg.workers)?;
+    let (partitions, workers, shared) = (split.partitions, split.workers, split.shared);
     eprintln!(
         "profile run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers → {}",
         source.topic,
@@ -207,7 +202,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     let verb = format!("run ({}) stopped after reading", args.config.display());
     let topic = TopicSource {
         decoder: ProfileDecoder { limits: cfg.limits },
-        base: profile::job::topic_options(&cfg, partitions, peers, exit_on_idle),
+        base: profile::job::topic_options(&cfg, partitions, split.peers, exit_on_idle),
         shared: shared.clone(),
         threads: workers,
         process: cluster.label(),

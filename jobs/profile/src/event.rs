@@ -17,11 +17,11 @@ use pipeline::source::{job_kinds, json_object, line_text, Ahead, LineFault};
 use crate::key::validate_user_id;
 use crate::tag::{DataType, TagDef, TagStatus};
 
-/// Longest accepted input line, in bytes (the engine's, as the sensor job's).
-pub use pipeline::source::MAX_LINE_BYTES;
 /// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
 /// milliseconds sent where seconds were expected (the sensor decoder's rule).
 pub use pipeline::json::MAX_TS;
+/// Longest accepted input line, in bytes (the engine's, as the sensor job's).
+pub use pipeline::source::MAX_LINE_BYTES;
 /// Longest stored value by default ([`EventLimits::max_value_bytes`]), in bytes of its cell
 /// text (a STRING, or a MULTI_VALUE's JSON array): a profile row is read whole by every
 /// recommendation request, so one tag must not make it large.
@@ -576,7 +576,10 @@ mod tests {
             r#"{{"user_id":1,"ts":0,"tags":{{"a":"{}"}}}}"#,
             "x".repeat(MAX_LINE_BYTES)
         );
-        assert!(matches!(decode_str(&long), Err(Reason::Line(LineFault::TooLong(_)))));
+        assert!(matches!(
+            decode_str(&long),
+            Err(Reason::Line(LineFault::TooLong(_)))
+        ));
         assert_eq!(
             decode_str(r#"{"user_id":1,"ts":0}"#),
             Err(LineFault::missing("tags").into())

@@ -134,9 +134,7 @@ impl JobConfig {
             check_workers("workers", workers)?;
         }
         if self.status_interval_secs == 0 {
-            return Err(Error::config(
-                "status_interval_secs must be at least 1",
-            ));
+            return Err(Error::config("status_interval_secs must be at least 1"));
         }
         self.validate_registry()?;
         self.cluster.validate()?;

@@ -18,9 +18,7 @@ use crate::decode::SensorDecoder;
 use crate::job::SensorJob;
 use crate::tables::{NARROW_TABLE, RETENTION_SECS};
 use crate::Result;
-use pipeline::driver::{
-    self, Cluster, Job, JobArgs, JobOptions, Pace, RunSummary, TopicSource, TopicSplit,
-};
+use pipeline::driver::{Cluster, Job, JobArgs, JobOptions, Pace, RunSummary, TopicSource};
 use pipeline::source::kafka::{KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
 use pipeline::store::{self, BackendArgs};
@@ -128,12 +126,8 @@ fn run_job(
     }
     let source = &cfg.source;
     // `JobConfig::validate` has checked a configured count against `MAX_WORKERS`.
-    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
-    let TopicSplit {
-        partitions,
-        peers,
-        shared,
-    } = job.split_topic(source, &cluster, workers)?;
+    let split = job.split_topic(source, &cluster, cfg.workers)?;
+    let (partitions, workers, peers) = (split.partitions, split.workers, split.peers);
     if peers > partitions {
         eprintln!(
             "note: {peers} workers but topic {} has {partitions} partitions: {} workers stay idle",
@@ -154,7 +148,8 @@ fn run_job(
         backend.location()
     );
 
-    let (report_shared, config) = (shared.clone(), config.to_path_buf());
+    let (shared, config) = (split.shared, config.to_path_buf());
+    let report_shared = shared.clone();
     let topic = TopicSource {
         decoder: SensorDecoder {
             metric: cfg.metric.clone(),
@@ -187,18 +182,13 @@ fn topic_options(
     exit_on_idle: Option<Duration>,
 ) -> KafkaOptions {
     KafkaOptions {
-        source: cfg.source.clone(),
-        watermark_bound: cfg.window.watermark_bound_secs,
         window: hourly_window(cfg.window.allowed_lateness_secs, None),
         record_table: NARROW_TABLE,
         exit_on_idle,
         ttl_secs: RETENTION_SECS,
-        partitions,
-        worker: 0,
-        peers,
-        max_future_skew: cfg.window.future_skew_secs(),
         // The room view holds a reading back for up to its write interval.
         stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
+        ..KafkaOptions::new(&cfg.source, &cfg.window, partitions, peers)
     }
 }
 

@@ -134,6 +134,8 @@ where
 pub struct TopicSplit {
     /// The topic's partitions.
     pub partitions: usize,
+    /// Worker threads of each process.
+    pub workers: usize,
     /// Workers over every process, by timely's global index.
     pub peers: usize,
     /// State shared by this process's feeds, the status line and `/metrics`.
@@ -142,7 +144,8 @@ pub struct TopicSplit {
 
 impl Job {
     /// Waits for `source`'s topic (stoppable by a signal) and spreads its partitions over
-    /// `workers` threads in each process of `cluster`; `/metrics` reports their state.
+    /// `workers` threads (by default one per core) in each process of `cluster`; `/metrics`
+    /// reports their state.
     ///
     /// # Errors
     /// The topic's metadata cannot be read, or the job was stopped while waiting.
@@ -150,9 +153,10 @@ impl Job {
         &self,
         source: &SourceConfig,
         cluster: &Cluster,
-        workers: usize,
+        workers: Option<usize>,
     ) -> Result<TopicSplit> {
         let partitions = kafka::wait_for_partitions(source, self.control())?;
+        let workers = workers.unwrap_or_else(super::default_workers);
         let peers = cluster.peers(workers);
         let first = cluster.process * workers;
         let shared = Arc::new(KafkaShared::for_process(
@@ -163,6 +167,7 @@ impl Job {
         self.metrics().attach_kafka(shared.clone());
         Ok(TopicSplit {
             partitions,
+            workers,
             peers,
             shared,
         })

@@ -102,7 +102,10 @@ pub struct Ahead {
 /// When `N` is not `LineFault::KINDS.len() + kinds.len()`: in a constant, at compile time.
 pub const fn job_kinds<const N: usize>(kinds: &[&'static str]) -> [&'static str; N] {
     let line = LineFault::KINDS;
-    assert!(N == line.len() + kinds.len(), "N is not the number of kinds");
+    assert!(
+        N == line.len() + kinds.len(),
+        "N is not the number of kinds"
+    );
     let mut all = [""; N];
     let mut i = 0;
     while i < N {
@@ -155,7 +158,10 @@ mod tests {
         ];
         for (i, f) in all.iter().enumerate() {
             assert_eq!(f.kind_index(), i);
-            assert_eq!(serde_json::to_value(f).unwrap()["kind"], LineFault::KINDS[i]);
+            assert_eq!(
+                serde_json::to_value(f).unwrap()["kind"],
+                LineFault::KINDS[i]
+            );
         }
         const KINDS: [&str; 7] = job_kinds(&["future"]);
         assert_eq!(KINDS[..6], LineFault::KINDS);
@@ -164,7 +170,10 @@ mod tests {
 
     #[test]
     fn a_line_is_an_object_of_at_most_64_kib_of_utf8() {
-        assert_eq!(line_text(&[b' '; MAX_LINE_BYTES + 1]), Err(LineFault::TooLong(65537)));
+        assert_eq!(
+            line_text(&[b' '; MAX_LINE_BYTES + 1]),
+            Err(LineFault::TooLong(65537))
+        );
         assert_eq!(line_text(b"caf\xE9"), Err(LineFault::NotUtf8));
         assert_eq!(json_object("[1]"), Err(LineFault::NotAnObject));
         assert!(matches!(json_object("{"), Err(LineFault::InvalidJson(_))));

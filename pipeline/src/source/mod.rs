@@ -23,7 +23,9 @@ pub const FUTURE_KIND: &str = "future";
 /// record) and a message (its `Display`, the dead-letter record's `reason`): a [`LineFault`],
 /// or the job's own. The sources make the two refusals of their own, a line too long
 /// ([`LineFault::TooLong`]) and a record too far ahead ([`Ahead`], of kind [`FUTURE_KIND`]).
-pub trait Refusal: From<LineFault> + From<Ahead> + std::fmt::Display + std::fmt::Debug + Send + 'static {
+pub trait Refusal:
+    From<LineFault> + From<Ahead> + std::fmt::Display + std::fmt::Debug + Send + 'static
+{
     /// Every kind the job gives, at most [`crate::stats::MAX_REJECT_KINDS`], those of
     /// [`LineFault::KINDS`] first (see [`job_kinds`]); [`Refusal::kind_index`] indexes it.
     const KINDS: &'static [&'static str];

@@ -50,18 +50,12 @@ pub fn topic_options(
     exit_on_idle: Option<Duration>,
 ) -> KafkaOptions {
     KafkaOptions {
-        source: cfg.source.clone(),
-        watermark_bound: cfg.window.watermark_bound_secs,
         window: commit_window(),
         record_table: PROFILE_TABLE,
         exit_on_idle,
         ttl_secs: NO_TTL,
-        partitions,
-        worker: 0,
-        peers,
-        max_future_skew: cfg.window.future_skew_secs(),
         // A flush holds events back for up to the merge's interval.
-        stop_drain: Duration::from_secs(10)
-            + Duration::from_millis(cfg.merge.flush_interval_ms),
+        stop_drain: Duration::from_secs(10) + Duration::from_millis(cfg.merge.flush_interval_ms),
+        ..KafkaOptions::new(&cfg.source, &cfg.window, partitions, peers)
     }
 }

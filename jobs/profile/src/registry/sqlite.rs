@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::{create_table_sql, from_row, to_row, upsert_each, Plan, TagRegistry, TagStatuses, Upserted};
+use super::{
+    create_table_sql, from_row, to_row, upsert_each, Plan, TagRegistry, TagStatuses, Upserted,
+};
 use super::{COLUMNS, TABLE};
 use crate::tag::{TagDef, TagStatus};
 use crate::{Error, Result};
@@ -73,7 +75,12 @@ impl TagRegistry for SqliteRegistry {
         let outcomes = upsert_each(
             &mut tx,
             tags,
-            |tx, code| select_one(tx, code).map_err(&err)?.map(from_row).transpose(),
+            |tx, code| {
+                select_one(tx, code)
+                    .map_err(&err)?
+                    .map(from_row)
+                    .transpose()
+            },
             |tx, planned, tag| {
                 let r = to_row(tag);
                 let sql = if planned == Plan::Insert {

@@ -84,6 +84,38 @@ pub struct KafkaOptions {
     pub stop_drain: Duration,
 }
 
+impl KafkaOptions {
+    /// Worker 0's options of `source`'s topic of `partitions` read by `peers` workers, with
+    /// `window`'s watermark bound and future skew. The rest is a job's to set: by default no
+    /// window (offsets pass what the durable probe passed), no record table, no idle exit, no
+    /// TTL and a 10 s stop drain.
+    pub fn new(
+        source: &SourceConfig,
+        window: &crate::config::WindowConfig,
+        partitions: usize,
+        peers: usize,
+    ) -> Self {
+        KafkaOptions {
+            source: source.clone(),
+            watermark_bound: window.watermark_bound_secs,
+            window: operators::WindowSpec {
+                width: 1,
+                allowed_lateness: 0,
+                early_fire: None,
+                max_pending: None,
+            },
+            record_table: "",
+            exit_on_idle: None,
+            ttl_secs: u64::MAX,
+            partitions,
+            worker: 0,
+            peers,
+            max_future_skew: window.future_skew_secs(),
+            stop_drain: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Reading position and event time of one assigned partition.
 #[derive(Debug)]
 struct PartState {
