@@ -190,7 +190,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     let backend = open_store(&cfg, args.job.recover)?;
     let source = &cfg.source;
     let split = job.split_topic(source, &cluster, cfg.workers)?;
-    let (partitions, workers, shared) = (split.partitions, split.workers, split.shared);
+    let (partitions, workers) = (split.partitions, split.workers);
     eprintln!(
         "profile run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers → {}",
         source.topic,
@@ -200,19 +200,13 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
     );
     let counters = Arc::new(ProfileStats::default());
     let verb = format!("run ({}) stopped after reading", args.config.display());
+    let decoder = ProfileDecoder { limits: cfg.limits };
+    let base = profile::job::topic_options(&cfg, partitions, split.peers, exit_on_idle);
+    let report = report(counters.clone(), verb, Some(split.shared.clone()));
     let topic = TopicSource {
-        decoder: ProfileDecoder { limits: cfg.limits },
-        base: profile::job::topic_options(&cfg, partitions, split.peers, exit_on_idle),
-        shared: shared.clone(),
-        threads: workers,
-        process: cluster.label(),
         status_every: Duration::from_secs(cfg.status_interval_secs),
-        stats: job.stats().clone(),
-        control: job.control().clone(),
-        early_fire_past_hours: false,
-        timed_writes: false,
         stored: "tags",
-        report: report(counters.clone(), verb, Some(shared)),
+        ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
     run_profile(job, topic, &cfg, counters, &backend)
 }

@@ -148,25 +148,20 @@ fn run_job(
         backend.location()
     );
 
-    let (shared, config) = (split.shared, config.to_path_buf());
-    let report_shared = shared.clone();
+    let (shared, config) = (split.shared.clone(), config.to_path_buf());
+    let decoder = SensorDecoder {
+        metric: cfg.metric.clone(),
+    };
+    let base = topic_options(cfg, partitions, peers, exit_on_idle);
+    let report = Box::new(move |counters, stats: &Stats| {
+        run_summary(&shared, counters, stats, config.clone())
+    });
     let topic = TopicSource {
-        decoder: SensorDecoder {
-            metric: cfg.metric.clone(),
-        },
-        base: topic_options(cfg, partitions, peers, exit_on_idle),
-        shared,
-        threads: workers,
-        process: cluster.label(),
         status_every: Duration::from_secs(cfg.status_interval_secs),
-        stats: job.stats().clone(),
-        control: job.control().clone(),
         early_fire_past_hours: true,
         timed_writes: true,
         stored: "readings",
-        report: Box::new(move |counters, stats| {
-            run_summary(&report_shared, counters, stats, config.clone())
-        }),
+        ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
     let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend)?;
     let summary = job.run(topic, sensor, &cfg.window, &cfg.store, &backend)?;

@@ -206,6 +206,35 @@ pub struct TopicSource<D, R> {
     pub report: MakeReport<R>,
 }
 
+impl<D, R> TopicSource<D, R> {
+    /// `job`'s source of the topic that `split` spreads over `cluster`, read with `decoder`
+    /// from worker 0's options `base`, reported by `report`: a status line every 10 s, no
+    /// early firings, no timed writes.
+    pub fn new(
+        job: &Job,
+        cluster: &Cluster,
+        split: TopicSplit,
+        decoder: D,
+        base: KafkaOptions,
+        report: MakeReport<R>,
+    ) -> Self {
+        TopicSource {
+            decoder,
+            base,
+            shared: split.shared,
+            threads: split.workers,
+            process: cluster.label(),
+            status_every: Duration::from_secs(10),
+            stats: job.stats().clone(),
+            control: job.control().clone(),
+            early_fire_past_hours: false,
+            timed_writes: false,
+            stored: "records",
+            report,
+        }
+    }
+}
+
 impl<D, R> std::fmt::Debug for TopicSource<D, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TopicSource")
