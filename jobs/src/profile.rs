@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pipeline::driver::{self, Cluster, Job, JobArgs, JobOptions, Pace};
-use pipeline::source::kafka::{self, KafkaShared};
-use pipeline::store::BackendArgs;
-use profile::generate::{self, EventGenerator, GenerateConfig};
-use profile::job::{
-    ProfileDecoder, ProfileJob, ProfileReport, ProfileStats, RecordingSource, TopicSource,
+use operators::EventFeed;
+use pipeline::driver::{
+    self, Cluster, Job, JobArgs, JobOptions, MakeReport, Pace, RecordingSource, Source, TopicSource,
 };
+use pipeline::source::kafka::KafkaShared;
+use pipeline::store::{Backend, BackendArgs};
+use profile::generate::{self, EventGenerator, GenerateConfig};
+use profile::job::{ProfileDecoder, ProfileJob, ProfileReport, ProfileStats};
 use profile::{ProfileConfig, RejectReason};
 
 /// The profile job's commands.
@@ -139,13 +140,7 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
     }
     profile::job::check_registry(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
-    let backend = pipeline::store::open_for_merging(
-        &cfg.store,
-        &profile::tables(),
-        &BackendArgs::default(),
-        args.job.recover,
-    )?;
-    backend.ensure_tables()?;
+    let backend = open_store(&cfg, args.job.recover)?;
     drop(pipeline::source::replay::input::open(&args.file, None)?);
     let job = Job::start(JobOptions {
         args: &args.job,
@@ -160,20 +155,15 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
         .or(cfg.workers)
         .unwrap_or_else(driver::default_workers);
     let counters = Arc::new(ProfileStats::default());
-    job.metrics().attach_counters(counters.clone());
     let source = RecordingSource {
         decoder: ProfileDecoder { limits: cfg.limits },
-        path: args.file.clone(),
-        watermark_bound: cfg.window.watermark_bound_secs,
-        max_future_skew: cfg.window.future_skew_secs(),
+        base: profile::job::replay_options(&cfg, args.file.clone(), cluster.peers(workers)),
         threads: workers,
-        peers: cluster.peers(workers),
         stats: job.stats().clone(),
         control: job.control().clone(),
-        profile: counters.clone(),
+        report: report(counters.clone(), "replayed".into(), None),
     };
-    let profile = ProfileJob::new(&cfg, Pace::of(&source), counters)?;
-    Ok(job.run(source, profile, &cfg.window, &cfg.store, &backend)?)
+    run_profile(job, source, &cfg, counters, &backend)
 }
 
 fn run_job(args: &RunArgs) -> Result<ProfileReport> {
@@ -197,17 +187,10 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         cluster: &cluster,
         reject_kinds: &RejectReason::KINDS,
     })?;
-    let backend = pipeline::store::open_for_merging(
-        &cfg.store,
-        &profile::tables(),
-        &BackendArgs::default(),
-        args.job.recover,
-    )?;
-    backend.ensure_tables()?;
+    let backend = open_store(&cfg, args.job.recover)?;
     let source = &cfg.source;
-    let partitions = kafka::wait_for_partitions(source, job.control())?;
-    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
-    let peers = cluster.peers(workers);
+    let split = job.split_topic(source, &cluster, cfg.workers)?;
+    let (partitions, workers) = (split.partitions, split.workers);
     eprintln!(
         "profile run: topic {} ({partitions} partitions) at {}, group {}, {workers} workers → {}",
         source.topic,
@@ -215,29 +198,62 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         source.group_id,
         backend.location()
     );
-    let first = cluster.process * workers;
-    let shared = Arc::new(KafkaShared::for_process(
-        partitions,
-        peers,
-        first..first + workers,
-    ));
-    job.metrics().attach_kafka(shared.clone());
     let counters = Arc::new(ProfileStats::default());
-    job.metrics().attach_counters(counters.clone());
+    let verb = format!("run ({}) stopped after reading", args.config.display());
+    let decoder = ProfileDecoder { limits: cfg.limits };
+    let base = profile::job::topic_options(&cfg, partitions, split.peers, exit_on_idle);
+    let report = report(counters.clone(), verb, Some(split.shared.clone()));
     let topic = TopicSource {
-        decoder: ProfileDecoder { limits: cfg.limits },
-        base: TopicSource::options(&cfg, partitions, peers, exit_on_idle),
-        shared,
-        threads: workers,
-        process: cluster.label(),
         status_every: Duration::from_secs(cfg.status_interval_secs),
-        config: args.config.clone(),
-        stats: job.stats().clone(),
-        control: job.control().clone(),
-        profile: counters.clone(),
+        stored: "tags",
+        ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
-    let profile = ProfileJob::new(&cfg, Pace::of(&topic), counters)?;
-    Ok(job.run(topic, profile, &cfg.window, &cfg.store, &backend)?)
+    run_profile(job, topic, &cfg, counters, &backend)
+}
+
+/// The profile tables of `cfg`, open for the job's merging writes and created if absent.
+fn open_store(cfg: &ProfileConfig, recover: bool) -> Result<Backend> {
+    let backend = pipeline::store::open_for_merging(
+        &cfg.store,
+        &profile::tables(),
+        &BackendArgs::default(),
+        recover,
+    )?;
+    backend.ensure_tables()?;
+    Ok(backend)
+}
+
+/// The report of a job that `verb` the events, with the profile job's `counters` (and, for a
+/// topic, the records skipped on resuming).
+fn report(
+    counters: Arc<ProfileStats>,
+    verb: String,
+    topic: Option<Arc<KafkaShared>>,
+) -> MakeReport<ProfileReport> {
+    Box::new(move |summary, stats| ProfileReport {
+        verb: verb.clone(),
+        counters: summary,
+        profile: counters.snapshot(stats),
+        resume_skipped: topic.as_ref().map(|t| t.resume_skipped()),
+    })
+}
+
+/// Runs the profile job of `cfg` over `source` into `backend`, counting into `counters`
+/// (which `/metrics` reports).
+fn run_profile<S>(
+    job: Job,
+    source: S,
+    cfg: &ProfileConfig,
+    counters: Arc<ProfileStats>,
+    backend: &Backend,
+) -> Result<ProfileReport>
+where
+    S: Source<Report = ProfileReport>,
+    S::Feed: EventFeed<Item = profile::job::Item>,
+{
+    job.metrics().attach_counters(counters.clone());
+    let profile = ProfileJob::new(cfg, Pace::of(&source), counters)?;
+    Ok(job.run(source, profile, &cfg.window, &cfg.store, backend)?)
 }
 
 fn get(args: &GetArgs) -> Result<ExitCode> {

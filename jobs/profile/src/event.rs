@@ -12,14 +12,16 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use pipeline::source::{job_kinds, json_object, line_text, Ahead, LineFault};
+
 use crate::key::validate_user_id;
 use crate::tag::{DataType, TagDef, TagStatus};
 
-/// Longest accepted input line, in bytes (as the sensor job's).
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Largest accepted event time: 9999999999 (year 2286). Larger values are almost always
 /// milliseconds sent where seconds were expected (the sensor decoder's rule).
 pub use pipeline::json::MAX_TS;
+/// Longest accepted input line, in bytes (the engine's, as the sensor job's).
+pub use pipeline::source::MAX_LINE_BYTES;
 /// Longest stored value by default ([`EventLimits::max_value_bytes`]), in bytes of its cell
 /// text (a STRING, or a MULTI_VALUE's JSON array): a profile row is read whole by every
 /// recommendation request, so one tag must not make it large.
@@ -68,34 +70,12 @@ pub struct TagEvent {
     pub tags: Vec<(String, Value)>,
 }
 
-/// Why a line or one of its tags was rejected. `Display` gives the dead-letter message.
+/// Why a line or one of its tags was rejected: a [`LineFault`], or the profile domain's own
+/// reasons. `Display` gives the dead-letter message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Reason {
-    /// The line is longer than [`MAX_LINE_BYTES`].
-    #[error("line is {0} bytes, over the 64 KiB limit")]
-    TooLong(usize),
-    /// The line is not UTF-8.
-    #[error("line is not valid UTF-8")]
-    NotUtf8,
-    /// The line is not JSON (or is truncated).
-    #[error("invalid JSON: {0}")]
-    InvalidJson(String),
-    /// The line is JSON but not an object.
-    #[error("expected a JSON object")]
-    NotAnObject,
-    /// A required field is absent.
-    #[error("missing field `{0}`")]
-    MissingField(String),
-    /// A field of the envelope has the wrong type or value.
-    #[error("field `{field}`: {problem}")]
-    BadField {
-        /// The field.
-        field: String,
-        /// What is wrong with it.
-        problem: String,
-    },
     /// The event carries more tags than [`EventLimits::max_tags`].
     #[error(
         "{count} tags in one event, over the limit of {limit}: split the event, or raise max_tags"
@@ -141,29 +121,25 @@ pub enum Reason {
         limit: usize,
     },
     /// The event's time is too far ahead of a reference (the wall clock, or the watermark):
-    /// made by the job's sources (`pipeline::source::Refusal::future`), not by decoding.
-    #[error("ts {ts} is more than {limit_secs} s ahead of {reference} ({reference_ts})")]
-    Future {
-        /// The event time.
-        ts: i64,
-        /// What it was compared with.
-        reference: String,
-        /// The reference's time, epoch seconds.
-        reference_ts: i64,
-        /// The allowed skew, seconds.
-        limit_secs: u64,
-    },
+    /// made by the job's sources, not by decoding.
+    #[error(
+        "ts {} is more than {} s ahead of {} ({})",
+        .0.ts,
+        .0.limit_secs,
+        .0.reference,
+        .0.reference_ts
+    )]
+    Future(Ahead),
+    /// The line is not one (too long, not UTF-8, not a JSON object, a field of the envelope
+    /// absent or wrong).
+    #[serde(untagged)]
+    #[error(transparent)]
+    Line(#[from] LineFault),
 }
 
 impl Reason {
     /// Every kind of reason, as [`Reason::kind`] names it; [`Reason::kind_index`] indexes it.
-    pub const KINDS: [&'static str; 13] = [
-        "too_long",
-        "not_utf8",
-        "invalid_json",
-        "not_an_object",
-        "missing_field",
-        "bad_field",
+    pub const KINDS: [&'static str; 13] = job_kinds(&[
         "too_many_tags",
         "unknown_tag",
         "offline_tag",
@@ -171,31 +147,33 @@ impl Reason {
         "wrong_type",
         "value_too_large",
         "future",
-    ];
+    ]);
 
     /// The position of this reason's kind in [`Reason::KINDS`]: an index into a job's counters.
     pub fn kind_index(&self) -> usize {
-        match self {
-            Reason::TooLong(_) => 0,
-            Reason::NotUtf8 => 1,
-            Reason::InvalidJson(_) => 2,
-            Reason::NotAnObject => 3,
-            Reason::MissingField(_) => 4,
-            Reason::BadField { .. } => 5,
-            Reason::TooManyTags { .. } => 6,
-            Reason::UnknownTag(_) => 7,
-            Reason::Offline(_) => 8,
-            Reason::GrayNotTestUser { .. } => 9,
-            Reason::WrongType { .. } => 10,
-            Reason::TooLarge { .. } => 11,
-            Reason::Future { .. } => 12,
-        }
+        let own = match self {
+            Reason::Line(fault) => return fault.kind_index(),
+            Reason::TooManyTags { .. } => 0,
+            Reason::UnknownTag(_) => 1,
+            Reason::Offline(_) => 2,
+            Reason::GrayNotTestUser { .. } => 3,
+            Reason::WrongType { .. } => 4,
+            Reason::TooLarge { .. } => 5,
+            Reason::Future { .. } => 6,
+        };
+        LineFault::KINDS.len() + own
     }
 
     /// The reason's kind without its details: the `kind` of its dead-letter record, and a
     /// label value with few distinct values.
     pub fn kind(&self) -> &'static str {
         Self::KINDS[self.kind_index()]
+    }
+}
+
+impl From<Ahead> for Reason {
+    fn from(ahead: Ahead) -> Self {
+        Reason::Future(ahead)
     }
 }
 
@@ -299,25 +277,17 @@ pub fn decode_event(
 }
 
 fn decode(raw: &[u8], limits: &EventLimits) -> Result<TagEvent, Reason> {
-    if raw.len() > MAX_LINE_BYTES {
-        return Err(Reason::TooLong(raw.len()));
-    }
-    let text = std::str::from_utf8(raw).map_err(|_| Reason::NotUtf8)?;
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| Reason::InvalidJson(e.to_string()))?;
-    let Value::Object(mut fields) = value else {
-        return Err(Reason::NotAnObject);
-    };
+    let mut fields = json_object(line_text(raw)?)?;
     let user_id = match fields.remove("user_id") {
-        None => return Err(Reason::MissingField("user_id".into())),
+        None => return Err(LineFault::missing("user_id").into()),
         Some(v) => parse_user_id(v)?,
     };
     let ts = match fields.remove("ts") {
-        None => return Err(Reason::MissingField("ts".into())),
+        None => return Err(LineFault::missing("ts").into()),
         Some(v) => parse_ts(&v)?,
     };
     let tags = match fields.remove("tags") {
-        None => return Err(Reason::MissingField("tags".into())),
+        None => return Err(LineFault::missing("tags").into()),
         Some(Value::Object(tags)) => tags,
         Some(other) => {
             return Err(bad(
@@ -479,10 +449,7 @@ pub fn check_value(def: &TagDef, value: &Value, max_bytes: usize) -> Result<Cell
 }
 
 fn bad(field: &str, problem: impl Into<String>) -> Reason {
-    Reason::BadField {
-        field: field.to_string(),
-        problem: problem.into(),
-    }
+    LineFault::bad(field, problem).into()
 }
 
 #[cfg(test)]
@@ -516,7 +483,7 @@ mod tests {
 
     fn bad_field(line: &str) -> (String, String) {
         match decode_str(line) {
-            Err(Reason::BadField { field, problem }) => (field, problem),
+            Err(Reason::Line(LineFault::BadField { field, problem })) => (field, problem),
             other => panic!("{line}: expected BadField, got {other:?}"),
         }
     }
@@ -556,13 +523,13 @@ mod tests {
             "-1", "1.5", "1e3", "true", "null", r#""""#, r#""a_b""#, r#""a b""#,
         ] {
             assert!(
-                matches!(user(bad), Err(Reason::BadField { ref field, .. }) if field == "user_id"),
+                matches!(user(bad), Err(Reason::Line(LineFault::BadField { ref field, .. })) if field == "user_id"),
                 "{bad}"
             );
         }
         assert_eq!(
             decode_str(r#"{"ts":0,"tags":{}}"#),
-            Err(Reason::MissingField("user_id".into()))
+            Err(LineFault::missing("user_id").into())
         );
     }
 
@@ -594,25 +561,28 @@ mod tests {
 
     #[test]
     fn the_envelope_is_checked() {
-        assert_eq!(decode_str("[1]"), Err(Reason::NotAnObject));
+        assert_eq!(decode_str("[1]"), Err(LineFault::NotAnObject.into()));
         assert!(matches!(
             decode_str(r#"{"user_id":"#),
-            Err(Reason::InvalidJson(_))
+            Err(Reason::Line(LineFault::InvalidJson(_)))
         ));
         assert_eq!(
             decode_event(1, b"{\"user_id\":\"\xff\"}", &EventLimits::default())
                 .unwrap_err()
                 .reason,
-            Reason::NotUtf8
+            LineFault::NotUtf8.into()
         );
         let long = format!(
             r#"{{"user_id":1,"ts":0,"tags":{{"a":"{}"}}}}"#,
             "x".repeat(MAX_LINE_BYTES)
         );
-        assert!(matches!(decode_str(&long), Err(Reason::TooLong(_))));
+        assert!(matches!(
+            decode_str(&long),
+            Err(Reason::Line(LineFault::TooLong(_)))
+        ));
         assert_eq!(
             decode_str(r#"{"user_id":1,"ts":0}"#),
-            Err(Reason::MissingField("tags".into()))
+            Err(LineFault::missing("tags").into())
         );
         assert_eq!(bad_field(r#"{"user_id":1,"ts":0,"tags":[]}"#).0, "tags");
         let many: Vec<String> = (0..3).map(|i| format!(r#""t{i}":1"#)).collect();

@@ -99,9 +99,9 @@ impl JobConfig {
     /// Parses a TOML configuration.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the offending key.
+    /// [`pipeline::Error::Config`] naming the offending key.
     pub fn parse(text: &str) -> Result<Self> {
-        let cfg: JobConfig = toml::from_str(text).map_err(|e| Error::Config(e.to_string()))?;
+        let cfg: JobConfig = toml::from_str(text).map_err(|e| Error::config(e.to_string()))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -109,22 +109,22 @@ impl JobConfig {
     /// Reads and parses a TOML configuration file.
     ///
     /// # Errors
-    /// [`Error::Io`] if it cannot be read, [`Error::Config`] if it is invalid.
+    /// [`pipeline::Error::Io`] if it cannot be read, [`pipeline::Error::Config`] if it is invalid.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        let text = std::fs::read_to_string(path).map_err(|source| pipeline::Error::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+        Self::parse(&text).map_err(|e| Error::config(format!("{}: {e}", path.display())))
     }
 
     /// Checks values that parse but make no sense.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the key.
+    /// [`pipeline::Error::Config`] naming the key.
     pub fn validate(&self) -> Result<()> {
         if self.metric.is_empty() || matches!(self.metric.as_str(), "device" | "ts") {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "metric = {:?}: name a numeric field other than device and ts",
                 self.metric
             )));
@@ -134,9 +134,7 @@ impl JobConfig {
             check_workers("workers", workers)?;
         }
         if self.status_interval_secs == 0 {
-            return Err(Error::Config(
-                "status_interval_secs must be at least 1".into(),
-            ));
+            return Err(Error::config("status_interval_secs must be at least 1"));
         }
         self.validate_registry()?;
         self.cluster.validate()?;
@@ -151,17 +149,17 @@ impl JobConfig {
             return Ok(());
         };
         if let Some(path) = &self.registry {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "registry = {:?} and registry_topic = {topic:?}: the room view reads one \
                  registry; keep one of them",
                 path.display().to_string()
             )));
         }
         if topic.trim().is_empty() {
-            return Err(Error::Config("registry_topic must not be empty".into()));
+            return Err(Error::config("registry_topic must not be empty"));
         }
         if *topic == self.source.topic {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "registry_topic = {topic:?} is the readings' topic (source.topic): use a \
                  compacted topic of its own"
             )));

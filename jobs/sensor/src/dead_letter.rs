@@ -138,7 +138,7 @@ mod tests {
         let record = rejected_record(&Rejected {
             line: 9,
             partition: Some(2),
-            reason: crate::decode::Reason::TooLong(100),
+            reason: pipeline::source::LineFault::TooLong(100).into(),
             raw,
         });
         assert_eq!(record["line"], 9);

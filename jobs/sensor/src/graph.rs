@@ -39,6 +39,7 @@ use crate::room;
 use crate::tables::{NARROW_TABLE, ROOM_TABLE};
 use pipeline::config::WindowConfig;
 use pipeline::control::JobControl;
+use pipeline::driver::CountingWriter;
 use pipeline::source::Clock;
 
 use crate::decode::Decoded;
@@ -105,16 +106,11 @@ pub struct GraphConfig {
     pub room_write_interval: Duration,
 }
 
-/// Counts what the table writer writes and forwards it.
-struct CountingWriter {
-    writer: Box<dyn TableWriter>,
-    stats: Arc<Stats>,
-    /// Mutations written since the last flush: the size of the batch the next flush makes
-    /// durable.
-    unflushed: u64,
-}
+/// Counts the narrow rows, wide cells and room rows the table writer writes, and forwards
+/// them (the engine's [`CountingWriter`] counting each flush's batch).
+struct RowCounter(CountingWriter);
 
-impl BatchWriter<Mutation> for CountingWriter {
+impl BatchWriter<Mutation> for RowCounter {
     type Error = sinks::Error;
 
     fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
@@ -133,23 +129,16 @@ impl BatchWriter<Mutation> for CountingWriter {
                 }
             }
         }
-        let mutations = batch.len() as u64;
-        self.writer.write(batch)?;
-        self.unflushed += mutations;
-        add(&self.stats.narrow_rows, narrow);
-        add(&self.stats.wide_cells, wide);
-        add(&self.stats.room_rows, room);
+        self.0.write(batch)?;
+        let stats = self.0.stats();
+        add(&stats.narrow_rows, narrow);
+        add(&stats.wide_cells, wide);
+        add(&stats.room_rows, room);
         Ok(())
     }
 
     fn flush(&mut self) -> sinks::Result<()> {
-        self.writer.flush()?;
-        if self.unflushed > 0 {
-            self.stats
-                .sink_batches
-                .observe(std::mem::take(&mut self.unflushed));
-        }
-        Ok(())
+        self.0.flush()
     }
 }
 
@@ -395,11 +384,7 @@ pub fn build<'scope, F>(
         .concat(rooms)
         .write_batches(
             "WriteTables",
-            CountingWriter {
-                writer,
-                stats,
-                unflushed: 0,
-            },
+            RowCounter(CountingWriter::new(writer, stats)),
             pace,
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )
@@ -454,11 +439,7 @@ mod tests {
         .unwrap()
         .len();
         let stats = Arc::new(Stats::default());
-        let mut counting = CountingWriter {
-            writer: Box::new(NoWriter),
-            stats: stats.clone(),
-            unflushed: 0,
-        };
+        let mut counting = RowCounter(CountingWriter::new(Box::new(NoWriter), stats.clone()));
         counting
             .write(vec![Mutation::Put { table, row, cells }])
             .unwrap();

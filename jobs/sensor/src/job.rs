@@ -5,14 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use operators::EventFeed;
-use pipeline::control::JobControl;
-use pipeline::driver::{Dataflow, Pace, Settings};
+use pipeline::driver::{Dataflow, Pace, Settings, WorkerParts};
 use pipeline::source::Clock;
-use pipeline::stats::Stats;
 use pipeline::store::Backend;
-use sinks::dead_letter::DeadLetters;
-use sinks::table::TableWriter;
-use timely::dataflow::{ProbeHandle, Scope};
+use timely::dataflow::Scope;
 
 use crate::config::JobConfig;
 use crate::decode::Decoded;
@@ -70,28 +66,20 @@ impl Dataflow for SensorJob {
         self.settings.clone()
     }
 
-    fn build<'scope, F>(
-        &self,
-        scope: Scope<'scope, u64>,
-        feed: F,
-        writer: Box<dyn TableWriter>,
-        side: Arc<DeadLetters>,
-        stats: Arc<Stats>,
-        control: Arc<JobControl>,
-        probe: &ProbeHandle<u64>,
-    ) where
+    fn build<F>(&self, scope: Scope<'_, u64>, worker: WorkerParts<'_, F>)
+    where
         F: EventFeed<Item = Decoded> + 'static,
     {
-        let side: Arc<dyn SideOutput> = side;
+        let side: Arc<dyn SideOutput> = worker.side;
         graph::build(
             scope,
-            feed,
+            worker.feed,
             &self.graph,
-            writer,
+            worker.writer,
             side,
-            stats,
-            control,
-            probe,
+            worker.stats,
+            worker.control,
+            worker.probe,
         );
     }
 }

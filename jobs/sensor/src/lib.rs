@@ -47,35 +47,31 @@ pub mod summary;
 pub mod tables;
 pub mod tools;
 
-/// Errors of the sensor crate.
+/// Errors of the sensor crate: the engine's (the store, configuration, arguments, files), or
+/// another library's.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The storage backend failed; [`sinks::Error::is_retriable`] tells whether the same call
-    /// may succeed later.
-    #[error("store error: {0}")]
-    Store(sinks::Error),
-    /// A configuration value is invalid.
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    /// An argument is invalid.
-    #[error("{0}")]
-    Invalid(String),
-    /// Reading input failed.
-    #[error("i/o error on {path}: {source}")]
-    Io {
-        /// The file or stream involved.
-        path: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The engine failed, or a command could not do what it was asked, as it says.
+    /// The engine failed, a value is invalid, or a command could not do what it was asked, as
+    /// it says: [`pipeline::Error::Invalid`], [`pipeline::Error::Config`],
+    /// [`pipeline::Error::Io`], [`pipeline::Error::Store`] among them.
     #[error(transparent)]
-    Engine(pipeline::Error),
+    Engine(#[from] pipeline::Error),
     /// Another library failed, as it says.
     #[error(transparent)]
     Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// An invalid argument or value, as [`pipeline::Error::Invalid`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::Engine(pipeline::Error::Invalid(message.into()))
+    }
+
+    /// An invalid configuration value, as [`pipeline::Error::Config`].
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::Engine(pipeline::Error::Config(message.into()))
+    }
 }
 
 /// `?` on the errors of the libraries the commands call: [`Error::Other`] (I/O errors are the
@@ -111,18 +107,5 @@ impl From<sinks::Error> for Error {
     /// query with a bad argument is the caller's fault, not an unavailable store).
     fn from(e: sinks::Error) -> Self {
         pipeline::Error::from(e).into()
-    }
-}
-
-impl From<pipeline::Error> for Error {
-    /// The engine's errors, variant for variant (the messages are the same).
-    fn from(e: pipeline::Error) -> Self {
-        match e {
-            pipeline::Error::Store(e) => Error::Store(e),
-            pipeline::Error::Config(message) => Error::Config(message),
-            pipeline::Error::Invalid(message) => Error::Invalid(message),
-            pipeline::Error::Io { path, source } => Error::Io { path, source },
-            other => Error::Engine(other),
-        }
     }
 }

@@ -240,7 +240,7 @@ const HOURS_PER_GET: usize = 24;
 /// `early_fire_secs` of a reading; for every reading whose Kafka offset is committed).
 ///
 /// # Errors
-/// A store error, a malformed row, or [`Error::Invalid`](crate::Error::Invalid) when `Wide` or
+/// A store error, a malformed row, or [`pipeline::Error::Invalid`] when `Wide` or
 /// `Auto` would read more than [`MAX_WIDE_HOURS`] wide rows.
 pub fn curve_points(
     store: &dyn TableReader,
@@ -256,7 +256,7 @@ pub fn curve_points(
         let hours =
             (i128::from(to) - i128::from(first) + HOUR_SECS as i128 - 1) / HOUR_SECS as i128;
         if hours > i128::from(MAX_WIDE_HOURS) {
-            return Err(crate::Error::Invalid(format!(
+            return Err(crate::Error::invalid(format!(
                 "the range [{from}, {to}) spans {hours} hours, more than the limit of \
                  {MAX_WIDE_HOURS} hours (366 days) read from wide rows: split it, or read the \
                  narrow table (one scan)"

@@ -35,9 +35,9 @@ pub enum RegistrySource {
 /// Checks a room id: the same alphabet as device ids, since it starts the room view's row keys.
 ///
 /// # Errors
-/// [`Error::Invalid`] naming the problem.
+/// [`pipeline::Error::Invalid`] naming the problem.
 pub fn validate_room(room: &str) -> Result<()> {
-    validate_device(room).map_err(|e| Error::Invalid(e.to_string().replace("device id", "room id")))
+    validate_device(room).map_err(|e| Error::invalid(e.to_string().replace("device id", "room id")))
 }
 
 /// Parses registry CSV text into its entries, in file order: the device and the columns after
@@ -45,7 +45,7 @@ pub fn validate_room(room: &str) -> Result<()> {
 /// key and value.
 ///
 /// # Errors
-/// [`Error::Invalid`] naming the line and what is wrong with it.
+/// [`pipeline::Error::Invalid`] naming the line and what is wrong with it.
 pub fn parse_entries(text: &str) -> Result<Vec<(String, String)>> {
     let mut entries = Vec::new();
     let mut header_seen = false;
@@ -63,14 +63,14 @@ pub fn parse_entries(text: &str) -> Result<Vec<(String, String)>> {
             if device == "device" && room == "room" {
                 continue;
             }
-            return Err(Error::Invalid(format!(
+            return Err(Error::invalid(format!(
                 "registry line {}: expected the header `device,room[,…]`, got {line:?}",
                 i + 1
             )));
         }
         validate_device(device)
-            .map_err(|e| Error::Invalid(format!("registry line {}: {e}", i + 1)))?;
-        validate_room(room).map_err(|e| Error::Invalid(format!("registry line {}: {e}", i + 1)))?;
+            .map_err(|e| Error::invalid(format!("registry line {}: {e}", i + 1)))?;
+        validate_room(room).map_err(|e| Error::invalid(format!("registry line {}: {e}", i + 1)))?;
         entries.push((device.to_string(), rest.join(",")));
     }
     Ok(entries)
@@ -79,7 +79,7 @@ pub fn parse_entries(text: &str) -> Result<Vec<(String, String)>> {
 /// Parses registry CSV text.
 ///
 /// # Errors
-/// [`Error::Invalid`] naming the line and what is wrong with it.
+/// [`pipeline::Error::Invalid`] naming the line and what is wrong with it.
 pub fn parse(text: &str) -> Result<Registry> {
     Ok(parse_entries(text)?
         .into_iter()
@@ -182,13 +182,13 @@ pub struct RejectedRecord {
 /// Reads and parses a registry file.
 ///
 /// # Errors
-/// [`Error::Io`] if unreadable, [`Error::Invalid`] if malformed.
+/// [`pipeline::Error::Io`] if unreadable, [`pipeline::Error::Invalid`] if malformed.
 pub fn load(path: &Path) -> Result<Registry> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+    let text = std::fs::read_to_string(path).map_err(|source| pipeline::Error::Io {
         path: path.display().to_string(),
         source,
     })?;
-    parse(&text).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+    parse(&text).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))
 }
 
 /// The changes that turn `old` into `new`: `((device, room), +1 | -1)`.

@@ -44,13 +44,13 @@ fn topic_error(brokers: &str, topic: &str, message: String) -> Error {
 pub fn cleanup_policy(cfg: &ClientConfig, topic: &str) -> Result<Option<String>> {
     let admin: AdminClient<DefaultClientContext> = cfg
         .create()
-        .map_err(|e| Error::Config(format!("Kafka admin client: {e}")))?;
+        .map_err(|e| Error::config(format!("Kafka admin client: {e}")))?;
     let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
     let results = block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))
-        .map_err(|e| Error::Invalid(format!("describing topic {topic}: {e}")))?;
+        .map_err(|e| Error::invalid(format!("describing topic {topic}: {e}")))?;
     for result in results {
         let resource =
-            result.map_err(|code| Error::Invalid(format!("describing topic {topic}: {code}")))?;
+            result.map_err(|code| Error::invalid(format!("describing topic {topic}: {code}")))?;
         if let Some(entry) = resource.get("cleanup.policy") {
             return Ok(entry.value.clone());
         }

@@ -1,8 +1,6 @@
 //! `hourglass replay`: a recorded traffic file → timely dataflow → tables.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use crate::codec::hourly::hour_start;
 use crate::config::JobConfig;
@@ -11,17 +9,12 @@ use crate::job::SensorJob;
 use crate::tables::RETENTION_SECS;
 use crate::Result;
 use pipeline::config::WindowConfig;
-use pipeline::control::JobControl;
+use pipeline::driver::{self, Cluster, Job, JobArgs, JobOptions, Pace, RecordingSource};
 use pipeline::source::replay::input::{self, LineReader};
-use pipeline::source::replay::{FutureGuard, ReplayFeed, ReplayOptions};
+use pipeline::source::replay::{FutureGuard, ReplayOptions};
 use pipeline::stats::{Stats, Summary};
-use pipeline::time::HOUR_SECS;
-use timely::dataflow::ProbeHandle;
-
-use pipeline::driver::{
-    self, Cluster, Job, JobArgs, JobOptions, Pace, Progress, Source, WorkerInput,
-};
 use pipeline::store::{Backend, BackendArgs};
+use pipeline::time::HOUR_SECS;
 
 /// Arguments of `hourglass replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -172,100 +165,10 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
             max_future_skew: cfg.window.future_skew_secs(),
         },
         threads: workers,
-        stdin: args.file == Path::new("-"),
-        total_bytes: std::fs::metadata(&args.file)
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| m.len()),
         stats: job.stats().clone(),
         control: job.control().clone(),
+        report: Box::new(|counters: Summary, _: &Stats| counters),
     };
     let sensor = SensorJob::new(cfg, Pace::of(&source), backend)?;
     Ok(job.run(source, sensor, &cfg.window, &cfg.store, backend)?)
-}
-
-/// A recording, read by every worker (each keeps its share of the lines).
-struct RecordingSource {
-    /// The readings' decoder.
-    decoder: SensorDecoder,
-    /// Worker 0's options; the others differ by `worker`.
-    base: ReplayOptions,
-    /// Worker threads of this process.
-    threads: usize,
-    /// stdin can be read once: worker 0 (of process 0 in a cluster) takes every line.
-    stdin: bool,
-    /// The input's size, for the progress bar (unknown for stdin and pipes).
-    total_bytes: Option<u64>,
-    stats: Arc<Stats>,
-    control: Arc<JobControl>,
-}
-
-impl Source for RecordingSource {
-    type Feed = ReplayFeed<SensorDecoder>;
-    type Watch = Progress;
-    type Report = Summary;
-
-    fn workers(&self) -> usize {
-        self.threads
-    }
-
-    /// The input's path may differ between hosts; whether it is stdin may not, or lines
-    /// would be read twice or not at all.
-    fn settings(&self) -> driver::Settings {
-        vec![
-            ("replay.stdin".into(), self.stdin.to_string()),
-            ("replay.speed".into(), format!("{:?}", self.base.speed)),
-            ("replay.shift".into(), self.base.shift.to_string()),
-        ]
-    }
-
-    fn flush_every(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    /// At full speed, event time passes many seconds per wall second: flushing on each would
-    /// write small batches through the store's memtable instead of large sorted ones. Nobody
-    /// waits on a replay's durability before its end, which always flushes.
-    fn flush_min_gap(&self) -> Duration {
-        if self.base.speed.is_none() {
-            Duration::from_secs(1)
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    fn open(
-        &self,
-        worker: usize,
-        _probe: &ProbeHandle<u64>,
-        backend: &Backend,
-    ) -> Result<WorkerInput<ReplayFeed<SensorDecoder>>, String> {
-        let mut opts = self.base.clone();
-        opts.worker = worker;
-        let (stats, control) = (self.stats.clone(), self.control.clone());
-        let decoder = self.decoder.clone();
-        let feed = if self.stdin {
-            opts.peers = 1;
-            if worker == 0 {
-                ReplayFeed::open(decoder, opts, stats, control)
-            } else {
-                Ok(ReplayFeed::empty(decoder, opts, stats, control))
-            }
-        } else {
-            ReplayFeed::open(decoder, opts, stats, control)
-        };
-        Ok(WorkerInput {
-            feed: feed.map_err(|e| e.to_string())?,
-            writer: backend.writer(),
-            finish: None,
-        })
-    }
-
-    fn watch(&self) -> pipeline::Result<Progress> {
-        Ok(Progress::start(self.stats.clone(), self.total_bytes))
-    }
-
-    fn report(&self, counters: Summary, _stats: &Stats) -> Summary {
-        counters
-    }
 }

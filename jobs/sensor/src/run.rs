@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::hourly::hourly_window;
@@ -19,17 +18,13 @@ use crate::decode::SensorDecoder;
 use crate::job::SensorJob;
 use crate::tables::{NARROW_TABLE, RETENTION_SECS};
 use crate::Result;
-use pipeline::control::JobControl;
-use pipeline::source::kafka::{self, KafkaFeed, KafkaOptions, KafkaShared};
+use pipeline::driver::{Cluster, Job, JobArgs, JobOptions, Pace, RunSummary, TopicSource};
+use pipeline::source::kafka::{KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
+use pipeline::store::{self, BackendArgs};
 use pipeline::Context;
-use timely::dataflow::ProbeHandle;
 
 use crate::serve::DashboardServer;
-use pipeline::driver::{
-    self, Cluster, Job, JobArgs, JobOptions, KafkaStatus, Pace, RunSummary, Source, WorkerInput,
-};
-use pipeline::store::{self, Backend, BackendArgs};
 
 /// Arguments of `hourglass run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -130,11 +125,9 @@ fn run_job(
         eprintln!("dashboards: http://{}/", server.addr());
     }
     let source = &cfg.source;
-    let partitions = kafka::wait_for_partitions(source, job.control())?;
     // `JobConfig::validate` has checked a configured count against `MAX_WORKERS`.
-    let workers = cfg.workers.unwrap_or_else(driver::default_workers);
-    // Partitions are spread over every worker of every process, by timely's global index.
-    let peers = cluster.peers(workers);
+    let split = job.split_topic(source, &cluster, cfg.workers)?;
+    let (partitions, workers, peers) = (split.partitions, split.workers, split.peers);
     if peers > partitions {
         eprintln!(
             "note: {peers} workers but topic {} has {partitions} partitions: {} workers stay idle",
@@ -155,38 +148,20 @@ fn run_job(
         backend.location()
     );
 
-    let first = cluster.process * workers;
-    let shared = Arc::new(KafkaShared::for_process(
-        partitions,
-        peers,
-        first..first + workers,
-    ));
-    job.metrics().attach_kafka(shared.clone());
+    let (shared, config) = (split.shared.clone(), config.to_path_buf());
+    let decoder = SensorDecoder {
+        metric: cfg.metric.clone(),
+    };
+    let base = topic_options(cfg, partitions, peers, exit_on_idle);
+    let report = Box::new(move |counters, stats: &Stats| {
+        run_summary(&shared, counters, stats, config.clone())
+    });
     let topic = TopicSource {
-        decoder: SensorDecoder {
-            metric: cfg.metric.clone(),
-        },
-        base: KafkaOptions {
-            source: source.clone(),
-            watermark_bound: cfg.window.watermark_bound_secs,
-            window: hourly_window(cfg.window.allowed_lateness_secs, None),
-            record_table: NARROW_TABLE,
-            exit_on_idle,
-            ttl_secs: RETENTION_SECS,
-            partitions,
-            worker: 0,
-            peers,
-            max_future_skew: cfg.window.future_skew_secs(),
-            // The room view holds a reading back for up to its write interval.
-            stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
-        },
-        shared,
-        threads: workers,
-        process: cluster.label(),
         status_every: Duration::from_secs(cfg.status_interval_secs),
-        config: config.to_path_buf(),
-        stats: job.stats().clone(),
-        control: job.control().clone(),
+        early_fire_past_hours: true,
+        timed_writes: true,
+        stored: "readings",
+        ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
     let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend)?;
     let summary = job.run(topic, sensor, &cfg.window, &cfg.store, &backend)?;
@@ -194,187 +169,96 @@ fn run_job(
     Ok(summary)
 }
 
-/// A Kafka topic: worker `i` (over every process of a cluster) reads the partitions
-/// `p % peers == i` and commits their offsets once what every worker read before them is durable.
-struct TopicSource {
-    /// The readings' decoder.
-    decoder: SensorDecoder,
-    /// Worker 0's options; the others differ by `worker`.
-    base: KafkaOptions,
-    shared: Arc<KafkaShared>,
-    /// Worker threads of this process.
-    threads: usize,
-    /// `process I` in a cluster, for the status line.
-    process: Option<String>,
-    /// How often the status line is printed.
-    status_every: Duration,
-    /// The job's configuration file, which the report names.
-    config: PathBuf,
-    stats: Arc<Stats>,
-    control: Arc<JobControl>,
+/// Worker 0's options of a topic of `partitions` read by `peers` workers, as `cfg` says.
+fn topic_options(
+    cfg: &JobConfig,
+    partitions: usize,
+    peers: usize,
+    exit_on_idle: Option<Duration>,
+) -> KafkaOptions {
+    KafkaOptions {
+        window: hourly_window(cfg.window.allowed_lateness_secs, None),
+        record_table: NARROW_TABLE,
+        exit_on_idle,
+        ttl_secs: RETENTION_SECS,
+        // The room view holds a reading back for up to its write interval.
+        stop_drain: Duration::from_secs(10 + cfg.room_write_interval_secs),
+        ..KafkaOptions::new(&cfg.source, &cfg.window, partitions, peers)
+    }
 }
 
-impl Source for TopicSource {
-    type Feed = KafkaFeed<SensorDecoder>;
-    type Watch = KafkaStatus;
-    type Report = RunSummary;
-
-    fn workers(&self) -> usize {
-        self.threads
+/// The report of a run of `config` stopped after reading `counters`, with the delays from
+/// produce to durable in `shared`; prints the store's share of the delay.
+fn run_summary(
+    shared: &KafkaShared,
+    counters: Summary,
+    stats: &Stats,
+    config: PathBuf,
+) -> RunSummary {
+    let span = shared.input_span().map_or(0.0, |d| d.as_secs_f64());
+    let (samples, q) = shared.delays.quantiles(&[0.5, 0.99, 1.0]);
+    let summary = RunSummary {
+        consume_per_s: if span > 0.0 {
+            counters.read as f64 / span
+        } else {
+            0.0
+        },
+        counters,
+        input_span_s: span,
+        delay_samples: samples,
+        delay_p50_ms: q[0],
+        delay_p99_ms: q[1],
+        delay_max_ms: q[2],
+        registry_rejected: stats.registry_rejected.load(Ordering::Relaxed),
+        resume_skipped: shared.resume_skipped(),
+        config,
+    };
+    let ms = |q: Option<u64>| q.map_or("-".to_string(), |v| format!("{v} ms"));
+    // `bench live` reads these lines from the job's stderr: the store's share of the delay.
+    for (what, h) in [("flushes", &shared.flushes), ("writes", &shared.writes)] {
+        let (n, q) = h.quantiles(&[0.5, 0.99, 1.0]);
+        eprintln!(
+            "store {what}: {n}, p50 {}, p99 {}, max {}, {:.1} s in all",
+            ms(q[0]),
+            ms(q[1]),
+            ms(q[2]),
+            h.snapshot(&[]).sum_secs
+        );
     }
-
-    fn settings(&self) -> driver::Settings {
-        let s = &self.base.source;
-        vec![
-            ("source.topic".into(), s.topic.clone()),
-            ("source.brokers".into(), s.brokers.clone()),
-            ("source.group_id".into(), s.group_id.clone()),
-            ("partitions".into(), self.base.partitions.to_string()),
-        ]
-    }
-
-    /// `source.flush_interval_ms`: short, so that readings become visible soon after they are
-    /// produced.
-    fn flush_every(&self) -> Duration {
-        Duration::from_millis(self.base.source.flush_interval_ms)
-    }
-
-    /// A catch-up races through event time, and a flush each time the frontier passes wrote a
-    /// batch per input batch through the embedded store's memtable (`perf` of a 100k-device
-    /// catch-up: skiplist `memcmp`, filters of tiny tables): at most one such flush per
-    /// `flush_interval_ms`, which a live reading may wait anyway.
-    fn flush_min_gap(&self) -> Duration {
-        self.flush_every()
-    }
-
-    /// Early firings are what let committed offsets pass an open hour's readings.
-    fn early_fire_past_hours(&self) -> bool {
-        true
-    }
-
-    fn open(
-        &self,
-        worker: usize,
-        probe: &ProbeHandle<u64>,
-        backend: &Backend,
-    ) -> Result<WorkerInput<KafkaFeed<SensorDecoder>>, String> {
-        let opts = KafkaOptions {
-            worker,
-            ..self.base.clone()
-        };
-        let feed = KafkaFeed::open(
-            self.decoder.clone(),
-            opts,
-            self.shared.clone(),
-            self.stats.clone(),
-            self.control.clone(),
-            probe.clone(),
-        )
-        .map_err(|e| format!("worker {worker}: {e}"))?;
-        let committer = feed.committer();
-        let writer = Box::new(feed.timed_writer(backend.writer()));
-        Ok(WorkerInput {
-            feed,
-            writer,
-            finish: Some(Box::new(move || {
-                committer.finish().map_err(|e| {
-                    format!(
-                        "final offset commit failed: {e}; the stored readings are safe and will \
-                         be re-read (idempotently) on restart"
-                    )
-                })
-            })),
-        })
-    }
-
-    fn watch(&self) -> pipeline::Result<KafkaStatus> {
-        let source = &self.base.source;
-        Ok(KafkaStatus::start(
-            self.process.clone(),
-            self.status_every,
-            kafka::consumer(source, "hourglass-status")?,
-            source.topic.clone(),
-            self.base.partitions,
-            self.shared.clone(),
-            self.stats.clone(),
-        ))
-    }
-
-    fn report(&self, counters: Summary, stats: &Stats) -> RunSummary {
-        let span = self.shared.input_span().map_or(0.0, |d| d.as_secs_f64());
-        let (samples, q) = self.shared.delays.quantiles(&[0.5, 0.99, 1.0]);
-        let summary = RunSummary {
-            consume_per_s: if span > 0.0 {
-                counters.read as f64 / span
-            } else {
-                0.0
-            },
-            counters,
-            input_span_s: span,
-            delay_samples: samples,
-            delay_p50_ms: q[0],
-            delay_p99_ms: q[1],
-            delay_max_ms: q[2],
-            registry_rejected: stats.registry_rejected.load(Ordering::Relaxed),
-            resume_skipped: self.shared.resume_skipped(),
-            config: self.config.clone(),
-        };
-        let ms = |q: Option<u64>| q.map_or("-".to_string(), |v| format!("{v} ms"));
-        // `bench live` reads these lines from the job's stderr: the store's share of the delay.
-        for (what, h) in [
-            ("flushes", &self.shared.flushes),
-            ("writes", &self.shared.writes),
-        ] {
-            let (n, q) = h.quantiles(&[0.5, 0.99, 1.0]);
-            eprintln!(
-                "store {what}: {n}, p50 {}, p99 {}, max {}, {:.1} s in all",
-                ms(q[0]),
-                ms(q[1]),
-                ms(q[2]),
-                h.snapshot(&[]).sum_secs
-            );
-        }
-        tracing::info!(summary = ?summary, committed = ?self.shared.committed(), "stopped");
-        summary
-    }
+    tracing::info!(summary = ?summary, committed = ?shared.committed(), "stopped");
+    summary
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pipeline::driver::Source;
+    use std::sync::Arc;
 
     #[test]
     fn flushes_are_paced_by_the_flush_interval_live_and_catching_up() {
-        let source = pipeline::config::SourceConfig {
-            flush_interval_ms: 40,
-            ..Default::default()
-        };
+        let mut cfg = JobConfig::default();
+        cfg.source.flush_interval_ms = 40;
         let topic = TopicSource {
             decoder: SensorDecoder {
                 metric: "temp".into(),
             },
-            base: KafkaOptions {
-                source,
-                watermark_bound: 30,
-                window: hourly_window(3600, None),
-                record_table: NARROW_TABLE,
-                exit_on_idle: None,
-                ttl_secs: RETENTION_SECS,
-                partitions: 1,
-                worker: 0,
-                peers: 1,
-                max_future_skew: 3600,
-                stop_drain: Duration::from_secs(20),
-            },
+            base: topic_options(&cfg, 1, 1, None),
             shared: Arc::new(KafkaShared::new(1, 1)),
             threads: 1,
             process: None,
             status_every: Duration::from_secs(10),
-            config: PathBuf::from("job.toml"),
             stats: Arc::default(),
             control: Arc::default(),
+            early_fire_past_hours: true,
+            timed_writes: true,
+            stored: "readings",
+            report: Box::new(|counters, stats| {
+                run_summary(&KafkaShared::new(1, 1), counters, stats, "job.toml".into())
+            }),
         };
         assert_eq!(topic.flush_every(), Duration::from_millis(40));
         assert_eq!(topic.flush_min_gap(), Duration::from_millis(40));
+        assert!(topic.early_fire_past_hours());
     }
 }

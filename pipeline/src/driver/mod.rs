@@ -11,15 +11,16 @@
 mod cluster;
 mod progress;
 mod report;
+mod sources;
 mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use operators::{EventFeed, Poll};
+use operators::{BatchWriter, EventFeed, Poll};
 use sinks::dead_letter::DeadLetters;
-use sinks::table::TableWriter;
+use sinks::table::{Mutation, TableWriter};
 use timely::dataflow::{ProbeHandle, Scope};
 
 use crate::config::{StoreConfig, WindowConfig};
@@ -33,6 +34,7 @@ use crate::{Context, Error, Result};
 pub use cluster::{job_settings, lost_peer_message, Cluster, ClusterArgs, Settings};
 pub use progress::Progress;
 pub use report::{Report, RunSummary};
+pub use sources::{MakeReport, RecordingSource, TopicSource, TopicSplit};
 pub use status::KafkaStatus;
 
 /// Flags of the job driver, shared by `hourglass replay` and `hourglass run`.
@@ -122,21 +124,88 @@ pub trait Dataflow: Send + Sync + 'static {
     /// the store's, see [`job_settings`]).
     fn settings(&self) -> Settings;
 
-    /// Builds the dataflow on one worker over `feed`, writing with `writer`, rejected and late
-    /// records to `side`. `probe`'s frontier must pass watermark `t` once every record the feed
-    /// emitted before `t` is durably written (a Kafka feed commits the offsets it passed).
-    #[allow(clippy::too_many_arguments)]
-    fn build<'scope, F>(
-        &self,
-        scope: Scope<'scope, u64>,
-        feed: F,
-        writer: Box<dyn TableWriter>,
-        side: Arc<DeadLetters>,
-        stats: Arc<Stats>,
-        control: Arc<JobControl>,
-        probe: &ProbeHandle<u64>,
-    ) where
+    /// Builds the dataflow on one worker over `worker.feed` (see [`WorkerParts`]).
+    fn build<F>(&self, scope: Scope<'_, u64>, worker: WorkerParts<'_, F>)
+    where
         F: EventFeed<Item = Self::Item> + 'static;
+}
+
+/// What the driver gives a job's dataflow on one worker: it reads `feed`, writes with
+/// `writer`, rejected and late records to `side`. `probe`'s frontier must pass watermark `t`
+/// once every record the feed emitted before `t` is durably written (a Kafka feed commits the
+/// offsets it passed).
+pub struct WorkerParts<'a, F> {
+    /// The worker's share of the input.
+    pub feed: F,
+    /// The worker's table writer.
+    pub writer: Box<dyn TableWriter>,
+    /// The dead-letter and late outputs.
+    pub side: Arc<DeadLetters>,
+    /// The engine's counters.
+    pub stats: Arc<Stats>,
+    /// The job's control: a failure anywhere fails the job.
+    pub control: Arc<JobControl>,
+    /// The probe of what is durable.
+    pub probe: &'a ProbeHandle<u64>,
+}
+
+impl<F> std::fmt::Debug for WorkerParts<'_, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerParts").finish_non_exhaustive()
+    }
+}
+
+/// The table writer of a worker, counting each flush's batch into
+/// [`Stats::sink_batches`]: the mutations written since the previous one.
+pub struct CountingWriter {
+    writer: Box<dyn TableWriter>,
+    stats: Arc<Stats>,
+    unflushed: u64,
+}
+
+impl CountingWriter {
+    /// Counts what `writer` flushes into `stats`.
+    pub fn new(writer: Box<dyn TableWriter>, stats: Arc<Stats>) -> Self {
+        CountingWriter {
+            writer,
+            stats,
+            unflushed: 0,
+        }
+    }
+
+    /// The engine's counters it counts into.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+impl std::fmt::Debug for CountingWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingWriter")
+            .field("unflushed", &self.unflushed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchWriter<Mutation> for CountingWriter {
+    type Error = sinks::Error;
+
+    fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
+        let mutations = batch.len() as u64;
+        self.writer.write(batch)?;
+        self.unflushed += mutations;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> sinks::Result<()> {
+        self.writer.flush()?;
+        if self.unflushed > 0 {
+            self.stats
+                .sink_batches
+                .observe(std::mem::take(&mut self.unflushed));
+        }
+        Ok(())
+    }
 }
 
 /// How a source wants a job's writes paced (see [`Source::flush_every`],
@@ -377,15 +446,15 @@ impl Job {
             match opened {
                 Ok(input) => {
                     worker.dataflow::<u64, _, _>(|scope| {
-                        w_job.build(
-                            scope,
-                            input.feed,
-                            input.writer,
+                        let parts = WorkerParts {
+                            feed: input.feed,
+                            writer: input.writer,
                             side,
                             stats,
                             control,
-                            &probe,
-                        );
+                            probe: &probe,
+                        };
+                        w_job.build(scope, parts);
                     });
                     while worker.step_or_park(None) {}
                     if let Some(Err(e)) = input.finish.map(|finish| finish()) {
@@ -395,15 +464,15 @@ impl Job {
                 Err(e) => {
                     w_control.fail(e);
                     worker.dataflow::<u64, _, _>(|scope| {
-                        w_job.build(
-                            scope,
-                            NoInput::<D::Item>(std::marker::PhantomData),
-                            w_backend.writer(),
+                        let parts = WorkerParts {
+                            feed: NoInput::<D::Item>(std::marker::PhantomData),
+                            writer: w_backend.writer(),
                             side,
                             stats,
                             control,
-                            &probe,
-                        );
+                            probe: &probe,
+                        };
+                        w_job.build(scope, parts);
                     });
                 }
             }

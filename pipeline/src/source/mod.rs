@@ -4,25 +4,30 @@
 
 mod clock;
 mod counts;
+mod fault;
 pub mod kafka;
 pub mod replay;
 
 pub use clock::Clock;
+pub use fault::{job_kinds, json_object, line_text, Ahead, LineFault};
 
 use serde::{Deserialize, Serialize};
 
 /// Longest accepted input line, in bytes.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
-/// The kind of the refusals of records too far ahead of a reference time ([`Refusal::future`]).
+/// The kind of the refusals of records too far ahead of a reference time ([`Ahead`]).
 pub const FUTURE_KIND: &str = "future";
 
 /// Why a job refused a record: a kind (a label with few values, the `kind` of its dead-letter
-/// record) and a message (its `Display`, the dead-letter record's `reason`). The sources make
-/// the two refusals of their own, [`Refusal::too_long`] and [`Refusal::future`].
-pub trait Refusal: std::fmt::Display + std::fmt::Debug + Send + 'static {
-    /// Every kind the job gives, at most [`crate::stats::MAX_REJECT_KINDS`];
-    /// [`Refusal::kind_index`] indexes it.
+/// record) and a message (its `Display`, the dead-letter record's `reason`): a [`LineFault`],
+/// or the job's own. The sources make the two refusals of their own, a line too long
+/// ([`LineFault::TooLong`]) and a record too far ahead ([`Ahead`], of kind [`FUTURE_KIND`]).
+pub trait Refusal:
+    From<LineFault> + From<Ahead> + std::fmt::Display + std::fmt::Debug + Send + 'static
+{
+    /// Every kind the job gives, at most [`crate::stats::MAX_REJECT_KINDS`], those of
+    /// [`LineFault::KINDS`] first (see [`job_kinds`]); [`Refusal::kind_index`] indexes it.
     const KINDS: &'static [&'static str];
 
     /// The position of this refusal's kind in [`Refusal::KINDS`].
@@ -32,13 +37,6 @@ pub trait Refusal: std::fmt::Display + std::fmt::Debug + Send + 'static {
     fn kind(&self) -> &'static str {
         Self::KINDS[self.kind_index()]
     }
-
-    /// A line of `bytes` bytes, over [`MAX_LINE_BYTES`].
-    fn too_long(bytes: usize) -> Self;
-
-    /// A record at `ts` more than `limit_secs` ahead of `reference` (`the wall clock`, `the
-    /// watermark`) at `reference_ts` (epoch seconds); its kind is [`FUTURE_KIND`].
-    fn future(ts: i64, reference: &str, reference_ts: i64, limit_secs: u64) -> Self;
 }
 
 /// A record that could not be decoded or was refused, for the dead-letter output.

@@ -32,19 +32,6 @@ impl Refusal for Reason {
     fn kind_index(&self) -> usize {
         Reason::kind_index(self)
     }
-
-    fn too_long(bytes: usize) -> Self {
-        Reason::TooLong(bytes)
-    }
-
-    fn future(ts: i64, reference: &str, reference_ts: i64, limit_secs: u64) -> Self {
-        Reason::Future {
-            ts,
-            reference: reference.to_string(),
-            reference_ts,
-            limit_secs,
-        }
-    }
 }
 
 /// Decodes tag event lines with [`decode_event`] under the job's [`EventLimits`].
@@ -152,6 +139,7 @@ mod json_text {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pipeline::source::LineFault;
 
     #[test]
     fn the_hint_is_the_user_the_decoder_reads() {
@@ -180,8 +168,14 @@ mod tests {
             .decode(9, b"{\"user_id\":")
             .unwrap_err();
         assert_eq!((r.line, r.reason.kind()), (9, "invalid_json"));
-        assert_eq!(Reason::future(5, "the wall clock", 1, 2).kind(), "future");
-        assert_eq!(Reason::too_long(70_000).kind(), "too_long");
+        let ahead = pipeline::source::Ahead {
+            ts: 5,
+            reference: "the wall clock".into(),
+            reference_ts: 1,
+            limit_secs: 2,
+        };
+        assert_eq!(Reason::from(ahead).kind(), "future");
+        assert_eq!(Reason::from(LineFault::TooLong(70_000)).kind(), "too_long");
     }
 
     #[test]

@@ -27,17 +27,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use operators::{bounded_event_source, EventFeed, FlushPace, InFlight, InOrder, WriteBatches};
-use pipeline::control::JobControl;
-use pipeline::driver::{Dataflow, Pace, Settings};
+use pipeline::driver::{CountingWriter, Dataflow, Pace, Settings, WorkerParts};
 use pipeline::source::Decoded;
-use pipeline::stats::Stats;
-use sinks::dead_letter::DeadLetters;
-use sinks::table::TableWriter;
 use timely::dataflow::operators::{Concat, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 
 pub use decoder::{user_hint, ProfileDecoder, ProfileEvent};
-pub use source::{commit_window, RecordingSource, TopicSource};
+pub use source::{commit_window, replay_options, topic_options};
 pub use stats::{ProfileCounters, ProfileReport, ProfileStats};
 pub use writers::DeadLetter;
 
@@ -47,7 +43,7 @@ use crate::merge::{MergeConfig, UserMerge};
 use crate::registry::RegistryUrl;
 use crate::Result;
 use flush::{merge_users, FlushTimes, UserBuffer};
-use writers::{DeadLetterSink, ShortTermSink, TableSink};
+use writers::{DeadLetterSink, ShortTermSink};
 
 /// Events a worker's source may have read and not yet delivered through the exchange by user
 /// (see [`operators::bounded_event_source`]): a decoded event with its raw line is about 1 KB,
@@ -129,18 +125,18 @@ impl Dataflow for ProfileJob {
         ]
     }
 
-    fn build<'scope, F>(
-        &self,
-        scope: Scope<'scope, u64>,
-        feed: F,
-        writer: Box<dyn TableWriter>,
-        side: Arc<DeadLetters>,
-        stats: Arc<Stats>,
-        control: Arc<JobControl>,
-        probe: &ProbeHandle<u64>,
-    ) where
+    fn build<F>(&self, scope: Scope<'_, u64>, worker: WorkerParts<'_, F>)
+    where
         F: EventFeed<Item = Item> + 'static,
     {
+        let WorkerParts {
+            feed,
+            writer,
+            side,
+            stats,
+            control,
+            probe,
+        } = worker;
         let pace = FlushPace {
             every: self.pace.flush_every,
             min_gap: self.pace.flush_min_gap,
@@ -209,11 +205,7 @@ impl Dataflow for ProfileJob {
         let on_tables = fail("writing tables failed");
         puts.write_batches(
             "WriteTables",
-            TableSink {
-                writer,
-                stats,
-                unflushed: 0,
-            },
+            CountingWriter::new(writer, stats),
             pace,
             move |e: sinks::Error| on_tables(e.to_string()),
         )

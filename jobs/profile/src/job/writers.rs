@@ -10,7 +10,6 @@ use pipeline::control::JobControl;
 use pipeline::stats::{add, Stats};
 use serde_json::json;
 use sinks::dead_letter::DeadLetters;
-use sinks::table::{Mutation, TableWriter};
 
 use super::stats::ProfileStats;
 use crate::event::Reason;
@@ -101,33 +100,6 @@ impl BatchWriter<Box<DeadLetter>> for DeadLetterSink {
 
     fn flush(&mut self) -> sinks::Result<()> {
         self.side.flush()
-    }
-}
-
-/// The worker's table writer, observing the size of each flush.
-pub(crate) struct TableSink {
-    pub(crate) writer: Box<dyn TableWriter>,
-    pub(crate) stats: Arc<Stats>,
-    /// Mutations written since the last flush.
-    pub(crate) unflushed: u64,
-}
-
-impl BatchWriter<Mutation> for TableSink {
-    type Error = sinks::Error;
-
-    fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
-        self.unflushed += batch.len() as u64;
-        self.writer.write(batch)
-    }
-
-    fn flush(&mut self) -> sinks::Result<()> {
-        self.writer.flush()?;
-        if self.unflushed > 0 {
-            self.stats
-                .sink_batches
-                .observe(std::mem::take(&mut self.unflushed));
-        }
-        Ok(())
     }
 }
 

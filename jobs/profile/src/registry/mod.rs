@@ -290,6 +290,34 @@ pub(crate) fn plan(stored: Option<&TagDef>, new: &TagDef) -> Result<Plan> {
     }
 }
 
+/// Upserts `tags` one by one by the rules of [`plan`], the loop of every backend's
+/// [`TagRegistry::upsert`] within its transaction `tx`: `stored` reads a code's stored
+/// definition, `write` inserts or updates a tag ([`Plan::Unchanged`] writes nothing). A tag the
+/// rules refuse is an `Err` outcome; an error of `stored` or `write` is the upsert's.
+pub(crate) fn upsert_each<T>(
+    tx: &mut T,
+    tags: &[TagDef],
+    mut stored: impl FnMut(&mut T, &str) -> Result<Option<TagDef>>,
+    mut write: impl FnMut(&mut T, Plan, &TagDef) -> Result<()>,
+) -> Result<Vec<Result<Upserted>>> {
+    let mut outcomes = Vec::with_capacity(tags.len());
+    for tag in tags {
+        let stored = stored(tx, &tag.tag_code)?;
+        let planned = match plan(stored.as_ref(), tag) {
+            Ok(p) => p,
+            Err(e) => {
+                outcomes.push(Err(e));
+                continue;
+            }
+        };
+        if planned != Plan::Unchanged {
+            write(tx, planned, tag)?;
+        }
+        outcomes.push(Ok(planned.outcome()));
+    }
+    Ok(outcomes)
+}
+
 impl Plan {
     pub(crate) const fn outcome(self) -> Upserted {
         match self {

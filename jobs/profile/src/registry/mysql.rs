@@ -5,7 +5,7 @@ use std::time::Duration;
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, TxOpts};
 
-use super::{create_table_sql, from_row, plan, redact, to_row, Plan, Row};
+use super::{create_table_sql, from_row, redact, to_row, upsert_each, Plan, Row};
 use super::{TagRegistry, TagStatuses, Upserted, COLUMNS, TABLE};
 use crate::tag::{TagDef, TagStatus};
 use crate::{Error, Result};
@@ -66,42 +66,39 @@ impl TagRegistry for MysqlRegistry {
             .conn
             .start_transaction(TxOpts::default())
             .map_err(&err)?;
-        let mut outcomes = Vec::with_capacity(tags.len());
-        for tag in tags {
-            // FOR UPDATE: the row stays as read until the commit.
-            let stored: Option<Row> = tx
-                .exec_first(
-                    format!("SELECT {COLUMNS} FROM {TABLE} WHERE tag_code = ? FOR UPDATE"),
-                    (&tag.tag_code,),
-                )
-                .map_err(&err)?;
-            let stored = stored.map(from_row).transpose()?;
-            let planned = match plan(stored.as_ref(), tag) {
-                Ok(p) => p,
-                Err(e) => {
-                    outcomes.push(Err(e));
-                    continue;
+        let outcomes = upsert_each(
+            &mut tx,
+            tags,
+            |tx, code| {
+                // FOR UPDATE: the row stays as read until the commit.
+                let stored: Option<Row> = tx
+                    .exec_first(
+                        format!("SELECT {COLUMNS} FROM {TABLE} WHERE tag_code = ? FOR UPDATE"),
+                        (code,),
+                    )
+                    .map_err(&err)?;
+                stored.map(from_row).transpose()
+            },
+            |tx, planned, tag| {
+                let r = to_row(tag);
+                if planned == Plan::Insert {
+                    tx.exec_drop(
+                        format!("INSERT INTO {TABLE} ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                        (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8),
+                    )
+                } else {
+                    tx.exec_drop(
+                        format!(
+                            "UPDATE {TABLE} SET name = ?, data_type = ?, value_type = ?, status = ?, \
+                             ttl_secs = ?, category = ?, owner = ?, update_frequency = ? \
+                             WHERE tag_code = ?"
+                        ),
+                        (r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.0),
+                    )
                 }
-            };
-            let r = to_row(tag);
-            match planned {
-                Plan::Insert => tx.exec_drop(
-                    format!("INSERT INTO {TABLE} ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                    (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8),
-                ),
-                Plan::Update => tx.exec_drop(
-                    format!(
-                        "UPDATE {TABLE} SET name = ?, data_type = ?, value_type = ?, status = ?, \
-                         ttl_secs = ?, category = ?, owner = ?, update_frequency = ? \
-                         WHERE tag_code = ?"
-                    ),
-                    (r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.0),
-                ),
-                Plan::Unchanged => Ok(()),
-            }
-            .map_err(&err)?;
-            outcomes.push(Ok(planned.outcome()));
-        }
+                .map_err(&err)
+            },
+        )?;
         tx.commit().map_err(&err)?;
         Ok(outcomes)
     }

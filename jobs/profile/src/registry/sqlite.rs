@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::{create_table_sql, from_row, plan, to_row, Plan, TagRegistry, TagStatuses, Upserted};
+use super::{
+    create_table_sql, from_row, to_row, upsert_each, Plan, TagRegistry, TagStatuses, Upserted,
+};
 use super::{COLUMNS, TABLE};
 use crate::tag::{TagDef, TagStatus};
 use crate::{Error, Result};
@@ -66,44 +68,35 @@ impl TagRegistry for SqliteRegistry {
         let err = crate::sqlite::error(&self.path);
         // IMMEDIATE: the write lock from the first read, so two imports cannot both see a
         // code as new.
-        let tx = self
+        let mut tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let mut outcomes = Vec::with_capacity(tags.len());
-        for tag in tags {
-            let stored = select_one(&tx, &tag.tag_code)
-                .map_err(&err)?
-                .map(from_row)
-                .transpose()?;
-            let planned = match plan(stored.as_ref(), tag) {
-                Ok(p) => p,
-                Err(e) => {
-                    outcomes.push(Err(e));
-                    continue;
-                }
-            };
-            let r = to_row(tag);
-            match planned {
-                Plan::Insert => tx.execute(
-                    &format!(
-                        "INSERT INTO {TABLE} ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-                    ),
-                    params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8],
-                ),
-                Plan::Update => tx.execute(
-                    &format!(
+        let outcomes = upsert_each(
+            &mut tx,
+            tags,
+            |tx, code| {
+                select_one(tx, code)
+                    .map_err(&err)?
+                    .map(from_row)
+                    .transpose()
+            },
+            |tx, planned, tag| {
+                let r = to_row(tag);
+                let sql = if planned == Plan::Insert {
+                    format!("INSERT INTO {TABLE} ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+                } else {
+                    format!(
                         "UPDATE {TABLE} SET name = ?2, data_type = ?3, value_type = ?4, status = ?5, \
                          ttl_secs = ?6, category = ?7, owner = ?8, update_frequency = ?9 \
                          WHERE tag_code = ?1"
-                    ),
-                    params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8],
-                ),
-                Plan::Unchanged => Ok(0),
-            }
-            .map_err(&err)?;
-            outcomes.push(Ok(planned.outcome()));
-        }
+                    )
+                };
+                tx.execute(&sql, params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8])
+                    .map_err(&err)?;
+                Ok(())
+            },
+        )?;
         tx.commit().map_err(&err)?;
         Ok(outcomes)
     }

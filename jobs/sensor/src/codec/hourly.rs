@@ -192,7 +192,7 @@ pub fn pane_put(
 /// The `(ts, value)` points of a wide row, ascending; summary cells are skipped.
 ///
 /// # Errors
-/// [`crate::Error::Invalid`] if a point's value is not a number.
+/// [`pipeline::Error::Invalid`] if a point's value is not a number.
 pub fn points_from_wide(hour_start: i64, row: &Row) -> Result<Vec<(i64, f64)>> {
     let mut points = Vec::with_capacity(row.cells.len());
     for c in row.cells.iter().filter(|c| c.family == FAMILY) {

@@ -73,10 +73,10 @@ pub fn push_salted_prefix(key: &mut Vec<u8>, device: &str) {
 /// Checks a device id: 1–64 bytes of `[A-Za-z0-9.:-]`.
 ///
 /// # Errors
-/// [`Error::Invalid`] naming the offending byte or length.
+/// [`pipeline::Error::Invalid`] naming the offending byte or length.
 pub fn validate_device(device: &str) -> Result<()> {
     if device.is_empty() || device.len() > 64 {
-        return Err(Error::Invalid(format!(
+        return Err(Error::invalid(format!(
             "device id must be 1-64 bytes, got {} bytes",
             device.len()
         )));
@@ -85,7 +85,7 @@ pub fn validate_device(device: &str) -> Result<()> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '-')))
     {
-        return Err(Error::Invalid(format!(
+        return Err(Error::invalid(format!(
             "device id {device:?} contains {c:?}; allowed are A-Z a-z 0-9 . : - ('_' separates row-key parts)"
         )));
     }

@@ -36,13 +36,13 @@ fn cell_parts(row: &sinks::table::Row) -> Vec<(&[u8], i64, &[u8])> {
 /// Reads a cell value written by [`crate::reading::format_value`].
 ///
 /// # Errors
-/// [`Error::Invalid`] if the value is not a number.
+/// [`pipeline::Error::Invalid`] if the value is not a number.
 fn parse_value(bytes: &[u8]) -> Result<f64> {
     std::str::from_utf8(bytes)
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .ok_or_else(|| {
-            Error::Invalid(format!(
+            Error::invalid(format!(
                 "cell value {:?} is not a number",
                 String::from_utf8_lossy(bytes)
             ))

@@ -155,10 +155,10 @@ pub struct NarrowKey {
 /// Parses a narrow row key.
 ///
 /// # Errors
-/// [`Error::Invalid`] if the key does not have the scheme's shape or its bucket is wrong.
+/// [`pipeline::Error::Invalid`] if the key does not have the scheme's shape or its bucket is wrong.
 pub fn parse_narrow_key(scheme: KeyScheme, key: &[u8]) -> Result<NarrowKey> {
     let bad = || {
-        Error::Invalid(format!(
+        Error::invalid(format!(
             "not a {scheme:?} narrow row key: {:?}",
             String::from_utf8_lossy(key)
         ))
@@ -220,7 +220,7 @@ pub fn narrow_put(scheme: KeyScheme, r: &Reading) -> Mutation {
 /// The `t:v` cell of a narrow row.
 fn value_cell(row: &Row) -> Result<&Cell> {
     row.cell(FAMILY, VALUE_QUALIFIER).ok_or_else(|| {
-        Error::Invalid(format!(
+        Error::invalid(format!(
             "row {:?} has no t:v cell",
             String::from_utf8_lossy(&row.key)
         ))
@@ -231,7 +231,7 @@ fn value_cell(row: &Row) -> Result<&Cell> {
 /// for one can leave out the `t:x` extras, half a row's bytes).
 ///
 /// # Errors
-/// [`Error::Invalid`] if the key or the `t:v` cell is malformed.
+/// [`pipeline::Error::Invalid`] if the key or the `t:v` cell is malformed.
 pub fn point_from_narrow(scheme: KeyScheme, row: &Row) -> Result<(i64, f64)> {
     let key = parse_narrow_key(scheme, &row.key)?;
     Ok((key.ts, parse_value(&value_cell(row)?.value)?))
@@ -240,7 +240,7 @@ pub fn point_from_narrow(scheme: KeyScheme, row: &Row) -> Result<(i64, f64)> {
 /// Recovers the reading stored in a narrow row.
 ///
 /// # Errors
-/// [`Error::Invalid`] if the key or the `t:v` cell is malformed.
+/// [`pipeline::Error::Invalid`] if the key or the `t:v` cell is malformed.
 pub fn reading_from_narrow(scheme: KeyScheme, row: &Row) -> Result<Reading> {
     let key = parse_narrow_key(scheme, &row.key)?;
     let value = value_cell(row)?;

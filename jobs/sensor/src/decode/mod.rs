@@ -4,83 +4,47 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use pipeline::json::{event_time, kind};
-use pipeline::source::{LineDecoder, Refusal, MAX_LINE_BYTES};
+use pipeline::source::{job_kinds, json_object, line_text, Ahead, LineDecoder, LineFault, Refusal};
 
 use crate::codec::key::validate_device;
 use crate::reading::Reading;
 
-/// Why a line was rejected. `Display` gives the message written to the dead-letter file.
+/// Why a line was rejected: a [`LineFault`], or a reading too far ahead. `Display` gives the
+/// message written to the dead-letter file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Reason {
-    /// The line is longer than [`MAX_LINE_BYTES`].
-    #[error("line is {0} bytes, over the 64 KiB limit")]
-    TooLong(usize),
-    /// The line is not UTF-8.
-    #[error("line is not valid UTF-8")]
-    NotUtf8,
-    /// The line is not JSON (or is truncated).
-    #[error("invalid JSON: {0}")]
-    InvalidJson(String),
-    /// The line is JSON but not an object.
-    #[error("expected a JSON object")]
-    NotAnObject,
-    /// A required field is absent.
-    #[error("missing field `{0}`")]
-    MissingField(String),
-    /// A field has the wrong type or value.
-    #[error("field `{field}`: {problem}")]
-    BadField {
-        /// The field.
-        field: String,
-        /// What is wrong with it.
-        problem: String,
-    },
     /// The reading's time is more than the allowed skew ahead of a reference time (the wall
     /// clock, or the watermark of a replay): a device clock running ahead, which must not move
     /// event time for the whole fleet.
     #[error(
-        "ts {ts} ({}) is more than {limit_secs} s ahead of {reference} {reference_ts} ({}): \
+        "ts {} ({}) is more than {} s ahead of {} {} ({}): \
          fix the device's clock, or raise window.max_future_skew_secs if readings really \
          arrive this early",
-        pipeline::time::format_time(*.ts),
-        pipeline::time::format_time(*.reference_ts)
+        .0.ts,
+        pipeline::time::format_time(.0.ts),
+        .0.limit_secs,
+        .0.reference,
+        .0.reference_ts,
+        pipeline::time::format_time(.0.reference_ts)
     )]
-    Future {
-        /// The reading's event time, epoch seconds.
-        ts: i64,
-        /// What it was compared with: `the wall clock` or `the watermark`.
-        reference: String,
-        /// The reference time, epoch seconds.
-        reference_ts: i64,
-        /// The allowed skew, seconds.
-        limit_secs: u64,
-    },
+    Future(Ahead),
+    /// The line is not one (too long, not UTF-8, not a JSON object, a field absent or wrong).
+    #[serde(untagged)]
+    #[error(transparent)]
+    Line(#[from] LineFault),
 }
 
 impl Reason {
     /// Every kind of reason, as [`Reason::kind`] names it; [`Reason::kind_index`] indexes it.
-    pub const KINDS: [&'static str; 7] = [
-        "too_long",
-        "not_utf8",
-        "invalid_json",
-        "not_an_object",
-        "missing_field",
-        "bad_field",
-        "future",
-    ];
+    pub const KINDS: [&'static str; 7] = job_kinds(&["future"]);
 
     /// The position of this reason's kind in [`Reason::KINDS`].
     pub fn kind_index(&self) -> usize {
         match self {
-            Reason::TooLong(_) => 0,
-            Reason::NotUtf8 => 1,
-            Reason::InvalidJson(_) => 2,
-            Reason::NotAnObject => 3,
-            Reason::MissingField(_) => 4,
-            Reason::BadField { .. } => 5,
-            Reason::Future { .. } => 6,
+            Reason::Line(fault) => fault.kind_index(),
+            Reason::Future { .. } => LineFault::KINDS.len(),
         }
     }
 
@@ -91,24 +55,17 @@ impl Reason {
     }
 }
 
+impl From<Ahead> for Reason {
+    fn from(ahead: Ahead) -> Self {
+        Reason::Future(ahead)
+    }
+}
+
 impl Refusal for Reason {
     const KINDS: &'static [&'static str] = &Reason::KINDS;
 
     fn kind_index(&self) -> usize {
         Reason::kind_index(self)
-    }
-
-    fn too_long(bytes: usize) -> Self {
-        Reason::TooLong(bytes)
-    }
-
-    fn future(ts: i64, reference: &str, reference_ts: i64, limit_secs: u64) -> Self {
-        Reason::Future {
-            ts,
-            reference: reference.to_string(),
-            reference_ts,
-            limit_secs,
-        }
     }
 }
 
@@ -213,17 +170,15 @@ fn rejected(line: u64, raw: &[u8], reason: Reason) -> Box<Rejected> {
 }
 
 fn bad(field: &str, problem: impl Into<String>) -> Reason {
-    Reason::BadField {
-        field: field.to_string(),
-        problem: problem.into(),
-    }
+    LineFault::bad(field, problem).into()
+}
+
+fn missing(field: &str) -> Reason {
+    LineFault::missing(field).into()
 }
 
 fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
-    if raw.len() > MAX_LINE_BYTES {
-        return Err(Reason::TooLong(raw.len()));
-    }
-    let text = std::str::from_utf8(raw).map_err(|_| Reason::NotUtf8)?;
+    let text = line_text(raw)?;
     match fast::decode(text, metric) {
         Some(reading) => Ok(reading),
         None => decode_text(text, metric),
@@ -231,22 +186,14 @@ fn decode(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
 }
 
 fn decode_reference(raw: &[u8], metric: &str) -> Result<Reading, Reason> {
-    if raw.len() > MAX_LINE_BYTES {
-        return Err(Reason::TooLong(raw.len()));
-    }
-    let text = std::str::from_utf8(raw).map_err(|_| Reason::NotUtf8)?;
-    decode_text(text, metric)
+    decode_text(line_text(raw)?, metric)
 }
 
 fn decode_text(text: &str, metric: &str) -> Result<Reading, Reason> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| Reason::InvalidJson(e.to_string()))?;
-    let Value::Object(mut fields) = value else {
-        return Err(Reason::NotAnObject);
-    };
+    let mut fields = json_object(text)?;
 
     let device = match fields.remove("device") {
-        None => return Err(Reason::MissingField("device".into())),
+        None => return Err(missing("device")),
         Some(Value::String(d)) => d,
         Some(other) => {
             return Err(bad(
@@ -258,12 +205,12 @@ fn decode_text(text: &str, metric: &str) -> Result<Reading, Reason> {
     validate_device(&device).map_err(|e| bad("device", e.to_string()))?;
 
     let ts = match fields.remove("ts") {
-        None => return Err(Reason::MissingField("ts".into())),
+        None => return Err(missing("ts")),
         Some(v) => parse_ts(&v)?,
     };
 
     let value = match fields.remove(metric) {
-        None => return Err(Reason::MissingField(metric.into())),
+        None => return Err(missing(metric)),
         Some(Value::Number(n)) => n
             .as_f64()
             .filter(|v| v.is_finite())
@@ -318,6 +265,7 @@ mod fast;
 #[cfg(test)]
 mod tests {
     use pipeline::json::MAX_TS;
+    use pipeline::source::MAX_LINE_BYTES;
 
     use super::*;
 
@@ -384,24 +332,26 @@ mod tests {
     #[test]
     fn kinds_are_the_dead_letter_kinds() {
         let all = [
-            Reason::TooLong(1),
-            Reason::NotUtf8,
-            Reason::InvalidJson(String::new()),
-            Reason::NotAnObject,
-            Reason::MissingField(String::new()),
+            Reason::from(LineFault::TooLong(1)),
+            LineFault::NotUtf8.into(),
+            LineFault::InvalidJson(String::new()).into(),
+            LineFault::NotAnObject.into(),
+            missing(""),
             bad("ts", "x"),
-            Reason::Future {
+            Reason::Future(Ahead {
                 ts: 1,
-                reference: String::new(),
+                reference: "the watermark".into(),
                 reference_ts: 0,
                 limit_secs: 0,
-            },
+            }),
         ];
         assert_eq!(all.len(), Reason::KINDS.len());
         for (i, r) in all.iter().enumerate() {
             assert_eq!(r.kind_index(), i);
             let tag = serde_json::to_value(r).unwrap()["kind"].clone();
             assert_eq!(tag, r.kind(), "{r:?}");
+            let text = serde_json::to_string(r).unwrap();
+            assert_eq!(&serde_json::from_str::<Reason>(&text).unwrap(), r, "{text}");
         }
     }
 

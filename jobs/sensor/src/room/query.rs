@@ -77,7 +77,7 @@ pub fn room_fanout(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(crate::Error::Invalid("fan-out scan panicked".into())))
+                    .unwrap_or_else(|_| Err(crate::Error::invalid("fan-out scan panicked")))
             })
             .collect()
     });

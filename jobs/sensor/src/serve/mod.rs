@@ -125,8 +125,10 @@ impl ApiError {
     /// something a retry cures).
     fn from_store(e: &crate::Error) -> Self {
         match e {
-            crate::Error::Invalid(message) => ApiError::bad_request(message.clone()),
-            crate::Error::Store(_) => ApiError {
+            crate::Error::Engine(pipeline::Error::Invalid(message)) => {
+                ApiError::bad_request(message.clone())
+            }
+            crate::Error::Engine(pipeline::Error::Store(_)) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message: format!("store unavailable: {e}"),
             },

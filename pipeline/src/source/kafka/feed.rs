@@ -45,7 +45,7 @@ use super::retry::{is_fatal, ErrorNote};
 use crate::config::SourceConfig;
 use crate::control::JobControl;
 use crate::source::counts::Counts;
-use crate::source::{rejected, Clock, Decoded, LineDecoder, Refusal};
+use crate::source::{rejected, Ahead, Clock, Decoded, LineDecoder};
 use crate::stats::Stats;
 use crate::Result;
 use sinks::table::TableWriter;
@@ -82,6 +82,38 @@ pub struct KafkaOptions {
     /// [`KafkaFeed::ready_to_stop`]): longer than any operator holds a reading back (the room
     /// view, up to its write interval) plus a flush.
     pub stop_drain: Duration,
+}
+
+impl KafkaOptions {
+    /// Worker 0's options of `source`'s topic of `partitions` read by `peers` workers, with
+    /// `window`'s watermark bound and future skew. The rest is a job's to set: by default no
+    /// window (offsets pass what the durable probe passed), no record table, no idle exit, no
+    /// TTL and a 10 s stop drain.
+    pub fn new(
+        source: &SourceConfig,
+        window: &crate::config::WindowConfig,
+        partitions: usize,
+        peers: usize,
+    ) -> Self {
+        KafkaOptions {
+            source: source.clone(),
+            watermark_bound: window.watermark_bound_secs,
+            window: operators::WindowSpec {
+                width: 1,
+                allowed_lateness: 0,
+                early_fire: None,
+                max_pending: None,
+            },
+            record_table: "",
+            exit_on_idle: None,
+            ttl_secs: u64::MAX,
+            partitions,
+            worker: 0,
+            peers,
+            max_future_skew: window.future_skew_secs(),
+            stop_drain: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Reading position and event time of one assigned partition.
@@ -464,7 +496,12 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
             let skew = self.opts.max_future_skew;
             let ts = D::event_time(r);
             if ts > now.saturating_add(i64::try_from(skew).unwrap_or(i64::MAX)) {
-                let reason = D::Reason::future(ts, "the wall clock", now, skew);
+                let reason = D::Reason::from(Ahead {
+                    ts,
+                    reference: "the wall clock".into(),
+                    reference_ts: now,
+                    limit_secs: skew,
+                });
                 decoded = Err(rejected(offset.max(0) as u64, raw, reason));
             }
         }
@@ -542,6 +579,7 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
 mod tests {
     use super::super::ledger::OffsetLedger;
     use super::*;
+    use crate::source::{LineFault, Refusal};
 
     const WINDOW: operators::WindowSpec = operators::WindowSpec {
         width: 3600,
@@ -563,16 +601,22 @@ mod tests {
         }
     }
 
+    impl From<LineFault> for Bad {
+        fn from(_: LineFault) -> Self {
+            Bad
+        }
+    }
+
+    impl From<Ahead> for Bad {
+        fn from(_: Ahead) -> Self {
+            Bad
+        }
+    }
+
     impl Refusal for Bad {
         const KINDS: &'static [&'static str] = &["bad"];
         fn kind_index(&self) -> usize {
             0
-        }
-        fn too_long(_: usize) -> Self {
-            Bad
-        }
-        fn future(_: i64, _: &str, _: i64, _: u64) -> Self {
-            Bad
         }
     }
 

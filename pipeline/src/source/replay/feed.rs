@@ -10,7 +10,7 @@ use super::guard::{FutureGuard, Verdict};
 use super::input::{self, LineReader};
 use crate::control::JobControl;
 use crate::source::counts::Counts;
-use crate::source::{rejected, Clock, Decoded, LineDecoder, Refusal, Rejected};
+use crate::source::{rejected, Clock, Decoded, LineDecoder, LineFault, Rejected};
 use crate::stats::Stats;
 
 /// How a worker replays its share of a recording.
@@ -185,7 +185,7 @@ impl<D: LineDecoder> ReplayFeed<D> {
             }
             self.counts.read += 1;
             if line.len > line.bytes.len() {
-                let reason = D::Reason::too_long(line.len);
+                let reason = D::Reason::from(LineFault::TooLong(line.len));
                 return Some(self.refuse(rejected(line.number, line.bytes, reason)));
             }
             let reading = match self.decoder.decode(line.number, &line.bytes) {
@@ -210,10 +210,10 @@ impl<D: LineDecoder> ReplayFeed<D> {
                     Some(self.accept(reading))
                 }
                 Verdict::Refuse(reason) => {
-                    Some(self.refuse(rejected(line.number, line.bytes, reason.refusal())))
+                    Some(self.refuse(rejected(line.number, line.bytes, reason.into())))
                 }
                 Verdict::Hold(reason) => {
-                    let refusal = reason.refusal();
+                    let refusal = reason.into();
                     self.ahead = Some((rejected(line.number, line.bytes, refusal), reading));
                     None
                 }

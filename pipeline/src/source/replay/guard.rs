@@ -1,25 +1,6 @@
 //! The replay's guard against a device clock running ahead: see [`FutureGuard`].
 
-/// How far a reading is ahead of a reference time: what a [`Verdict`] refuses or holds, made
-/// a refusal of its job by [`crate::source::Refusal::future`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ahead {
-    /// The reading's event time, epoch seconds.
-    pub ts: i64,
-    /// What it was compared with: `the wall clock` or `the watermark`.
-    pub reference: &'static str,
-    /// The reference time, epoch seconds.
-    pub reference_ts: i64,
-    /// The allowed skew, seconds.
-    pub limit_secs: u64,
-}
-
-impl Ahead {
-    /// The job's refusal of the reading.
-    pub fn refusal<R: crate::source::Refusal>(&self) -> R {
-        R::future(self.ts, self.reference, self.reference_ts, self.limit_secs)
-    }
-}
+use crate::source::Ahead;
 
 /// What [`FutureGuard::check`] decides about a reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +88,7 @@ impl FutureGuard {
     fn ahead_of(&self, reference: &'static str, ts: i64, reference_ts: i64) -> Ahead {
         Ahead {
             ts,
-            reference,
+            reference: reference.into(),
             reference_ts,
             limit_secs: self.skew.unsigned_abs(),
         }
@@ -124,7 +105,7 @@ mod tests {
     fn future(reference: &'static str, ts: i64, reference_ts: i64) -> Verdict {
         let reason = Ahead {
             ts,
-            reference,
+            reference: reference.into(),
             reference_ts,
             limit_secs: 3600,
         };

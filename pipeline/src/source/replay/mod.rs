@@ -6,5 +6,5 @@ mod guard;
 pub mod input;
 
 pub use feed::{ReplayFeed, ReplayOptions};
-pub use guard::{Ahead, FutureGuard, Verdict};
+pub use guard::{FutureGuard, Verdict};
 pub use input::{Line, LineReader};
