@@ -1,5 +1,5 @@
 //! A SQLite file of the profile job (the registry's, the embedded short-term tags'): opened with
-//! its directory, in WAL mode, with its schema.
+//! its directory, in WAL mode with `synchronous = NORMAL`, with its schema.
 
 use std::path::Path;
 use std::time::Duration;
@@ -14,6 +14,13 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens (or creates, with its directory) the database at `path` in WAL mode, so that readers do
 /// not block the writer, and runs `schema` (`CREATE … IF NOT EXISTS` statements).
+///
+/// `synchronous = NORMAL`: a commit is written to the WAL without an `fsync`, which WAL mode
+/// does at checkpoints. A committed transaction survives a crash of the process (the job's
+/// SIGKILL), as the embedded store's writes do before `persist`; a crash of the machine may
+/// lose the last ones, as it may the store's. With `FULL`, the default, a replay's flushes
+/// (one transaction each) spent more time waiting for `fsync` than computing: 1,223 of them
+/// in a 200k-event replay.
 ///
 /// # Errors
 ///
@@ -30,6 +37,8 @@ pub(crate) fn open(path: &Path, schema: &str) -> Result<Connection> {
     let conn = Connection::open(path).map_err(&err)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(&err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(&err)?;
     conn.execute_batch(schema).map_err(&err)?;
     Ok(conn)
