@@ -6,7 +6,7 @@ use crate::embedded::codec;
 use crate::embedded::generations::{self, table_options, Generation, Span, GENERATION_BYTES};
 use crate::embedded::journal::JournalDamage;
 use crate::embedded::prepare::{prepare, OpenMode};
-use crate::embedded::ttl::{system_now_ms, FamilyTtls, TtlFilterFactory};
+use crate::embedded::ttl::{system_now_ms, FamilyTtls, FamilyVersions, TtlFilterFactory};
 use crate::embedded::StoreError;
 use crate::schema::{FamilySpec, TableSpec};
 use crate::{Error, Result};
@@ -131,22 +131,38 @@ impl EmbeddedStore {
         let (snapshot, dropped) = prepare(dir, mode)?;
         let fjall_dir = snapshot.as_ref().map_or(dir, |s| s.path());
         // Keyspaces get their filter by name, both when created and when recovered on reopen.
-        let assigned: Vec<(&'static str, FamilyTtls)> = tables
+        // Every family not packed may hold versions: a versioned one always, any other when a
+        // `newest_timestamp_wins` writer wrote it.
+        let assigned: Vec<(&'static str, FamilyTtls, FamilyVersions)> = tables
             .iter()
-            .map(|t| t.name)
             .zip(ttls.iter().cloned())
+            .map(|(t, ttls)| {
+                let versions = t
+                    .families
+                    .iter()
+                    .filter(|f| !f.packed)
+                    .map(|f| (f.name, f.max_versions))
+                    .collect();
+                (t.name, ttls, versions)
+            })
             .collect();
         let clock = now_ms.clone();
         let db = Database::builder(fjall_dir)
             .worker_threads(FJALL_WORKER_THREADS)
             .with_compaction_filter_factories(Arc::new(move |keyspace: &str| {
                 let (table, generation) = generations::parse_keyspace_name(keyspace)?;
-                let (name, families) = assigned.iter().find(|(name, _)| *name == table)?;
-                if families.iter().all(|(_, ttl)| ttl.is_none()) {
+                let (name, families, versions) =
+                    assigned.iter().find(|(name, _, _)| *name == table)?;
+                if families.iter().all(|(_, ttl)| ttl.is_none()) && versions.is_empty() {
                     return None;
                 }
-                let factory =
-                    TtlFilterFactory::new(name, generation, families.clone(), clock.clone());
+                let factory = TtlFilterFactory::new(
+                    name,
+                    generation,
+                    families.clone(),
+                    versions.clone(),
+                    clock.clone(),
+                );
                 Some(Arc::new(factory) as Arc<dyn fjall::compaction::filter::Factory>)
             }))
             .open()

@@ -71,18 +71,6 @@ impl Table {
             .collect()
     }
 
-    /// The stored cell under `key`: the newest generation's that holds one.
-    pub(crate) fn get_cell(&self, key: &[u8]) -> fjall::Result<Option<fjall::Slice>> {
-        // Read under the lock rather than copy the list: the writer calls this once per cell.
-        let generations = self.read();
-        for generation in generations.iter().rev() {
-            if let Some(stored) = generation.keyspace.get(key)? {
-                return Ok(Some(stored));
-            }
-        }
-        Ok(None)
-    }
-
     /// The visible stored cells whose keys start with `prefix`, in key order, read from the
     /// generations that may hold cells stamped within `time` (as [`Table::range`]).
     pub(crate) fn prefix(&self, prefix: &[u8], time: Option<&TimeRange>) -> Merged {

@@ -316,6 +316,22 @@ fn newest_timestamp_wins_when_asked() {
     .unwrap();
     w.flush().unwrap();
     assert_eq!(ts_of(&store, b"r"), (10, b"again".to_vec()));
+
+    // No read before a put: each is a version of its own, stamp in the key, and the newest
+    // shows; a compaction keeps only it on disk, as `VERSIONS => 1` asks.
+    let stored = |store: &EmbeddedStore| {
+        let (_, table) = store.inner.table(T).unwrap();
+        let mut prefix = Vec::new();
+        crate::embedded::codec::encode_row_prefix(&mut prefix, b"r");
+        table.prefix(&prefix, None).count()
+    };
+    w.write(vec![at(20, b"later"), at(5, b"late")]).unwrap();
+    w.flush().unwrap();
+    assert_eq!(ts_of(&store, b"r"), (20, b"later".to_vec()));
+    assert_eq!(stored(&store), 3);
+    store.major_compact(T).unwrap();
+    assert_eq!(stored(&store), 1);
+    assert_eq!(ts_of(&store, b"r"), (20, b"later".to_vec()));
 }
 
 #[test]

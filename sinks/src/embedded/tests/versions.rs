@@ -1,5 +1,6 @@
-//! Families that keep several versions of a cell: the layout of their versions, how puts and
-//! purges drop the versions past the family's count, and that one-version families keep theirs.
+//! Families that keep several versions of a cell: the layout of their versions, how
+//! compactions and purges drop the versions past the family's count, and that one-version
+//! families keep theirs.
 
 use super::*;
 use crate::embedded::codec::{self, Column};
@@ -47,7 +48,7 @@ fn read(store: &EmbeddedStore, row: &[u8], versions: u32) -> Vec<(Vec<u8>, i64, 
 }
 
 #[test]
-fn versions_of_one_put_are_kept_newest_first_and_capped_by_reads_then_by_the_next_put() {
+fn versions_are_kept_newest_first_capped_by_reads_and_dropped_by_compactions() {
     let dir = TempDir::new().unwrap();
     let (store, _) = open_versioned(&dir);
     // Five versions in one flush, with a longer qualifier whose keys sort among `q`'s.
@@ -56,7 +57,7 @@ fn versions_of_one_put_are_kept_newest_first_and_capped_by_reads_then_by_the_nex
         .collect();
     cells.push(cell("t", b"q\x00\x00", NOW, b"long"));
     write(&store, vec![put(b"r", cells)]);
-    // The writer had not stored any when it took them: all five are on disk until a put.
+    // A put reads nothing before it writes: all five are on disk until a compaction.
     assert_eq!(stored_versions(&store, b"r").len(), 6);
     let q = |ts: i64, v: &str| (b"q".to_vec(), ts, v.as_bytes().to_vec());
     let long = (b"q\x00\x00".to_vec(), NOW, b"long".to_vec());
@@ -71,28 +72,43 @@ fn versions_of_one_put_are_kept_newest_first_and_capped_by_reads_then_by_the_nex
     );
     assert_eq!(read(&store, b"r", 1), [q(NOW - 1, "v4"), long.clone()]);
 
-    // An older put than the three newest is stored past the count: dropped at once, with the
-    // two the store held past it.
+    // An older put than the three newest is stored, past the count: never read.
     write(
         &store,
         vec![put(b"r", vec![cell("t", b"q", NOW - 10, b"old")])],
     );
+    assert_eq!(
+        read(&store, b"r", 10),
+        [
+            q(NOW - 1, "v4"),
+            q(NOW - 2, "v3"),
+            q(NOW - 3, "v2"),
+            long.clone()
+        ]
+    );
+    // A newer one pushes the oldest out of reads.
+    write(
+        &store,
+        vec![put(b"r", vec![cell("t", b"q", NOW + 1, b"new")])],
+    );
+    let newest = [
+        q(NOW + 1, "new"),
+        q(NOW - 1, "v4"),
+        q(NOW - 2, "v3"),
+        long.clone(),
+    ];
+    assert_eq!(read(&store, b"r", 10), newest);
+    assert_eq!(stored_versions(&store, b"r").len(), 8);
+    // A compaction drops the versions past the count, as HBase's do; reads are unchanged.
+    store.major_compact(T).unwrap();
     let on_disk: Vec<i64> = stored_versions(&store, b"r")
         .into_iter()
         .filter(|(q, _)| q == b"q")
         .map(|(_, ts)| ts)
         .collect();
-    assert_eq!(on_disk, [NOW - 1, NOW - 2, NOW - 3]);
-    // A newer one drops the oldest.
-    write(
-        &store,
-        vec![put(b"r", vec![cell("t", b"q", NOW + 1, b"new")])],
-    );
-    assert_eq!(
-        read(&store, b"r", 10),
-        [q(NOW + 1, "new"), q(NOW - 1, "v4"), q(NOW - 2, "v3"), long]
-    );
+    assert_eq!(on_disk, [NOW + 1, NOW - 1, NOW - 2]);
     assert_eq!(stored_versions(&store, b"r").len(), 4);
+    assert_eq!(read(&store, b"r", 10), newest);
 }
 
 #[test]

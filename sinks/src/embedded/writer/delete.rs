@@ -63,12 +63,10 @@ impl EmbeddedWriter {
                 &generations,
             )?;
         }
-        if self.queued_ts.is_none() {
-            self.commit()?;
-        } else {
-            self.leases.extend(generations);
-        }
-        Ok(())
+        // Committed at once in either mode, as a column delete is: a later put of a removed key
+        // must not share its batch.
+        self.leases.extend(generations);
+        self.commit()
     }
 
     /// Removes the versions of the column `family:qualifier` of `row` stamped at most `ts_ms`,

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 /// Mutations buffered before the writer commits them as one fjall batch, in the mode that reads
-/// before it writes ([`EmbeddedWriter::newest_timestamp_wins`]).
+/// a packed family's row before it writes ([`EmbeddedWriter::newest_timestamp_wins`]).
 pub(crate) const BATCH_MUTATIONS: usize = 4096;
 
 /// Bytes of cells buffered per table before the writer ingests them as a sorted table: their
@@ -48,14 +48,18 @@ pub(crate) const MIN_INGEST_BYTES: usize = 1 << 20;
 /// still buffers, as HBase's `BufferedMutator.close()` does, but only `flush` reports failures.
 ///
 /// A family with [`crate::schema::FamilySpec::max_versions`] above 1 keeps each put as a
-/// version of its own, the same stamp replacing it, and a put removes the versions it leaves
-/// past the family's count. Other families keep one version per cell. By default a put
-/// replaces the cell whatever its timestamp (last write wins), which for hourglass is the same
-/// as HBase's rule that the newest timestamp wins: every hourglass cell timestamp is a function
-/// of the cell's coordinates (a narrow cell is stamped with the reading's event time, which is
-/// part of its row key; a wide cell with its row's hour start plus its qualifier's offset), so
-/// two puts of one cell carry one timestamp. [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly, at the
-/// price of a read per cell; that mode commits write batches of 4096 mutations and never ingests.
+/// version of its own, the same stamp replacing it; reads return a cell's newest versions up to
+/// the family's count, and compactions and [`EmbeddedStore::purge_expired`] remove the versions
+/// past it (no read before a put). Other families keep one version per cell. By default a put
+/// replaces the cell whatever its timestamp (last write wins), which for hourglass's sensor
+/// tables is the same as HBase's rule that the newest timestamp wins: every sensor cell
+/// timestamp is a function of the cell's coordinates (a narrow cell is stamped with the
+/// reading's event time, which is part of its row key; a wide cell with its row's hour start
+/// plus its qualifier's offset), so two puts of one cell carry one timestamp.
+/// [`EmbeddedWriter::newest_timestamp_wins`] enforces HBase's rule exactly for jobs whose late
+/// events carry older stamps: every cell of a family not packed is then stored as a version,
+/// so the stamp decides with no read; a packed family's put reads the row's visible stamps and
+/// is committed in write batches of 4096 mutations.
 pub struct EmbeddedWriter {
     store: EmbeddedStore,
     /// Per table (the store's order): cells not written yet.
@@ -121,10 +125,12 @@ impl EmbeddedWriter {
         }
     }
 
-    /// With `true`, a put whose timestamp is older than the cell's visible one is ignored, as in
-    /// HBase with `VERSIONS => 1`; each put then reads the cell first. With `false` (the
-    /// default), the last put wins without a read. Set it before the first write: cells queued
-    /// before the switch are compared as if already committed.
+    /// With `true`, a put whose timestamp is older than the cell's visible one does not show,
+    /// as in HBase with `VERSIONS => 1`: cells of families not packed are stored as versions,
+    /// stamp in the key, and reads show the newest (no read before the write); a packed
+    /// family's put reads the row's visible stamps first. With `false` (the default), the last
+    /// put wins. Set it before the first write: cells queued before the switch are compared as
+    /// if already committed.
     #[must_use]
     pub fn newest_timestamp_wins(mut self, on: bool) -> Self {
         self.queued_ts = on.then(|| vec![HashMap::new(); self.store.inner.tables.len()]);
@@ -153,7 +159,9 @@ fn new_batch(store: &EmbeddedStore, capacity: usize) -> OwnedWriteBatch {
 }
 
 /// Checks a mutation against the store's tables before anything of it is queued.
-fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
+/// With `all_versions` (`newest_timestamp_wins`), cells of families not packed are stored as
+/// versions.
+fn validate(store: &EmbeddedStore, mutation: &Mutation, all_versions: bool) -> Result<()> {
     let (_, table) = store.inner.table(mutation.table())?;
     codec::check_row(table.name, mutation.row())?;
     if let Mutation::DeleteColumn { family, .. } = mutation {
@@ -170,7 +178,7 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation) -> Result<()> {
                 // A put's packed cells are split into key-values that fit
                 // (`codec::packed_chunks`), as long as each qualifier fits on its own.
                 codec::check_packed_key_len(table.name, row, &cell.family, &cell.qualifier)?;
-            } else if table.is_versioned(&cell.family) {
+            } else if all_versions || table.is_versioned(&cell.family) {
                 codec::check_version_key_len(table.name, row, &cell.family, &cell.qualifier)?;
             } else {
                 codec::check_key_len(table.name, row, &cell.family, &cell.qualifier)?;
@@ -229,7 +237,7 @@ impl TableWriter for EmbeddedWriter {
     /// fails; the store then refuses writes and the job must stop.
     fn write(&mut self, mutations: Vec<Mutation>) -> Result<()> {
         for mutation in &mutations {
-            validate(&self.store, mutation)?;
+            validate(&self.store, mutation, self.queued_ts.is_some())?;
         }
         let store = self.store.clone();
         for mutation in &mutations {

@@ -1,8 +1,9 @@
-//! Puts: a mutation's cells encoded into a table's buffer, or, with `newest_timestamp_wins`,
-//! compared with the stored ones and queued in the batch.
+//! Puts: a mutation's cells encoded into a table's buffer (with `newest_timestamp_wins`, each
+//! as a version, with no read), or, for a packed family with `newest_timestamp_wins`, compared
+//! with the stored ones and queued in the batch.
 
 use super::buffer::Slot;
-use super::read_before::{version_key, visible_ts};
+use super::read_before::visible_ts;
 use super::EmbeddedWriter;
 use crate::embedded::codec;
 use crate::embedded::store::Table;
@@ -133,6 +134,12 @@ impl EmbeddedWriter {
         Ok(())
     }
 
+    /// Queues cells of families not packed into the table's buffer. A versioned family's cell
+    /// is a version of its own ([`codec::encode_version_key`]), and so is every cell with
+    /// `newest_timestamp_wins`: the stamp in the key orders a cell's writes as HBase does (the
+    /// newest stamp wins, a later put of the same stamp replaces it) with no read before the
+    /// write. Reads return a cell's newest versions up to its family's count; the versions past
+    /// it are removed by compactions and [`crate::embedded::EmbeddedStore::purge_expired`].
     fn put_cells<'c>(
         &mut self,
         table_index: usize,
@@ -140,68 +147,25 @@ impl EmbeddedWriter {
         row: &[u8],
         cells: impl Iterator<Item = &'c Cell>,
     ) -> Result<()> {
-        let Some(queued_ts) = &mut self.queued_ts else {
-            for cell in cells {
-                if table.is_versioned(&cell.family) {
-                    let (batch, leases) = (&mut self.batch, &mut self.leases);
-                    if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
-                        continue;
-                    }
-                } else {
-                    codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-                }
-                self.make_room(table_index, Slot::arena_bytes(&self.key, &cell.value))?;
-                self.pending[table_index].push(
-                    &self.key,
-                    cell.ts_ms,
-                    &cell.value,
-                    self.ingest_bytes,
-                );
-            }
-            if self.pending[table_index].bytes() >= self.ingest_bytes {
-                self.pending[table_index].bulk = true;
-                self.write_pending(table_index, self.ingest_bytes)?;
-            }
-            return Ok(());
-        };
-        let queued = &mut queued_ts[table_index];
-        let cells: Vec<&Cell> = cells.collect();
-        if cells.is_empty() {
-            return Ok(());
-        }
-        let lo = cells.iter().map(|c| c.ts_ms).min().unwrap_or(i64::MAX);
-        let hi = cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
-        let lease = self.store.inner.covering(table_index, lo, hi)?;
-        let newest = lease.keyspace.clone();
-        self.leases.push(lease);
+        let all_versions = self.queued_ts.is_some();
         for cell in cells {
-            if table.is_versioned(&cell.family) {
-                // Every version is kept, whatever its stamp: no read of the visible one.
-                let (batch, leases) = (&mut self.batch, &mut self.leases);
-                if !version_key(&self.store, table, row, cell, batch, leases, &mut self.key)? {
-                    continue;
-                }
-                codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
-                self.batch
-                    .insert(&newest, self.key.as_slice(), self.value.as_slice());
-                continue;
+            if all_versions || table.is_versioned(&cell.family) {
+                codec::encode_version_key(
+                    &mut self.key,
+                    row,
+                    &cell.family,
+                    &cell.qualifier,
+                    cell.ts_ms,
+                );
+            } else {
+                codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
             }
-            codec::encode_key(&mut self.key, row, &cell.family, &cell.qualifier);
-            let visible = match queued.get(self.key.as_slice()) {
-                Some(&ts) => Some(ts),
-                None => table
-                    .get_cell(&self.key)
-                    .map_err(|e| self.store.inner.fjall_error("read before write", e))?
-                    .and_then(|stored| codec::decode_ts(&stored)),
-            };
-            // HBase keeps the newest timestamp; on a tie the later put wins.
-            if visible.is_some_and(|ts| cell.ts_ms < ts) {
-                continue;
-            }
-            queued.insert(self.key.clone(), cell.ts_ms);
-            codec::encode_value(&mut self.value, cell.ts_ms, &cell.value);
-            self.batch
-                .insert(&newest, self.key.as_slice(), self.value.as_slice());
+            self.make_room(table_index, Slot::arena_bytes(&self.key, &cell.value))?;
+            self.pending[table_index].push(&self.key, cell.ts_ms, &cell.value, self.ingest_bytes);
+        }
+        if self.pending[table_index].bytes() >= self.ingest_bytes {
+            self.pending[table_index].bulk = true;
+            self.write_pending(table_index, self.ingest_bytes)?;
         }
         Ok(())
     }
