@@ -403,7 +403,11 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
     ]);
     let lines: u64 = plan.events.parse().expect("events");
     let ties = ties(&s.path().join("events.jsonl"));
-    assert!(ties.len() < 20, "{} tied (user, tag) pairs", ties.len());
+    assert!(
+        (ties.len() as u64) * 1000 < lines,
+        "{} tied (user, tag) pairs in {lines} events",
+        ties.len()
+    );
     write_configs(&s);
     s.ok(&["tags", "import", "tags.csv", "--config", "run.toml"]);
     if s.store == Store::Hbase {
