@@ -81,10 +81,12 @@ SERVICES_SH ?= $(CURDIR)/scripts/services.sh
 
 ## Soak runs against the live HBase and Kafka (about an hour; the last restarts the Kafka
 ## broker once): SIGKILL x20 into HBase, HBase down 10 min at 10,000 readings/s (release build),
-## broker restart; then soak-serve. Prints the figures docs/RELIABILITY.md records.
+## broker restart; the profile job SIGKILLed x20 into HBase (tests/tests/profile_crash.rs);
+## then soak-serve. Prints the figures docs/RELIABILITY.md records.
 soak:
 	$(SERVICES_SH) up all
 	HOURGLASS_SERVICES_SH=$(SERVICES_SH) $(CARGO) test --locked -p hourglass-tests --test soak -- --ignored --nocapture --test-threads 1
+	$(CARGO) test --locked -p hourglass-tests --test profile_crash -- --ignored --nocapture --test-threads 1
 	$(MAKE) soak-serve
 
 ## `hourglass serve` on loopback (no service needed, ~3 min): 1,000 clients trickling their

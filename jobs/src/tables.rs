@@ -138,16 +138,17 @@ pub enum TablesCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Check how evenly narrow row keys spread over salt buckets or regions, from a recording
-    /// (before go-live) or a live HBase table; exit 1 when max ÷ mean exceeds `--max-skew`.
-    LandingCheck(sensor::tools::landing::LandingArgs),
+    /// Check how evenly a table's row keys spread over salt buckets or regions (ts_metric,
+    /// ts_metric_hourly, ts_room_latest, user_profile_tag), from a recording (before go-live) or
+    /// a live HBase table; exit 1 when max ÷ mean exceeds `--max-skew`.
+    LandingCheck(crate::landing::LandingArgs),
 }
 
 /// Runs a table command.
 pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match cmd {
-        TablesCommand::LandingCheck(args) => return Ok(sensor::tools::landing::run(&args)?),
+        TablesCommand::LandingCheck(args) => return crate::landing::run(args),
         TablesCommand::Ddl { split, config } => {
             let splits = split.resolve(&load_config(config.as_ref())?)?;
             // The shell reads `#` as a comment: the output stays a script it runs.

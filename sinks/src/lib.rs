@@ -9,6 +9,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod embedded;
 pub mod hbase;
+pub mod landing;
 pub mod schema;
 mod seam;
 pub mod table;

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod import;
 pub mod job;
 pub mod key;
+pub mod landing;
 pub mod merge;
 pub mod purge;
 pub mod query;

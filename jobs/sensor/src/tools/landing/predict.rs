@@ -10,9 +10,13 @@ use crate::decode::decode_line;
 use crate::Result;
 use pipeline::source::replay::input::{self, LineReader};
 use pipeline::Context;
+use sinks::landing::{
+    numbered_region_buckets, region_buckets, region_of, report, uniform_splits, Bucket,
+    LandingReport, Tally,
+};
 use sinks::schema::salt_bucket_key;
 
-use super::{region_buckets, report, Bucket, LandingReport, TableArg, Tally};
+use super::{layout, TableArg};
 use crate::tools::splits::{Fleet, Splits};
 
 /// Reads `file` and predicts where its rows land under `scheme` over `n` buckets or regions.
@@ -82,18 +86,9 @@ pub(super) fn from_file(
             let splits = uniform_splits(lo, hi, n);
             for (device, &rows) in &per_device {
                 let key = narrow_prefix(KeyScheme::Plain, device);
-                let region = splits.partition_point(|s| s.as_slice() <= key.as_slice());
-                tally.add(device, region, rows);
+                tally.add(device, region_of(&splits, &key), rows);
             }
-            let text = |k: &[u8]| k.escape_ascii().to_string();
-            let buckets = (0..n as usize)
-                .map(|r| Bucket {
-                    label: format!("r{r:02}"),
-                    start: r.checked_sub(1).map_or(String::new(), |p| text(&splits[p])),
-                    end: splits.get(r).map_or(String::new(), |s| text(s)),
-                    rows: 0,
-                })
-                .collect();
+            let buckets = numbered_region_buckets(&splits);
             let note = format!(
                 "plain: {n} regions split uniformly over the key range of the recording's device ids \
                  (a pre-split from the first and last id); a device's rows land in the region of `<device>_`"
@@ -102,19 +97,15 @@ pub(super) fn from_file(
         }
     };
     let mut buckets: Vec<Bucket> = buckets;
-    for per in tally.devices.values() {
-        for (&b, &rows) in per {
-            buckets[b].rows += rows;
-        }
-    }
-    report(
+    tally.fill(&mut buckets);
+    Ok(report(
         source,
-        (TableArg::Narrow, scheme),
+        &layout(TableArg::Narrow, scheme),
         buckets,
         tally,
         max_skew,
         note,
-    )
+    )?)
 }
 
 /// Reads `file` and predicts the rows of `table` (`ts_metric_hourly`: one a device and hour;
@@ -139,11 +130,9 @@ pub(super) fn id_table_from_file(
         _ => &splits.ids.rooms,
     };
     let mut buckets = region_buckets(keys);
-    let mut tally = Tally {
-        rejected: fleet.rejected.clone(),
-        ..Tally::default()
-    };
-    let region = |key: &[u8]| keys.partition_point(|s| s.as_slice() <= key);
+    let mut tally = Tally::default();
+    tally.rejected = fleet.rejected.clone();
+    let region = |key: &[u8]| region_of(keys, key);
     for (device, rows) in &fleet.devices {
         match table {
             TableArg::Hourly => {
@@ -177,50 +166,12 @@ pub(super) fn id_table_from_file(
             splits.origin
         ),
     };
-    report(
+    Ok(report(
         format!("file {}", file.display()),
-        (table, KeyScheme::Salted),
+        &layout(table, KeyScheme::Salted),
         buckets,
         tally,
         max_skew,
         note,
-    )
-}
-
-/// `n − 1` split keys dividing `[lo, hi]` into equal ranges of the 8 bytes after their common
-/// prefix, read as a big-endian number (HBase's `UniformSplit`, over the range in use).
-fn uniform_splits(lo: &[u8], hi: &[u8], n: u32) -> Vec<Vec<u8>> {
-    let common = lo.iter().zip(hi).take_while(|(a, b)| a == b).count();
-    let word = |k: &[u8]| {
-        let mut w = [0u8; 8];
-        for (d, s) in w.iter_mut().zip(k.iter().skip(common)) {
-            *d = *s;
-        }
-        u128::from(u64::from_be_bytes(w))
-    };
-    let (a, b) = (word(lo), word(hi));
-    (1..u128::from(n))
-        .map(|i| {
-            let v = a + (b - a) * i / u128::from(n);
-            let mut key = lo[..common].to_vec();
-            let bytes = (v as u64).to_be_bytes();
-            let len = bytes.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1);
-            key.extend_from_slice(&bytes[..len]);
-            key
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uniform_splits_are_ordered_and_inside_the_range() {
-        let splits = uniform_splits(b"gw00-0000", b"gw15-0019", 16);
-        assert_eq!(splits.len(), 15);
-        assert!(splits.windows(2).all(|w| w[0] < w[1]), "{splits:?}");
-        assert!(splits.iter().all(|s| s.as_slice() > &b"gw00-0000"[..]));
-        assert!(splits.iter().all(|s| s.as_slice() <= &b"gw15-0019"[..]));
-    }
+    )?)
 }

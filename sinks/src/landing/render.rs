@@ -1,17 +1,19 @@
-//! The check's answer as a terminal table and as an SVG bar chart.
+//! A landing report as a terminal table and as an SVG bar chart.
 
 use std::fmt::Write as _;
 use std::io::Write;
-
-use crate::Result;
 
 use super::LandingReport;
 
 /// Width of the longest bar in the terminal table, in characters.
 const BAR: f64 = 40.0;
 
-/// Writes `r` as a table: rows per bucket with a bar, the statistics and the verdict.
-pub(super) fn table(out: &mut impl Write, r: &LandingReport) -> Result<()> {
+/// Writes `r` as a table: rows per bucket with a bar, the statistics, the hottest prefixes and
+/// the verdict.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn table(out: &mut impl Write, r: &LandingReport) -> std::io::Result<()> {
     writeln!(out, "landing check of {} ({} keys)", r.source, r.scheme)?;
     let max = r.buckets.iter().map(|b| b.rows).max().unwrap_or(0).max(1) as f64;
     let width = r
@@ -40,13 +42,14 @@ pub(super) fn table(out: &mut impl Write, r: &LandingReport) -> Result<()> {
         r.max_over_mean,
         r.cv
     )?;
-    writeln!(out, "hottest device-id prefixes:")?;
+    writeln!(out, "hottest {}-id prefixes:", r.entity)?;
     for p in &r.hottest_prefixes {
         writeln!(
             out,
-            "  {:<24} {:>7} devices {:>12} rows {:>5.1}%  ({:.0}% in {})",
+            "  {:<24} {:>7} {}s {:>12} rows {:>5.1}%  ({:.0}% in {})",
             p.prefix,
-            p.devices,
+            p.ids,
+            r.entity,
             p.rows,
             100.0 * p.share,
             100.0 * p.top_bucket_share,
@@ -77,7 +80,7 @@ fn esc(s: &str) -> String {
 }
 
 /// A bar per bucket or region, with the mean and the `--max-skew` limit as lines.
-pub(super) fn svg(r: &LandingReport) -> String {
+pub fn svg(r: &LandingReport) -> String {
     let (bar_w, gap, h, left, top, bottom) = (24.0, 6.0, 240.0, 60.0, 40.0, 60.0);
     let n = r.buckets.len() as f64;
     let width = left + n * (bar_w + gap) + 20.0;
