@@ -131,8 +131,7 @@ impl TtlFilter {
     /// stamped later), and a column delete that removes one removes every older one too. So it
     /// is invisible for good, as after an HBase major compaction, and is removed.
     fn past_count(&mut self, key: &[u8], family: &[u8], qualifier: &[u8]) -> bool {
-        let Some(&(_, keeps)) = self.versions.iter().find(|(f, _)| f.as_bytes() == family)
-        else {
+        let Some(&(_, keeps)) = self.versions.iter().find(|(f, _)| f.as_bytes() == family) else {
             return false;
         };
         // `row 0x00 family`: the key up to the family's end.
