@@ -7,8 +7,8 @@
 //! thread's CPU grew 16× for 6× the readings (docs/BENCHMARKS.md).
 //!
 //! So a table is a stack of generations. Writes go to the newest; once it holds
-//! [`GENERATION_BYTES`] on disk, or one run fewer than start its first compaction
-//! ([`MAX_RUNS`], `Generation::is_full`), the next write starts a new one, and compactions
+//! [`GENERATION_BYTES`] on disk, or once enough tables were ingested into it to start its
+//! first compaction (`Generation::is_full`), the next write starts a new one, and compactions
 //! never merge across generations. A cell is rewritten by compactions only within its
 //! generation, whatever the table's size: time-series stores seal blocks (InfluxDB's shards,
 //! Prometheus's blocks), and HBase's date-tiered compaction never merges files of different time
@@ -24,7 +24,7 @@
 //! (`#` is not allowed in table names, HBase's nor ours).
 
 use fjall::{Iter, Keyspace, KeyspaceCreateOptions, KvPair, OwnedWriteBatch, Slice};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Bytes on disk of a generation at which writes move on to a new one.
@@ -51,30 +51,12 @@ const MEMTABLE_BYTES: u64 = 16 * 1024 * 1024;
 /// L1: at 8, a 64 MiB generation was merged three times over (8, 16 and 24 runs' worth); at 24 it
 /// is merged about once. In a replay of 100,000 devices × 1 h that took fjall's worker from 90–96
 /// to 53–57 CPU s and the replay from 232–260 k to 273–304 k readings/s (docs/BENCHMARKS.md, "L0
-/// trigger"). A generation closes one run short of it ([`MAX_RUNS`]), so a replay's writes start
-/// no compaction at all. It stays below 30, where fjall halts memtable writes until a compaction
-/// ends; from 20 runs fjall slows them a little (a spin of at most 90 k empty iterations per
-/// batch), which replays, whose writes are ingested, rarely see. The cost is on reads: a Get or
-/// scan checks each L0 run of each generation it reads.
+/// trigger"). A generation closes when this many tables were ingested into it
+/// ([`Generation::is_full`]), so the round is its only one. It stays below 30, where fjall halts
+/// memtable writes until a compaction ends; from 20 runs fjall slows them a little (a spin of at
+/// most 90 k empty iterations per batch), which replays, whose writes are ingested, rarely see.
+/// The cost is on reads: a Get or scan checks each L0 run of each generation it reads.
 pub(crate) const L0_COMPACTION_TRIGGER: u8 = 24;
-
-/// Runs that writes may add to a generation's L0 before it closes: one fewer than
-/// [`L0_COMPACTION_TRIGGER`], so that no compaction merges a generation a replay filled.
-///
-/// Merging a generation rewrites all of it (~60 MB of a 100,000-device replay's narrow table,
-/// 1.3–2.5 CPU s of fjall's one worker), and a replay fills one every few seconds. When a
-/// generation closed at 24 counted tables, whether it was merged depended on timing: fjall moves
-/// a generation's first table to the last level if its worker gets to it before the second one
-/// is ingested, leaving 23 runs in L0, one short; if the worker was busy (merging the generation
-/// before) both stayed in L0 and the 24th table started a merge, and so on for the generations
-/// after. Two writers that leased a generation before either closed it also ingested a 25th
-/// table, and a memtable flushed into it (a flush's buffer under `MIN_INGEST_BYTES`) was a run
-/// no count saw. So runs of one build of a replay of 100,000 devices × 10 min merged no
-/// generation or 4–6 of them (fjall's worker under 1 or 4–7 CPU s, 8–11 % of the replay's
-/// speed; docs/BENCHMARKS.md). Runs are now counted before they are written
-/// ([`Lease::reserve_run`], [`Lease::committed`]). The price is on reads of a closed
-/// generation: up to this many runs to check, and ~10 % more bytes on disk than merged runs.
-pub(crate) const MAX_RUNS: usize = L0_COMPACTION_TRIGGER as usize - 1;
 
 /// Options of a table's keyspace, stored with it when it is created.
 ///
@@ -222,31 +204,18 @@ pub(crate) struct Generation {
     pub(crate) keyspace: Keyspace,
     pub(crate) span: Span,
     /// Shared by every [`Lease`] of the generation: one with writes queued or under way holds
-    /// it, and an expired generation is dropped only when no lease does. Leases count the runs
-    /// their writes add to it.
-    leases: Arc<Runs>,
+    /// it, and an expired generation is dropped only when no lease does. Leases count the
+    /// tables ingested through them in it.
+    leases: Arc<Ingested>,
 }
 
-/// The L0 runs that writes have added, or are adding, to a generation since it was opened,
-/// counted by the writers through their [`Lease`]s: each table ingested, counted before it is
-/// written, and each memtable of committed writes, which becomes a run when it is flushed.
+/// Tables ingested into a generation since it was opened, counted by the writers that ingest
+/// them through a [`Lease`].
 ///
 /// fjall's L0 count cannot stand for it: a compaction may have merged the runs by the time the
-/// writer looks, the first table goes straight to the last level, and a table being ingested is
-/// in no level yet.
+/// writer looks, and the first table goes straight to the last level.
 #[derive(Default)]
-struct Runs {
-    count: AtomicUsize,
-    /// Whether the memtable holds committed writes whose run is counted: further writes go to
-    /// the same run until an ingestion flushes it.
-    memtable: AtomicBool,
-}
-
-/// Whether a generation of `bytes` on disk with `runs` counted takes no more: see
-/// [`Generation::is_full`].
-fn is_full(bytes: u64, runs: usize, limit: u64) -> bool {
-    bytes > limit || (runs >= MAX_RUNS && bytes > limit / 4)
-}
+struct Ingested(AtomicUsize);
 
 impl Generation {
     pub(crate) fn new(keyspace: Keyspace, span: Span) -> Self {
@@ -265,15 +234,17 @@ impl Generation {
     }
 
     /// Whether the generation takes no more writes: it holds more than `limit` bytes on disk,
-    /// or at least a quarter of that in [`MAX_RUNS`] runs, one short of its first compaction.
+    /// or at least a quarter of that in enough ingested tables to start its first compaction.
     ///
-    /// Each table a replay ingests spans the whole key space, so a compaction would merge them
-    /// all into one sorted run, rewriting the generation. The quarter keeps a live job whose
-    /// flushes ingest small tables from starting a generation every few megabytes; its
-    /// generations are compacted as they fill.
+    /// Each table a replay ingests spans the whole key space, so the compaction that
+    /// [`L0_COMPACTION_TRIGGER`] of them start merges them into one sorted run, and the next one
+    /// merges that run again with the next [`L0_COMPACTION_TRIGGER`]. A generation closed when
+    /// its first compaction starts is rewritten once. The quarter keeps a live job whose flushes
+    /// ingest small tables from starting a generation every few megabytes.
     pub(crate) fn is_full(&self, limit: u64) -> bool {
-        let runs = self.leases.count.load(Ordering::Acquire);
-        is_full(self.keyspace.disk_space(), runs, limit)
+        let bytes = self.keyspace.disk_space();
+        let runs = self.leases.0.load(Ordering::Relaxed);
+        bytes > limit || (runs >= usize::from(L0_COMPACTION_TRIGGER) && bytes > limit / 4)
     }
 
     /// Whether a writer holds a [`Lease`] of the generation.
@@ -286,36 +257,13 @@ impl Generation {
 /// it until the writes queued for the keyspace are committed.
 pub(crate) struct Lease {
     pub(crate) keyspace: Keyspace,
-    generation: Arc<Runs>,
+    generation: Arc<Ingested>,
 }
 
 impl Lease {
-    /// Counts the run of a table about to be ingested into the generation, unless it is full
-    /// ([`Generation::is_full`] with this run): then counts nothing and returns `false`, and the
-    /// table goes to a new generation (`Inner::covering_for_ingestion`). Counting first keeps
-    /// two writers that ingest at once from both adding the generation's last run.
-    pub(crate) fn reserve_run(&self, limit: u64) -> bool {
-        let bytes = self.keyspace.disk_space();
-        self.generation
-            .count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |runs| {
-                (!is_full(bytes, runs, limit)).then_some(runs + 1)
-            })
-            .is_ok()
-    }
-
-    /// Before an ingestion into the generation finishes, which first flushes the memtable into
-    /// the run counted when its writes were committed: writes committed later start a new one.
-    pub(crate) fn flushing_memtable(&self) {
-        self.generation.memtable.store(false, Ordering::Release);
-    }
-
-    /// After a write batch that wrote into the generation was committed: counts the run its
-    /// writes become once the memtable is flushed, unless the memtable's run is counted already.
-    pub(crate) fn committed(&self) {
-        if !self.generation.memtable.swap(true, Ordering::AcqRel) {
-            self.generation.count.fetch_add(1, Ordering::AcqRel);
-        }
+    /// Counts a table ingested into the generation ([`Generation::is_full`]).
+    pub(crate) fn ingested(&self) {
+        self.generation.0.fetch_add(1, Ordering::Relaxed);
     }
 }
 

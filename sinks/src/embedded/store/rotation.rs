@@ -34,21 +34,6 @@ impl Inner {
         Ok(newest.lease())
     }
 
-    /// [`Inner::covering`] for a table about to be ingested: its run is counted in the
-    /// generation first ([`Lease::reserve_run`]), and one that has all its runs is closed and
-    /// the table goes to the next, so that no interleaving of the writers' ingestions gives a
-    /// generation the runs that start a compaction ([`generations::MAX_RUNS`]).
-    pub(crate) fn covering_for_ingestion(&self, index: usize, lo: i64, hi: i64) -> Result<Lease> {
-        loop {
-            let lease = self.covering(index, lo, hi)?;
-            if lease.reserve_run(self.generation_bytes.load(Ordering::Relaxed)) {
-                return Ok(lease);
-            }
-            drop(lease);
-            self.close_full_generation(index)?;
-        }
-    }
-
     /// Drops table `index`'s oldest generations once every cell in them has expired, as HBase's
     /// FIFO compaction drops a TTL table's store files whole, and returns how many it dropped.
     ///

@@ -403,10 +403,14 @@ fn a_generation_whose_cells_have_all_expired_is_dropped_when_no_writer_holds_it(
     assert_eq!(names(&store), ["fifo#3", "fifo#4", "fifo#5", "fifo#6"]);
 }
 
-/// Tables of 64 KiB that lz4 cannot shrink, each row's put ingested as a table of its own by a
-/// fresh writer; with `small`, one more put goes through the memtable, committed after them.
-fn ingest_incompressible(store: &EmbeddedStore, first: usize, tables: usize, small: bool) {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ first as u64;
+/// A generation closes once as many tables were ingested into it as start its first
+/// compaction, if they hold a quarter of the generation size, so that no compaction merges its
+/// tables a second time; fewer tables, or tables too small, keep it open.
+#[test]
+fn a_generation_closes_when_its_ingested_tables_would_start_a_compaction() {
+    let trigger = usize::from(super::super::generations::L0_COMPACTION_TRIGGER);
+    // Tables of 64 KiB that lz4 cannot shrink: `trigger` of them take 1.5 MiB.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut table_value = move || {
         (0..64 * 1024)
             .map(|_| {
@@ -417,55 +421,38 @@ fn ingest_incompressible(store: &EmbeddedStore, first: usize, tables: usize, sma
             })
             .collect::<Vec<u8>>()
     };
-    let mut w = store.writer().ingest_thresholds(1, 1);
-    for i in first..first + tables {
-        let row = format!("r{i:04}");
-        w.write(vec![put(
-            row.as_bytes(),
-            vec![cell("t", b"v", NOW, &table_value())],
-        )])
-        .unwrap();
-    }
-    w.flush().unwrap();
-    if small {
-        let mut w = store.writer().ingest_thresholds(1 << 20, 1 << 20);
-        w.write(vec![put_v(format!("s{first:04}").as_bytes(), b"x")])
+    let mut ingest = |store: &EmbeddedStore, tables: usize| {
+        let mut w = store.writer().ingest_thresholds(1, 1);
+        for i in 0..tables {
+            let row = format!("r{i:03}");
+            w.write(vec![put(
+                row.as_bytes(),
+                vec![cell("t", b"v", NOW, &table_value())],
+            )])
             .unwrap();
+        }
         w.flush().unwrap();
-    }
-}
+    };
+    let disk = |store: &EmbeddedStore| {
+        store.inner.tables[0]
+            .generations()
+            .iter()
+            .map(|g| g.disk_space())
+            .sum::<u64>()
+    };
 
-fn disk(store: &EmbeddedStore) -> u64 {
-    store.inner.tables[0]
-        .generations()
-        .iter()
-        .map(|g| g.disk_space())
-        .sum::<u64>()
-}
-
-/// A generation closes one run short of its first compaction, if its runs hold a quarter of the
-/// generation size, so that no compaction merges its tables; fewer runs, or runs too small,
-/// keep it open.
-#[test]
-fn a_generation_closes_one_run_before_a_compaction() {
-    let max = super::super::generations::MAX_RUNS;
-    assert_eq!(
-        max + 1,
-        usize::from(super::super::generations::L0_COMPACTION_TRIGGER)
-    );
-
-    // 4 MiB generations: a quarter is 1 MiB, less than `max - 1` tables, more than 15.
+    // 4 MiB generations: a quarter is 1 MiB, less than `trigger` tables, more than 15.
     let dir = TempDir::new().unwrap();
     let (store, _) = open(&dir);
     store.set_generation_bytes(4 << 20);
-    ingest_incompressible(&store, 0, max - 1, false);
+    ingest(&store, trigger - 1);
     assert_eq!(
         store.generation_count(T).unwrap(),
         1,
         "{} bytes",
         disk(&store)
     );
-    ingest_incompressible(&store, max - 1, 1, false);
+    ingest(&store, 1);
     assert_eq!(
         store.generation_count(T).unwrap(),
         2,
@@ -473,80 +460,19 @@ fn a_generation_closes_one_run_before_a_compaction() {
         disk(&store)
     );
     // The count starts again in the new generation.
-    ingest_incompressible(&store, max, max - 1, false);
+    ingest(&store, trigger - 1);
     assert_eq!(store.generation_count(T).unwrap(), 2);
     assert!(disk(&store) < 4 << 20, "{} bytes", disk(&store));
 
-    // 16 MiB generations: a quarter is 4 MiB, more than `max + 9` tables hold.
+    // 16 MiB generations: a quarter is 4 MiB, more than `trigger + 8` tables hold.
     let dir = TempDir::new().unwrap();
     let (store, _) = open(&dir);
     store.set_generation_bytes(16 << 20);
-    ingest_incompressible(&store, 0, max + 9, false);
+    ingest(&store, trigger + 8);
     assert_eq!(
         store.generation_count(T).unwrap(),
         1,
         "{} bytes",
         disk(&store)
     );
-}
-
-/// Writes committed through the memtable are a run too (the ingestion after them flushes it):
-/// a generation with one run fewer than it takes closes when they are committed.
-#[test]
-fn a_memtable_of_committed_writes_counts_as_a_run() {
-    let max = super::super::generations::MAX_RUNS;
-    let dir = TempDir::new().unwrap();
-    let (store, _) = open(&dir);
-    store.set_generation_bytes(4 << 20);
-    ingest_incompressible(&store, 0, max - 1, true);
-    assert_eq!(
-        store.generation_count(T).unwrap(),
-        2,
-        "{} bytes",
-        disk(&store)
-    );
-    // Further commits before the next ingestion go to the same memtable, the same run.
-    ingest_incompressible(&store, max, max - 2, true);
-    let mut w = store.writer().ingest_thresholds(1 << 20, 1 << 20);
-    w.write(vec![put_v(b"t0", b"y")]).unwrap();
-    w.flush().unwrap();
-    assert_eq!(
-        store.generation_count(T).unwrap(),
-        2,
-        "{} bytes",
-        disk(&store)
-    );
-}
-
-/// Writers that ingest at once never give a generation the runs that start a compaction: each
-/// run is counted before its table is written, and the writer that finds the generation full
-/// starts the next one.
-#[test]
-fn writers_ingesting_at_once_give_no_generation_a_compaction() {
-    let max = super::super::generations::MAX_RUNS;
-    let dir = TempDir::new().unwrap();
-    let (store, _) = open(&dir);
-    store.set_generation_bytes(4 << 20);
-    let per_writer = 2 * max;
-    std::thread::scope(|s| {
-        for writer in 0..4 {
-            let store = store.clone();
-            s.spawn(move || ingest_incompressible(&store, writer * per_writer, per_writer, false));
-        }
-    });
-    let generations = store.inner.tables[0].generations();
-    assert!(generations.len() >= 4, "{} generations", generations.len());
-    for g in &generations {
-        assert!(
-            g.table_count() <= max,
-            "{:?}: {} tables",
-            g.name(),
-            g.table_count()
-        );
-    }
-    // No compaction merged any: every table ingested is there.
-    let tables: usize = generations.iter().map(fjall::Keyspace::table_count).sum();
-    assert_eq!(tables, 4 * per_writer);
-    let rows = scan(&store, b"", b"", None);
-    assert_eq!(rows.len(), 4 * per_writer);
 }

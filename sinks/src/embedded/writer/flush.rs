@@ -3,7 +3,6 @@
 
 use super::buffer::MAX_ARENA;
 use super::{new_batch, EmbeddedWriter};
-use crate::embedded::generations::Lease;
 use crate::Result;
 use std::collections::HashMap;
 
@@ -22,10 +21,6 @@ impl EmbeddedWriter {
         }
         let inner = &self.store.inner;
         let committed = full.commit().map_err(|e| inner.fjall_error("write", e));
-        if committed.is_ok() {
-            // The batch's writes are in the memtables of the generations it wrote to: a run each.
-            self.leases.iter().for_each(Lease::committed);
-        }
         self.leases.clear();
         committed?;
         for index in 0..inner.tables.len() {
@@ -42,12 +37,13 @@ impl EmbeddedWriter {
             return Ok(());
         }
         let inner = &self.store.inner;
+        let lease = inner.covering(index, pending.lo, pending.hi)?;
+        let keyspace = &lease.keyspace;
         if pending.bytes() < min_ingest {
-            let lease = inner.covering(index, pending.lo, pending.hi)?;
             // Queued in the writer's batch, which `write_all` commits once for all tables.
             for slot in &pending.cells {
                 self.batch.insert(
-                    &lease.keyspace,
+                    keyspace,
                     &pending.arena[slot.key()],
                     &pending.arena[slot.value()],
                 );
@@ -56,9 +52,7 @@ impl EmbeddedWriter {
             self.leases.push(lease);
             return Ok(());
         }
-        let lease = inner.covering_for_ingestion(index, pending.lo, pending.hi)?;
-        let mut ingestion = lease
-            .keyspace
+        let mut ingestion = keyspace
             .start_ingestion()
             .map_err(|e| inner.fjall_error("ingest", e))?;
         for (key, value) in pending.sorted() {
@@ -66,10 +60,10 @@ impl EmbeddedWriter {
                 .write(key, value)
                 .map_err(|e| inner.fjall_error("ingest", e))?;
         }
-        lease.flushing_memtable();
         ingestion
             .finish()
             .map_err(|e| inner.fjall_error("ingest", e))?;
+        lease.ingested();
         pending.clear();
         inner.close_full_generation(index)
     }
