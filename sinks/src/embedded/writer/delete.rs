@@ -45,9 +45,6 @@ impl EmbeddedWriter {
                 return Err(corrupt());
             };
             if ts <= ts_ms {
-                if let Some(queued_ts) = &mut self.queued_ts {
-                    queued_ts[table_index].insert(key.to_vec(), i64::MIN);
-                }
                 generations::remove_everywhere(&mut self.batch, &generations, &key);
             }
         }
@@ -168,13 +165,7 @@ impl EmbeddedWriter {
         }
         let mut kept: Vec<(Vec<u8>, VisibleCell)> = Vec::new();
         for (qualifier, cell) in visible.0 {
-            let stays = !goes(&qualifier, &cell);
-            if let Some(queued_ts) = &mut self.queued_ts {
-                codec::encode_key(&mut self.key, row, family, &qualifier);
-                let ts = if stays { cell.ts } else { i64::MIN };
-                queued_ts[table_index].insert(self.key.clone(), ts);
-            }
-            if stays {
+            if !goes(&qualifier, &cell) {
                 kept.push((qualifier, cell));
             }
         }
