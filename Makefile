@@ -1,7 +1,7 @@
 # The commands people run. `make demo` and `make test` are the README's first two commands.
 CARGO ?= cargo
 
-.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink bench-hbase-java fuzz soak soak-serve
+.PHONY: demo test test-unit lint fmt services-up services-down bench bench-hbase bench-flink bench-hbase-java bench-profile-java fuzz soak soak-serve
 
 ## Build, generate two hours of traffic for 500 sensors, replay it into ./hourglass-data, query it.
 demo:
@@ -58,6 +58,18 @@ bench-flink:
 bench-hbase-java:
 	scripts/services.sh up hbase
 	bench/hbase-java/run.sh
+
+# Flags of bench/profile-java/run.sh, e.g. PROFILE_JAVA_ARGS="--users 20000 --events 200000".
+PROFILE_JAVA_ARGS ?=
+
+## hourglass profile replay --hbase vs its Java peer (bench/profile-java: per-user merge, 500
+## users or 5 s per flush, BufferedMutator) on the same tag events, 1M users x 20M events by
+## default, interleaved, tables truncated between runs: events/s, writer / HBase / Thrift CPU
+## seconds, their ratios, and a digest showing both leave the same tables. Empties the profile
+## tables.
+bench-profile-java:
+	scripts/services.sh up hbase
+	bench/profile-java/run.sh $(PROFILE_JAVA_ARGS)
 
 # Seconds per fuzz target, and the address-space cap (KiB) under which a huge allocation is an
 # abort naming its size rather than the machine running out of memory.
