@@ -40,6 +40,8 @@ import org.apache.hadoop.hbase.client.Table;
  * <pre>
  *   ProfileJava write EVENTS.jsonl TAGS.csv   merge the events into user_profile_tag and
  *                                             user_tag_history
+ *   ProfileJava plan EVENTS.jsonl TAGS.csv    the same merge without HBase: print the newest
+ *                                             cells as `hourglass tables dump` does ({@link Plan})
  *   ProfileJava digest                        SHA-256 over the two tables' cells
  *   ProfileJava truncate                      empty the two tables, keeping their splits
  *   ProfileJava float X...                    print the cell text of FLOAT values (a check)
@@ -96,11 +98,8 @@ public final class ProfileJava {
         }
         try (Connection conn = ConnectionFactory.createConnection(config())) {
             switch (mode) {
-                case "write" -> {
-                    try (Sink sink = new HbaseSink(conn, Long.getLong("buffer.mb", 8) << 20)) {
-                        System.out.println(write(sink, args[1], Path.of(args[2])));
-                    }
-                }
+                case "write" -> System.out.println(
+                        write(new HbaseSink(conn, Long.getLong("buffer.mb", 8) << 20), args[1], Path.of(args[2])));
                 case "digest" -> digest(conn);
                 default -> truncate(conn);
             }
@@ -172,7 +171,10 @@ public final class ProfileJava {
         }
     }
 
-    /** Reads the events into {@code sink}; returns the counters as a JSON line. */
+    /**
+     * Reads the events into {@code sink} and closes it; returns the counters as a JSON line,
+     * {@code wall_s} from the start to the sink closed (its writes flushed).
+     */
     private static String write(Sink sink, String file, Path registryCsv) throws IOException {
         long started = System.nanoTime();
         int maxUsers = Integer.getInteger("max.users", 500);
@@ -190,7 +192,7 @@ public final class ProfileJava {
         Keys keys = new Keys();
         UserMerge merge = new UserMerge();
         long wall = System.currentTimeMillis() / 1000;
-        try (InputStream in = new BufferedInputStream(new FileInputStream(file), 1 << 20)) {
+        try (sink; InputStream in = new BufferedInputStream(new FileInputStream(file), 1 << 20)) {
             LineReader lines = new LineReader(in);
             byte[] line;
             while ((line = lines.next()) != null) {
