@@ -31,8 +31,8 @@ const THRIFT1: &str = "127.0.0.1:9090";
 const NOW: i64 = 1_796_486_460;
 /// Seconds the events cover.
 const SPAN: i64 = 86_400;
-/// Partitions of the topic: `produce` publishes tag events without a key (it keys by device
-/// only), so a user's events are spread over both and reach the job in any interleaving.
+/// Partitions of the topic: `produce --key user_id` keeps each user's events in one of them,
+/// in order, as a real producer of tag events would.
 const PARTITIONS: &str = "2";
 
 fn ci() -> bool {
@@ -364,6 +364,11 @@ fn dead_letters(path: &Path, by_position: bool) -> Vec<(String, String, String, 
         let raw: String = text("raw").chars().take(200).collect();
         let letter = (text("kind"), text("user_id"), text("tag"), raw);
         let position = (d["partition"].as_i64(), d["line"].as_u64(), letter.clone());
+        // Every dead letter of a Kafka record says where the record is, a refused tag's too.
+        assert!(
+            !by_position || position.0.is_some(),
+            "a dead letter without its partition: {d}"
+        );
         if !by_position || seen.insert(position) {
             out.push(letter);
         }
@@ -428,6 +433,8 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
         &s.topic,
         "--partitions",
         PARTITIONS,
+        "--key",
+        "user_id",
         "--rate",
         plan.rate,
     ]);
@@ -642,4 +649,108 @@ fn soak_sigkill_20_times_into_hbase_ends_as_a_replay_does() {
         alive_ms: (500, 6000),
         store: Store::Hbase,
     });
+}
+
+/// Offsets follow what is durable while records keep coming: a merge whose buffer fills before
+/// it is due (`max_users` small, `flush_interval_ms` ten minutes) used to hold the time of its
+/// first event for good, and the job committed almost nothing; and once the producer stops,
+/// every record is committed without the job stopping (no event-time window holds the last
+/// records back).
+#[test]
+fn offsets_are_committed_while_records_keep_coming() {
+    if !service_up(BROKER, "Kafka", "kafka") {
+        return;
+    }
+    const EVENTS: i64 = 20_000;
+    let s = Scenario {
+        dir: tempfile::tempdir().expect("tempdir"),
+        topic: unique("profile-commits"),
+        store: Store::Embedded,
+    };
+    s.ok(&[
+        "profile",
+        "generate",
+        "--users",
+        "2000",
+        "--events",
+        &EVENTS.to_string(),
+        "--seed",
+        "33",
+        "--start",
+        &(NOW - 60 - SPAN).to_string(),
+        "--span",
+        &SPAN.to_string(),
+        "--out",
+        "events.jsonl",
+        "--registry-out",
+        "tags.csv",
+    ]);
+    let topic = &s.topic;
+    let run = format!(
+        "workers = 2\n[registry]\nurl = \"sqlite://./tags.sqlite\"\n[merge]\nmax_users = 50\n\
+         flush_interval_ms = 600000\n[short_term]\npath = \"run-short.sqlite\"\n[source]\n\
+         brokers = {BROKER:?}\ntopic = {topic:?}\ngroup_id = {topic:?}\n[store]\n\
+         kind = \"embedded\"\ndir = \"store\"\n"
+    );
+    std::fs::write(s.path().join("run.toml"), run).expect("writing run.toml");
+    s.ok(&["tags", "import", "tags.csv", "--config", "run.toml"]);
+    // The topic exists before the job starts, so that it reads both partitions from offset 0.
+    s.ok(&[
+        "produce",
+        "/dev/null",
+        "--brokers",
+        BROKER,
+        "--topic",
+        topic,
+        "--partitions",
+        PARTITIONS,
+    ]);
+    let log = Log::default();
+    let mut job = KillOnDrop(Some(s.job(&[])));
+    wait_until_consuming(job.0.as_mut().expect("the job"), &log);
+    let mut producer = KillOnDrop(Some(s.spawn(&[
+        "produce",
+        "events.jsonl",
+        "--brokers",
+        BROKER,
+        "--topic",
+        topic,
+        "--key",
+        "user_id",
+        "--rate",
+        "2500",
+    ])));
+    let mut while_producing = 0;
+    loop {
+        let p = producer.0.as_mut().expect("the producer");
+        if let Some(status) = p.try_wait().expect("polling the producer") {
+            assert!(status.success(), "produce failed: {status}");
+            break;
+        }
+        while_producing = committed(topic);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    producer.0 = None;
+    assert!(
+        while_producing > EVENTS / 10,
+        "{while_producing} of {EVENTS} records committed while they kept coming:\n{}",
+        log_text(&log)
+    );
+    // Everything, while the job runs on: no stop, no later record needed.
+    let waiting = Instant::now();
+    while committed(topic) < EVENTS {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(60),
+            "{} of {EVENTS} records committed a minute after the last was produced:\n{}",
+            committed(topic),
+            log_text(&log)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let child = job.0.as_mut().expect("the job");
+    assert!(
+        child.try_wait().expect("polling the job").is_none(),
+        "the job stopped:\n{}",
+        log_text(&log)
+    );
 }

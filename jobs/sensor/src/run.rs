@@ -177,7 +177,7 @@ fn topic_options(
     exit_on_idle: Option<Duration>,
 ) -> KafkaOptions {
     KafkaOptions {
-        window: hourly_window(cfg.window.allowed_lateness_secs, None),
+        window: Some(hourly_window(cfg.window.allowed_lateness_secs, None)),
         record_table: NARROW_TABLE,
         exit_on_idle,
         ttl_secs: RETENTION_SECS,
