@@ -34,7 +34,7 @@ use timely::dataflow::{ProbeHandle, Scope};
 
 pub use decoder::{user_hint, ProfileDecoder, ProfileEvent};
 pub use source::{replay_options, topic_options};
-pub use stats::{ProfileCounters, ProfileReport, ProfileStats};
+pub use stats::{EventCounters, ProfileCounters, ProfileReport, ProfileStats};
 pub use writers::DeadLetter;
 
 use crate::config::ProfileConfig;
