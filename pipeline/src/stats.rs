@@ -8,8 +8,7 @@ pub const MAX_REJECT_KINDS: usize = 16;
 /// Counters shared by every worker of a job: what every job counts, by the engine's names
 /// (records read, decoded and rejected, dead letters by kind, records past a TTL or the allowed
 /// lateness, the table writers' batches). A job's own counters live in its crate and reach
-/// `/metrics` through [`crate::job_metrics::JobCounters`] and the end-of-run report through its
-/// [`crate::driver::Report`].
+/// `/metrics` through its `JobCounters` and the end-of-run report through its `Report`.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Input records (lines) read.
@@ -117,8 +116,8 @@ impl Stats {
     }
 }
 
-/// The engine's counters at the end of a run, which each job's report
-/// ([`crate::driver::Report`]) names and writes as it says (`--stats-json`).
+/// The engine's counters at the end of a run, which each job's report (the driver's `Report`)
+/// names and writes as it says (`--stats-json`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     /// Input records read.

@@ -144,6 +144,31 @@ impl Scenario {
             .expect("starting hourglass")
     }
 
+    /// `events.jsonl` (ending a minute before `NOW`, over `SPAN`) and `tags.csv`, generated.
+    fn generate(&self, users: &str, events: &str, seed: &str, bad_ratio: &str) {
+        let (start, span) = ((NOW - 60 - SPAN).to_string(), SPAN.to_string());
+        self.ok(&[
+            "profile",
+            "generate",
+            "--users",
+            users,
+            "--events",
+            events,
+            "--seed",
+            seed,
+            "--bad-ratio",
+            bad_ratio,
+            "--start",
+            &start,
+            "--span",
+            &span,
+            "--out",
+            "events.jsonl",
+            "--registry-out",
+            "tags.csv",
+        ]);
+    }
+
     /// `profile run` with the run's config, dead letters appended to `dead.jsonl`.
     fn job(&self, extra: &[&str]) -> Child {
         let mut args = vec![
@@ -386,26 +411,7 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
         topic: unique("profile-crash"),
         store: plan.store,
     };
-    s.ok(&[
-        "profile",
-        "generate",
-        "--users",
-        plan.users,
-        "--events",
-        plan.events,
-        "--seed",
-        plan.seed,
-        "--bad-ratio",
-        "0.02",
-        "--start",
-        &(NOW - 60 - SPAN).to_string(),
-        "--span",
-        &SPAN.to_string(),
-        "--out",
-        "events.jsonl",
-        "--registry-out",
-        "tags.csv",
-    ]);
+    s.generate(plan.users, plan.events, plan.seed, "0.02");
     let lines: u64 = plan.events.parse().expect("events");
     let ties = ties(&s.path().join("events.jsonl"));
     assert!(
@@ -667,24 +673,7 @@ fn offsets_are_committed_while_records_keep_coming() {
         topic: unique("profile-commits"),
         store: Store::Embedded,
     };
-    s.ok(&[
-        "profile",
-        "generate",
-        "--users",
-        "1000",
-        "--events",
-        &EVENTS.to_string(),
-        "--seed",
-        "33",
-        "--start",
-        &(NOW - 60 - SPAN).to_string(),
-        "--span",
-        &SPAN.to_string(),
-        "--out",
-        "events.jsonl",
-        "--registry-out",
-        "tags.csv",
-    ]);
+    s.generate("1000", &EVENTS.to_string(), "33", "0");
     let topic = &s.topic;
     let run = format!(
         "workers = 2\n[registry]\nurl = \"sqlite://./tags.sqlite\"\n[merge]\nmax_users = 100\n\

@@ -27,54 +27,58 @@ pub struct SensorStats {
     pub registry_rejected: AtomicU64,
 }
 
+/// The sensor job's metrics, `(name, help)`, in the order [`SensorStats::counters`] gives their
+/// values.
+const METRICS: [(&str, &str); 7] = [
+    ("readings_decoded", "Records decoded into readings"),
+    (
+        "registry_rejected",
+        "Device registry topic records refused (bad key or value) and sent to the dead-letter \
+         output",
+    ),
+    (
+        "late_dropped",
+        "Readings beyond the allowed lateness: stored in the narrow table and the late-data \
+         output, not in their hour's wide row",
+    ),
+    (
+        "repeated",
+        "Readings of a second their hour already had (a resend or a correction): the narrow \
+         table keeps the last; the hour's wide row is marked so that reads take the narrow table",
+    ),
+    (
+        "expired",
+        "Readings already older than the tables' 90-day TTL when read (invisible to queries)",
+    ),
+    (
+        "narrow_rows_written",
+        "Narrow rows (ts_metric, one per reading) handed to the table writers",
+    ),
+    (
+        "wide_cells_written",
+        "Point cells of hourly wide rows (ts_metric_hourly) handed to the table writers, summary \
+         cells not counted",
+    ),
+];
+
 /// Served at `/metrics` as `hourglass_job_<name>_total`, the names dashboards and the benches
 /// query.
 impl JobCounters for SensorStats {
     fn counters(&self, stats: &Stats) -> Vec<(&'static str, &'static str, u64)> {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
-            (
-                "readings_decoded",
-                "Records decoded into readings",
-                get(&stats.ok),
-            ),
-            (
-                "registry_rejected",
-                "Device registry topic records refused (bad key or value) and sent to the \
-                 dead-letter output",
-                get(&self.registry_rejected),
-            ),
-            (
-                "late_dropped",
-                "Readings beyond the allowed lateness: stored in the narrow table and the \
-                 late-data output, not in their hour's wide row",
-                get(&stats.late_dropped),
-            ),
-            (
-                "repeated",
-                "Readings of a second their hour already had (a resend or a correction): the \
-                 narrow table keeps the last; the hour's wide row is marked so that reads take \
-                 the narrow table",
-                get(&self.repeated),
-            ),
-            (
-                "expired",
-                "Readings already older than the tables' 90-day TTL when read (invisible to \
-                 queries)",
-                get(&stats.expired),
-            ),
-            (
-                "narrow_rows_written",
-                "Narrow rows (ts_metric, one per reading) handed to the table writers",
-                get(&self.narrow_rows),
-            ),
-            (
-                "wide_cells_written",
-                "Point cells of hourly wide rows (ts_metric_hourly) handed to the table writers, \
-                 summary cells not counted",
-                get(&self.wide_cells),
-            ),
-        ]
+        let values = [
+            &stats.ok,
+            &self.registry_rejected,
+            &stats.late_dropped,
+            &self.repeated,
+            &stats.expired,
+            &self.narrow_rows,
+            &self.wide_cells,
+        ];
+        METRICS
+            .iter()
+            .zip(values)
+            .map(|(&(name, help), value)| (name, help, value.load(Ordering::Relaxed)))
+            .collect()
     }
 }
 
