@@ -232,7 +232,7 @@ fn report(
 ) -> MakeReport<ProfileReport> {
     Box::new(move |summary, stats| ProfileReport {
         verb: verb.clone(),
-        counters: summary,
+        counters: (&summary).into(),
         profile: counters.snapshot(stats),
         resume_skipped: topic.as_ref().map(|t| t.resume_skipped()),
     })

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use sensor::config::JobConfig;
 use sensor::tables;
 use sinks::admin::Created;
@@ -17,6 +17,7 @@ use sinks::schema::TableSpec;
 
 use pipeline::store::{Backend, BackendArgs};
 
+use sensor::tables::IdSplits;
 use sensor::tools::splits::{SplitArgs, Splits};
 
 /// Where HBase is, for the admin commands.
@@ -38,10 +39,10 @@ pub struct HbaseArgs {
     pub split: SplitArgs,
 }
 
-/// Every table of both jobs: the sensor job's with the split `splits` gives its id-keyed
-/// tables, then the profile job's (split over their salt, whatever the flags).
-fn every_table(splits: &Splits) -> Vec<TableSpec> {
-    let mut specs = tables::all_tables_split(&splits.ids);
+/// Every table of both jobs: the sensor job's with the split `ids` gives its id-keyed tables,
+/// then the profile job's (split over their salt, whatever the flags).
+fn every_table(ids: &IdSplits) -> Vec<TableSpec> {
+    let mut specs = tables::all_tables_split(ids);
     specs.extend(profile::tables());
     specs
 }
@@ -50,7 +51,7 @@ impl HbaseArgs {
     /// The tables with the split these flags ask for, and where it comes from.
     fn tables(&self) -> Result<(Vec<TableSpec>, Splits)> {
         let splits = self.split.resolve(&load_config(self.config.as_ref())?)?;
-        Ok((every_table(&splits), splits))
+        Ok((every_table(&splits.ids), splits))
     }
 
     /// The HBase settings of [`HbaseArgs::open`]. `tables create` and `tables split` are
@@ -153,7 +154,7 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             let splits = split.resolve(&load_config(config.as_ref())?)?;
             // The shell reads `#` as a comment: the output stays a script it runs.
             writeln!(out, "# split points: {}", splits.origin)?;
-            for spec in every_table(&splits) {
+            for spec in every_table(&splits.ids) {
                 writeln!(out, "# {} row key: {}", spec.name, spec.key.layout)?;
                 writeln!(out, "{}", spec.hbase_shell_ddl())?;
             }
@@ -260,9 +261,8 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
             backend,
             config,
         } => {
-            let spec = tables::all_tables()
+            let spec = every_table(&IdSplits::default())
                 .into_iter()
-                .chain(profile::tables())
                 .find(|t| t.name == table)
                 .with_context(|| unknown_table(&table))?;
             let cfg = load_config(config.as_ref())?;
@@ -273,6 +273,9 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                 true,
                 false,
             )?;
+            if db.admin().missing_tables()?.iter().any(|t| t == spec.name) {
+                bail!("{}", absent_table(spec.name, &db.location()));
+            }
             db.admin().dump(spec.name, |row| -> Result<()> {
                 for c in &row.cells {
                     writeln!(
@@ -290,6 +293,20 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What to say of a table `location` does not hold: which command creates it.
+fn absent_table(table: &str, location: &str) -> String {
+    let replay = if profile::tables().iter().any(|t| t.name == table) {
+        "hourglass profile replay FILE"
+    } else {
+        "hourglass replay FILE"
+    };
+    format!(
+        "table {table} does not exist in {location}: nothing was written to it yet. A job creates \
+         its tables when it first writes (`{replay} --store DIR`); in HBase `hourglass tables \
+         create --hbase HOST:PORT` creates every table"
+    )
 }
 
 fn unknown_table(table: &str) -> String {

@@ -28,11 +28,12 @@ use sinks::MetricsSource;
 use crate::http_thread::{HttpLimits, HttpThread};
 use crate::{Context, Result};
 
-/// Counters a job keeps beside the engine's [`Stats`] (its domain's: the profile job's
-/// flushes, users, tags), served at `/metrics` as `hourglass_job_<name>_total`.
+/// The counters a job names itself, served at `/metrics` as `hourglass_job_<name>_total`: its
+/// own (the sensor job's narrow rows, the profile job's users flushed), and the engine's
+/// [`Stats`] it gives its domain's name (records decoded are the sensor job's readings).
 pub trait JobCounters: fmt::Debug + Send + Sync {
-    /// `(name, help, value)` of each counter, read at each scrape.
-    fn counters(&self) -> Vec<(&'static str, &'static str, u64)>;
+    /// `(name, help, value)` of each counter, read at each scrape, with the engine's `stats`.
+    fn counters(&self, stats: &Stats) -> Vec<(&'static str, &'static str, u64)>;
 }
 
 /// What `/metrics` reports: the job's counters, read at each scrape. The Kafka state and the
@@ -126,8 +127,9 @@ impl Collector for ProduceToDurable {
         let snap = kafka.delays.snapshot(&DELAY_BOUNDS_MS);
         enc.encode_descriptor(
             "produce_to_durable_seconds",
-            "Kafka record timestamp to the moment its reading's narrow row is durable (its \
-             writer's flush returned), per reading; beyond 10 min counted as 10 min",
+            "Kafka record timestamp to the moment its record's row is durable (its writer's \
+             flush returned), per record of the job's record table; beyond 10 min counted as 10 \
+             min",
             None,
             MetricType::Histogram,
         )?
@@ -172,12 +174,6 @@ impl Collector for JobMetrics {
             "Records read from the source, decoded or rejected (rate() gives records/s)",
             s.read.load(Relaxed),
         )?;
-        counter(
-            &mut enc,
-            "readings_decoded",
-            "Records decoded into readings",
-            s.ok.load(Relaxed),
-        )?;
         let mut rejected = enc.encode_descriptor(
             "rejected",
             "Records rejected to the dead-letter output, by reason kind (as the dead letters' kind)",
@@ -188,47 +184,6 @@ impl Collector for JobMetrics {
             ConstCounter::new(n.load(Relaxed))
                 .encode(rejected.encode_family(&[("reason", *kind)])?)?;
         }
-        counter(
-            &mut enc,
-            "registry_rejected",
-            "Device registry topic records refused (bad key or value) and sent to the dead-letter \
-             output",
-            s.registry_rejected.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "late_dropped",
-            "Readings beyond the allowed lateness: stored in the narrow table and the late-data \
-             output, not in their hour's wide row",
-            s.late_dropped.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "repeated",
-            "Readings of a second their hour already had (a resend or a correction): the narrow \
-             table keeps the last; the hour's wide row is marked so that reads take the narrow \
-             table",
-            s.repeated.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "expired",
-            "Readings already older than the tables' 90-day TTL when read (invisible to queries)",
-            s.expired.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "narrow_rows_written",
-            "Narrow rows (ts_metric, one per reading) handed to the table writers",
-            s.narrow_rows.load(Relaxed),
-        )?;
-        counter(
-            &mut enc,
-            "wide_cells_written",
-            "Point cells of hourly wide rows (ts_metric_hourly) handed to the table writers, \
-             summary cells not counted",
-            s.wide_cells.load(Relaxed),
-        )?;
         let batches = s.sink_batches.snapshot();
         let buckets: Vec<(f64, u64)> = BATCH_SIZE_BOUNDS
             .iter()
@@ -266,7 +221,7 @@ impl Collector for JobMetrics {
             i64::from(self.control.error().is_some()),
         )?;
         if let Some(counters) = self.counters.get() {
-            for (name, help, value) in counters.counters() {
+            for (name, help, value) in counters.counters(s) {
                 counter(&mut enc, name, help, value)?;
             }
         }
@@ -283,8 +238,9 @@ impl Collector for JobMetrics {
         partition_gauge(
             &mut enc,
             "committed_offset",
-            "Next offset committed to the consumer group, per partition: every reading before it \
-             is in both tables (absent until a first commit or a committed offset at start)",
+            "Next offset committed to the consumer group, per partition: every record before it \
+             is durable in the job's stores (absent until a first commit or a committed offset at \
+             start)",
             &kafka.committed(),
         )?;
         partition_gauge(
@@ -301,7 +257,9 @@ impl Collector for JobMetrics {
                 &mut enc,
                 "watermark_seconds",
                 "Event-time watermark, epoch seconds: newest event time - watermark_bound_secs \
-                 per partition, minimum over partitions (idle ones excepted) and workers",
+                 per partition, minimum over partitions (idle ones excepted) and workers (a job \
+                 without a window moves it past the newest event time when it has nothing to \
+                 read)",
                 watermark,
             )?;
             gauge(
@@ -424,6 +382,7 @@ mod tests {
     fn every_metric_has_help_and_type() {
         let stats = Arc::new(Stats::default());
         stats.read.store(7, std::sync::atomic::Ordering::Relaxed);
+        stats.ok.store(5, std::sync::atomic::Ordering::Relaxed);
         stats.rejected_by_kind[2].store(2, std::sync::atomic::Ordering::Relaxed);
         stats.sink_batches.observe(3);
         stats.sink_batches.observe(5000);
@@ -432,8 +391,15 @@ mod tests {
         #[derive(Debug)]
         struct Flushes;
         impl JobCounters for Flushes {
-            fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
-                vec![("flushes", "Flushes of a job's own operator", 4)]
+            fn counters(&self, stats: &Stats) -> Vec<(&'static str, &'static str, u64)> {
+                vec![
+                    ("flushes", "Flushes of a job's own operator", 4),
+                    (
+                        "things_decoded",
+                        "Records decoded into things",
+                        stats.ok.load(std::sync::atomic::Ordering::Relaxed),
+                    ),
+                ]
             }
         }
         metrics.attach_counters(Arc::new(Flushes));
@@ -443,6 +409,7 @@ mod tests {
         for line in [
             "# TYPE hourglass_job_flushes_total counter",
             "hourglass_job_flushes_total 4",
+            "hourglass_job_things_decoded_total 5",
             "# TYPE hourglass_job_records_read_total counter",
             "hourglass_job_records_read_total 7",
             "hourglass_job_rejected_total{reason=\"invalid_json\"} 2",
@@ -466,6 +433,25 @@ mod tests {
         // Nothing known yet: no lag, no committed offset, no watermark.
         assert!(!text.contains("hourglass_job_consumer_lag{"), "{text}");
         assert!(!text.contains("hourglass_job_watermark_seconds "), "{text}");
+    }
+
+    /// The engine's metrics speak of records, not of one job's domain: a job names its own
+    /// counters ([`JobCounters`]), so a job without readings, rooms or devices shows none.
+    #[test]
+    fn the_engine_names_no_domain() {
+        let metrics = Arc::new(JobMetrics::new(Arc::default(), Arc::default(), KINDS));
+        metrics.attach_kafka(Arc::new(KafkaShared::new(1, 1)));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry())
+            .unwrap();
+        for word in [
+            "reading", "device", "narrow", "wide", "room", "late", "repeated", "expired",
+        ] {
+            assert!(
+                !text.to_lowercase().contains(word),
+                "{word:?} in the engine's metrics:\n{text}"
+            );
+        }
     }
 
     #[test]

@@ -2,41 +2,31 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
-
 /// Most kinds of refusal a job may count (its `source::Refusal::KINDS`).
 pub const MAX_REJECT_KINDS: usize = 16;
 
-/// Counters shared by every worker of a job.
+/// Counters shared by every worker of a job: what every job counts, by the engine's names
+/// (records read, decoded and rejected, dead letters by kind, records past a TTL or the allowed
+/// lateness, the table writers' batches). A job's own counters live in its crate and reach
+/// `/metrics` through its `JobCounters` and the end-of-run report through its `Report`.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Input lines read.
+    /// Input records (lines) read.
     pub read: AtomicU64,
-    /// Lines decoded into readings.
+    /// Records decoded.
     pub ok: AtomicU64,
-    /// Lines rejected to the dead-letter output.
+    /// Records rejected to the dead-letter output (by their source, or later by the job).
     pub rejected: AtomicU64,
-    /// Readings beyond the allowed lateness: narrow table and late output only.
+    /// Records beyond the job's allowed lateness (a job with a window; 0 for the others).
     pub late_dropped: AtomicU64,
-    /// Readings of a second their hour already had (a resend or a correction): the narrow table
-    /// keeps the last, and the hour's wide row is marked so that reads take the narrow table.
-    pub repeated: AtomicU64,
-    /// Narrow rows written.
-    pub narrow_rows: AtomicU64,
-    /// Wide cells written.
-    pub wide_cells: AtomicU64,
-    /// Room view rows written (puts and deletes of `ts_room_latest`).
-    pub room_rows: AtomicU64,
-    /// Readings older than the table TTL when read (invisible once written).
+    /// Records already older than the tables' TTL when read (invisible once written).
     pub expired: AtomicU64,
     /// Input bytes consumed (compressed bytes for compressed input), for progress.
     pub bytes: AtomicU64,
-    /// Registry topic records refused (bad key or value) and sent to the dead-letter output.
-    pub registry_rejected: AtomicU64,
-    /// Rejected lines by their kind's index (`source::Refusal::kind_index`), counted when they
-    /// reach the dead-letter output ([`Stats::count_rejected`]); their sum equals `rejected`
-    /// once the job has drained (sources publish `rejected` in batches, so the two may differ
-    /// while it runs).
+    /// Rejected records by their kind's index (`source::Refusal::kind_index`), counted when
+    /// they reach the dead-letter output ([`Stats::count_rejected`]); their sum equals
+    /// `rejected` once the job has drained (sources publish `rejected` in batches, so the two
+    /// may differ while it runs).
     pub rejected_by_kind: [AtomicU64; MAX_REJECT_KINDS],
     /// Of those, the ones of kind `future` (`source::FUTURE_KIND`): a clock running ahead.
     pub rejected_future: AtomicU64,
@@ -114,53 +104,48 @@ impl Stats {
     /// A snapshot of the counters as the end-of-run summary.
     pub fn summary(&self, elapsed_s: f64) -> Summary {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let read = get(&self.read);
         Summary {
-            read,
+            read: get(&self.read),
             ok: get(&self.ok),
             rejected: get(&self.rejected),
             future: get(&self.rejected_future),
             late_dropped: get(&self.late_dropped),
-            repeated: get(&self.repeated),
-            narrow_rows: get(&self.narrow_rows),
-            wide_cells: get(&self.wide_cells),
-            room_rows: get(&self.room_rows),
+            expired: get(&self.expired),
             elapsed_s,
-            readings_per_s: if elapsed_s > 0.0 {
-                read as f64 / elapsed_s
-            } else {
-                0.0
-            },
         }
     }
 }
 
-/// The summary of a run; `--stats-json` writes exactly these keys.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The engine's counters at the end of a run, which each job's report (the driver's `Report`)
+/// names and writes as it says (`--stats-json`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
-    /// Input lines read.
+    /// Input records read.
     pub read: u64,
-    /// Lines decoded into readings.
+    /// Records decoded.
     pub ok: u64,
-    /// Lines rejected to the dead-letter output.
+    /// Records rejected to the dead-letter output.
     pub rejected: u64,
-    /// Of `rejected`, the readings too far ahead of the wall clock or the watermark (kind
-    /// `future`): a device clock running ahead.
+    /// Of `rejected`, the records too far ahead of the wall clock or the watermark (kind
+    /// `future`).
     pub future: u64,
-    /// Readings beyond the allowed lateness.
+    /// Records beyond the allowed lateness.
     pub late_dropped: u64,
-    /// Readings of a second their hour already had (a resend or a correction; the last wins).
-    pub repeated: u64,
-    /// Narrow rows written.
-    pub narrow_rows: u64,
-    /// Wide cells written.
-    pub wide_cells: u64,
-    /// Room view rows written (puts and deletes of `ts_room_latest`).
-    pub room_rows: u64,
+    /// Records already older than the tables' TTL when read.
+    pub expired: u64,
     /// Wall-clock duration of the run, seconds.
     pub elapsed_s: f64,
-    /// Lines read per second of wall-clock time.
-    pub readings_per_s: f64,
+}
+
+impl Summary {
+    /// Records read per second of wall-clock time (0 for no time).
+    pub fn read_per_s(&self) -> f64 {
+        if self.elapsed_s > 0.0 {
+            self.read as f64 / self.elapsed_s
+        } else {
+            0.0
+        }
+    }
 }
 
 #[cfg(test)]

@@ -345,8 +345,8 @@ impl Admin<'_> {
         self.0.create_tables()
     }
 
-    /// The tables that do not exist (always none for the embedded store, which creates them
-    /// when it opens).
+    /// The tables that do not exist (for the embedded store, none unless it was opened
+    /// read-only: an open to write creates them).
     ///
     /// # Errors
     /// HBase is unreachable.

@@ -31,8 +31,8 @@ const THRIFT1: &str = "127.0.0.1:9090";
 const NOW: i64 = 1_796_486_460;
 /// Seconds the events cover.
 const SPAN: i64 = 86_400;
-/// Partitions of the topic: `produce` publishes tag events without a key (it keys by device
-/// only), so a user's events are spread over both and reach the job in any interleaving.
+/// Partitions of the topic: `produce --key user_id` keeps each user's events in one of them,
+/// in order, as a real producer of tag events would.
 const PARTITIONS: &str = "2";
 
 fn ci() -> bool {
@@ -142,6 +142,31 @@ impl Scenario {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting hourglass")
+    }
+
+    /// `events.jsonl` (ending a minute before `NOW`, over `SPAN`) and `tags.csv`, generated.
+    fn generate(&self, users: &str, events: &str, seed: &str, bad_ratio: &str) {
+        let (start, span) = ((NOW - 60 - SPAN).to_string(), SPAN.to_string());
+        self.ok(&[
+            "profile",
+            "generate",
+            "--users",
+            users,
+            "--events",
+            events,
+            "--seed",
+            seed,
+            "--bad-ratio",
+            bad_ratio,
+            "--start",
+            &start,
+            "--span",
+            &span,
+            "--out",
+            "events.jsonl",
+            "--registry-out",
+            "tags.csv",
+        ]);
     }
 
     /// `profile run` with the run's config, dead letters appended to `dead.jsonl`.
@@ -364,6 +389,11 @@ fn dead_letters(path: &Path, by_position: bool) -> Vec<(String, String, String, 
         let raw: String = text("raw").chars().take(200).collect();
         let letter = (text("kind"), text("user_id"), text("tag"), raw);
         let position = (d["partition"].as_i64(), d["line"].as_u64(), letter.clone());
+        // Every dead letter of a Kafka record says where the record is, a refused tag's too.
+        assert!(
+            !by_position || position.0.is_some(),
+            "a dead letter without its partition: {d}"
+        );
         if !by_position || seen.insert(position) {
             out.push(letter);
         }
@@ -381,26 +411,7 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
         topic: unique("profile-crash"),
         store: plan.store,
     };
-    s.ok(&[
-        "profile",
-        "generate",
-        "--users",
-        plan.users,
-        "--events",
-        plan.events,
-        "--seed",
-        plan.seed,
-        "--bad-ratio",
-        "0.02",
-        "--start",
-        &(NOW - 60 - SPAN).to_string(),
-        "--span",
-        &SPAN.to_string(),
-        "--out",
-        "events.jsonl",
-        "--registry-out",
-        "tags.csv",
-    ]);
+    s.generate(plan.users, plan.events, plan.seed, "0.02");
     let lines: u64 = plan.events.parse().expect("events");
     let ties = ties(&s.path().join("events.jsonl"));
     assert!(
@@ -428,6 +439,8 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
         &s.topic,
         "--partitions",
         PARTITIONS,
+        "--key",
+        "user_id",
         "--rate",
         plan.rate,
     ]);
@@ -642,4 +655,122 @@ fn soak_sigkill_20_times_into_hbase_ends_as_a_replay_does() {
         alive_ms: (500, 6000),
         store: Store::Hbase,
     });
+}
+
+/// Offsets follow what is durable while records keep coming: a merge whose buffer fills before
+/// it is due (`max_users` small, `flush_interval_ms` ten minutes) used to hold the time of its
+/// first event for good, and the job committed almost nothing; and once the producer stops,
+/// every record is committed without the job stopping (no event-time window holds the last
+/// records back).
+#[test]
+fn offsets_are_committed_while_records_keep_coming() {
+    if !service_up(BROKER, "Kafka", "kafka") {
+        return;
+    }
+    const EVENTS: i64 = 10_000;
+    let s = Scenario {
+        dir: tempfile::tempdir().expect("tempdir"),
+        topic: unique("profile-commits"),
+        store: Store::Embedded,
+    };
+    s.generate("1000", &EVENTS.to_string(), "33", "0");
+    let topic = &s.topic;
+    let run = format!(
+        "workers = 2\n[registry]\nurl = \"sqlite://./tags.sqlite\"\n[merge]\nmax_users = 100\n\
+         flush_interval_ms = 600000\n[short_term]\npath = \"run-short.sqlite\"\n[source]\n\
+         brokers = {BROKER:?}\ntopic = {topic:?}\ngroup_id = {topic:?}\n[store]\n\
+         kind = \"embedded\"\ndir = \"store\"\n"
+    );
+    std::fs::write(s.path().join("run.toml"), run).expect("writing run.toml");
+    s.ok(&["tags", "import", "tags.csv", "--config", "run.toml"]);
+    // The topic exists before the job starts, so that it reads both partitions from offset 0.
+    s.ok(&[
+        "produce",
+        "/dev/null",
+        "--brokers",
+        BROKER,
+        "--topic",
+        topic,
+        "--partitions",
+        PARTITIONS,
+    ]);
+    // A first tenth, until something is committed: the job is up and the group's coordinator
+    // answers (a fresh broker takes seconds), then the rest at a steady rate.
+    let text = std::fs::read_to_string(s.path().join("events.jsonl")).expect("events");
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines.len() / 10;
+    for (file, part) in [
+        ("first.jsonl", &lines[..first]),
+        ("rest.jsonl", &lines[first..]),
+    ] {
+        std::fs::write(s.path().join(file), part.join("\n") + "\n").expect("writing a part");
+    }
+    let log = Log::default();
+    let mut job = KillOnDrop(Some(s.job(&[])));
+    wait_until_consuming(job.0.as_mut().expect("the job"), &log);
+    let produce = |file: &str, rate: &str| {
+        s.spawn(&[
+            "produce",
+            file,
+            "--brokers",
+            BROKER,
+            "--topic",
+            topic,
+            "--key",
+            "user_id",
+            "--rate",
+            rate,
+        ])
+    };
+    assert!(produce("first.jsonl", "100000")
+        .wait()
+        .expect("produce")
+        .success());
+    let waiting = Instant::now();
+    while committed(topic) == 0 {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(180),
+            "no offset committed in 3 minutes:\n{}",
+            log_text(&log)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let before = committed(topic);
+    let mut producer = KillOnDrop(Some(produce("rest.jsonl", "500")));
+    let mut while_producing = before;
+    loop {
+        let p = producer.0.as_mut().expect("the producer");
+        if let Some(status) = p.try_wait().expect("polling the producer") {
+            assert!(status.success(), "produce failed: {status}");
+            break;
+        }
+        while_producing = while_producing.max(committed(topic));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    producer.0 = None;
+    let rest = EVENTS - first as i64;
+    assert!(
+        while_producing - before > rest / 4,
+        "{} of the {rest} records produced at 500/s committed while they kept coming \
+         ({before} before):\n{}",
+        while_producing - before,
+        log_text(&log)
+    );
+    // Everything, while the job runs on: no stop, no later record needed.
+    let waiting = Instant::now();
+    while committed(topic) < EVENTS {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(60),
+            "{} of {EVENTS} records committed a minute after the last was produced:\n{}",
+            committed(topic),
+            log_text(&log)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let child = job.0.as_mut().expect("the job");
+    assert!(
+        child.try_wait().expect("polling the job").is_none(),
+        "the job stopped:\n{}",
+        log_text(&log)
+    );
 }

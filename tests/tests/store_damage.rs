@@ -169,5 +169,20 @@ fn a_read_only_command_changes_no_byte_of_a_clean_store() {
         &["tables", "dump", "ts_metric", "--store", "store"],
     );
     assert!(!dump.is_empty());
+    // A table the store does not hold (the profile job's, in a store only the sensor job
+    // wrote) is an error that says how to create it, not an empty dump.
+    let absent = hourglass(
+        tmp.path(),
+        &["tables", "dump", "user_profile_tag", "--store", "store"],
+    );
+    assert!(!absent.status.success(), "{}", stderr(&absent));
+    assert!(absent.stdout.is_empty());
+    for words in [
+        "table user_profile_tag does not exist",
+        "hourglass profile replay FILE --store DIR",
+        "hourglass tables create",
+    ] {
+        assert!(stderr(&absent).contains(words), "{}", stderr(&absent));
+    }
     assert_eq!(contents(&store), before);
 }

@@ -45,9 +45,13 @@ pub struct ProfileConfig {
     /// The users gray tags are written for.
     #[serde(default)]
     pub gray: GrayConfig,
-    /// Where `hourglass profile run` reads tag events (the sensor job's `[source]`; default
-    /// topic [`DEFAULT_TOPIC`] when the table is absent).
-    #[serde(default = "default_source")]
+    /// Where `hourglass profile run` reads tag events (the sensor job's `[source]`, each key
+    /// with its default but `topic`, which defaults to [`DEFAULT_TOPIC`] whether the table is
+    /// absent or omits it).
+    #[serde(
+        default = "default_source",
+        deserialize_with = "source_or_profile_topic"
+    )]
     pub source: SourceConfig,
     /// Where the tables live (the sensor job's `[store]`).
     #[serde(default)]
@@ -96,6 +100,17 @@ fn default_source() -> SourceConfig {
         topic: DEFAULT_TOPIC.to_string(),
         ..SourceConfig::default()
     }
+}
+
+/// `[source]` as given, its `topic` [`DEFAULT_TOPIC`] when it names none: the engine's default
+/// is the sensor job's topic.
+fn source_or_profile_topic<'de, D>(d: D) -> std::result::Result<SourceConfig, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let mut table = toml::Table::deserialize(d)?;
+    table.entry("topic").or_insert_with(|| DEFAULT_TOPIC.into());
+    table.try_into().map_err(serde::de::Error::custom)
 }
 
 const fn default_status_interval() -> u64 {
@@ -270,6 +285,32 @@ mod tests {
         ] {
             assert!(ProfileConfig::parse("p.toml", bad).is_err(), "{bad}");
         }
+    }
+
+    /// Every engine table the profile job shares with the sensor job takes the profile job's
+    /// defaults whether it is absent or present with a key omitted: `[source]` without `topic`
+    /// reads the profile topic, not the sensor job's.
+    #[test]
+    fn shared_tables_default_alike_absent_or_partial() {
+        let absent = ProfileConfig::parse("p.toml", "").unwrap();
+        for (table, key) in [
+            ("source", "brokers = \"127.0.0.1:9092\""),
+            ("source", "group_id = \"hourglass\""),
+            ("store", "kind = \"embedded\""),
+            ("window", "watermark_bound_secs = 30"),
+            ("cluster", "processes = 1"),
+        ] {
+            let partial = ProfileConfig::parse("p.toml", &format!("[{table}]\n{key}\n")).unwrap();
+            assert_eq!(partial, absent, "[{table}] with only {key}");
+        }
+        assert_eq!(absent.source.topic, DEFAULT_TOPIC);
+        let c = ProfileConfig::parse("p.toml", "[source]\ngroup_id = \"g\"\n").unwrap();
+        assert_eq!(
+            (c.source.topic.as_str(), c.source.group_id.as_str()),
+            (DEFAULT_TOPIC, "g")
+        );
+        let e = ProfileConfig::parse("p.toml", "[source]\ntopics = \"t\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field `topics`"), "{e}");
     }
 
     #[test]

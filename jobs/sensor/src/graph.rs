@@ -45,6 +45,8 @@ use pipeline::source::Clock;
 use crate::decode::Decoded;
 use crate::summary::HourAccumulator;
 use pipeline::stats::{add, Stats};
+
+use crate::stats::SensorStats;
 use sinks::table::{Mutation, TableWriter};
 
 /// Where rejected lines and readings beyond the allowed lateness go.
@@ -108,7 +110,7 @@ pub struct GraphConfig {
 
 /// Counts the narrow rows, wide cells and room rows the table writer writes, and forwards
 /// them (the engine's [`CountingWriter`] counting each flush's batch).
-struct RowCounter(CountingWriter);
+struct RowCounter(CountingWriter, Arc<SensorStats>);
 
 impl BatchWriter<Mutation> for RowCounter {
     type Error = sinks::Error;
@@ -130,7 +132,7 @@ impl BatchWriter<Mutation> for RowCounter {
             }
         }
         self.0.write(batch)?;
-        let stats = self.0.stats();
+        let stats = &self.1;
         add(&stats.narrow_rows, narrow);
         add(&stats.wide_cells, wide);
         add(&stats.room_rows, room);
@@ -211,6 +213,7 @@ pub fn build<'scope, F>(
     writer: Box<dyn TableWriter>,
     side: Arc<dyn SideOutput>,
     stats: Arc<Stats>,
+    sensor: Arc<SensorStats>,
     control: Arc<JobControl>,
     probe: &ProbeHandle<u64>,
 ) where
@@ -281,7 +284,7 @@ pub fn build<'scope, F>(
         room::RegistryInput {
             source: cfg.registry.clone(),
             side: side.clone(),
-            stats: stats.clone(),
+            stats: sensor.clone(),
             control: control.clone(),
         },
         readings_probe,
@@ -313,7 +316,7 @@ pub fn build<'scope, F>(
             }
         },
     );
-    let repeated_stats = stats.clone();
+    let repeated_stats = sensor.clone();
     let (wide, dropped) = readings
         // Keyed by the device id inline: a lookup among 100,000 devices' state compares the
         // key where the map holds it, where a `String` key's bytes were one more cache miss.
@@ -384,7 +387,7 @@ pub fn build<'scope, F>(
         .concat(rooms)
         .write_batches(
             "WriteTables",
-            RowCounter(CountingWriter::new(writer, stats)),
+            RowCounter(CountingWriter::new(writer, stats), sensor),
             pace,
             move |e| sink_control.fail(format!("writing tables failed: {e}")),
         )
@@ -438,8 +441,11 @@ mod tests {
         )
         .unwrap()
         .len();
-        let stats = Arc::new(Stats::default());
-        let mut counting = RowCounter(CountingWriter::new(Box::new(NoWriter), stats.clone()));
+        let stats = Arc::new(SensorStats::default());
+        let mut counting = RowCounter(
+            CountingWriter::new(Box::new(NoWriter), Arc::default()),
+            stats.clone(),
+        );
         counting
             .write(vec![Mutation::Put { table, row, cells }])
             .unwrap();

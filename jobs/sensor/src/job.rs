@@ -14,6 +14,7 @@ use crate::config::JobConfig;
 use crate::decode::Decoded;
 use crate::graph::{self, GraphConfig, SideOutput};
 use crate::room::PreviousView;
+use crate::stats::SensorStats;
 use crate::tables::ROOM_TABLE;
 use crate::Result;
 
@@ -22,15 +23,21 @@ use crate::Result;
 pub struct SensorJob {
     graph: GraphConfig,
     settings: Settings,
+    stats: Arc<SensorStats>,
 }
 
 impl SensorJob {
     /// The job `cfg` describes, paced as its source asks, continuing the room view a previous
-    /// run left in `backend`.
+    /// run left in `backend`, counting into `stats`.
     ///
     /// # Errors
     /// The stored room view cannot be read.
-    pub fn new(cfg: &JobConfig, pace: Pace, backend: &Backend) -> Result<Self> {
+    pub fn new(
+        cfg: &JobConfig,
+        pace: Pace,
+        backend: &Backend,
+        stats: Arc<SensorStats>,
+    ) -> Result<Self> {
         Ok(SensorJob {
             graph: GraphConfig {
                 scheme: cfg.key_scheme,
@@ -55,6 +62,7 @@ impl SensorJob {
                     cfg.registry_topic.clone().unwrap_or_default(),
                 ),
             ],
+            stats,
         })
     }
 }
@@ -78,6 +86,7 @@ impl Dataflow for SensorJob {
             worker.writer,
             side,
             worker.stats,
+            self.stats.clone(),
             worker.control,
             worker.probe,
         );

@@ -43,6 +43,7 @@ pub mod report;
 pub mod room;
 pub mod run;
 pub mod serve;
+pub mod stats;
 pub mod summary;
 pub mod tables;
 pub mod tools;

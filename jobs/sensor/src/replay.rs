@@ -1,11 +1,13 @@
 //! `hourglass replay`: a recorded traffic file → timely dataflow → tables.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::codec::hourly::hour_start;
 use crate::config::JobConfig;
 use crate::decode::SensorDecoder;
 use crate::job::SensorJob;
+use crate::stats::{ReplaySummary, SensorStats};
 use crate::tables::RETENTION_SECS;
 use crate::Result;
 use pipeline::config::WindowConfig;
@@ -108,7 +110,7 @@ pub fn job_config(args: &ReplayArgs) -> Result<JobConfig> {
 }
 
 /// Runs `hourglass replay`.
-pub fn run(args: &ReplayArgs) -> Result<Summary> {
+pub fn run(args: &ReplayArgs) -> Result<ReplaySummary> {
     let cfg = job_config(args)?;
     // Before the store opens: a cluster refuses the embedded store.
     Cluster::from_config(&cfg.cluster, &cfg.store)?;
@@ -123,7 +125,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary> {
 }
 
 /// Replays `args.file` into `backend`, one writer per worker, and reports.
-pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<Summary> {
+pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Result<ReplaySummary> {
     let speed = parse_speed(&args.speed)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let workers = args.workers.unwrap_or_else(driver::default_workers);
@@ -149,6 +151,8 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         cluster: &cluster,
         reject_kinds: &crate::decode::Reason::KINDS,
     })?;
+    let stats = Arc::new(SensorStats::default());
+    let counted = stats.clone();
     let source = RecordingSource {
         decoder: SensorDecoder {
             metric: cfg.metric.clone(),
@@ -167,8 +171,11 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
         threads: workers,
         stats: job.stats().clone(),
         control: job.control().clone(),
-        report: Box::new(|counters: Summary, _: &Stats| counters),
+        report: Box::new(move |counters: Summary, _: &Stats| {
+            ReplaySummary::new(&counters, &counted)
+        }),
     };
-    let sensor = SensorJob::new(cfg, Pace::of(&source), backend)?;
+    job.metrics().attach_counters(stats.clone());
+    let sensor = SensorJob::new(cfg, Pace::of(&source), backend, stats)?;
     Ok(job.run(source, sensor, &cfg.window, &cfg.store, backend)?)
 }

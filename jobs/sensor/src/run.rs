@@ -10,15 +10,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::hourly::hourly_window;
 use crate::config::{JobConfig, EXAMPLE};
 use crate::decode::SensorDecoder;
 use crate::job::SensorJob;
+use crate::stats::{ReplaySummary, RunSummary, SensorStats};
 use crate::tables::{NARROW_TABLE, RETENTION_SECS};
 use crate::Result;
-use pipeline::driver::{Cluster, Job, JobArgs, JobOptions, Pace, RunSummary, TopicSource};
+use pipeline::driver::{Cluster, Job, JobArgs, JobOptions, Pace, TopicSource};
 use pipeline::source::kafka::{KafkaOptions, KafkaShared};
 use pipeline::stats::{Stats, Summary};
 use pipeline::store::{self, BackendArgs};
@@ -153,8 +155,10 @@ fn run_job(
         metric: cfg.metric.clone(),
     };
     let base = topic_options(cfg, partitions, peers, exit_on_idle);
-    let report = Box::new(move |counters, stats: &Stats| {
-        run_summary(&shared, counters, stats, config.clone())
+    let stats = Arc::new(SensorStats::default());
+    let counted = stats.clone();
+    let report = Box::new(move |counters, _: &Stats| {
+        run_summary(&shared, counters, &counted, config.clone())
     });
     let topic = TopicSource {
         status_every: Duration::from_secs(cfg.status_interval_secs),
@@ -163,7 +167,8 @@ fn run_job(
         stored: "readings",
         ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
-    let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend)?;
+    job.metrics().attach_counters(stats.clone());
+    let sensor = SensorJob::new(cfg, Pace::of(&topic), &backend, stats)?;
     let summary = job.run(topic, sensor, &cfg.window, &cfg.store, &backend)?;
     drop(dashboards);
     Ok(summary)
@@ -177,7 +182,7 @@ fn topic_options(
     exit_on_idle: Option<Duration>,
 ) -> KafkaOptions {
     KafkaOptions {
-        window: hourly_window(cfg.window.allowed_lateness_secs, None),
+        window: Some(hourly_window(cfg.window.allowed_lateness_secs, None)),
         record_table: NARROW_TABLE,
         exit_on_idle,
         ttl_secs: RETENTION_SECS,
@@ -192,7 +197,7 @@ fn topic_options(
 fn run_summary(
     shared: &KafkaShared,
     counters: Summary,
-    stats: &Stats,
+    stats: &SensorStats,
     config: PathBuf,
 ) -> RunSummary {
     let span = shared.input_span().map_or(0.0, |d| d.as_secs_f64());
@@ -203,7 +208,7 @@ fn run_summary(
         } else {
             0.0
         },
-        counters,
+        counters: ReplaySummary::new(&counters, stats),
         input_span_s: span,
         delay_samples: samples,
         delay_p50_ms: q[0],
@@ -233,7 +238,6 @@ fn run_summary(
 mod tests {
     use super::*;
     use pipeline::driver::Source;
-    use std::sync::Arc;
 
     #[test]
     fn flushes_are_paced_by_the_flush_interval_live_and_catching_up() {
@@ -253,8 +257,13 @@ mod tests {
             early_fire_past_hours: true,
             timed_writes: true,
             stored: "readings",
-            report: Box::new(|counters, stats| {
-                run_summary(&KafkaShared::new(1, 1), counters, stats, "job.toml".into())
+            report: Box::new(|counters, _| {
+                run_summary(
+                    &KafkaShared::new(1, 1),
+                    counters,
+                    &SensorStats::default(),
+                    "job.toml".into(),
+                )
             }),
         };
         assert_eq!(topic.flush_every(), Duration::from_millis(40));

@@ -33,7 +33,7 @@ use crate::{Context, Error, Result};
 
 pub use cluster::{job_settings, lost_peer_message, Cluster, ClusterArgs, Settings};
 pub use progress::Progress;
-pub use report::{Report, RunSummary};
+pub use report::Report;
 pub use sources::{MakeReport, RecordingSource, TopicSource, TopicSplit};
 pub use status::KafkaStatus;
 
@@ -494,7 +494,7 @@ impl Job {
         }
 
         let report = source.report(self.stats.summary(elapsed), &self.stats);
-        for line in report::footer(&report, &self.stats, &side) {
+        for line in report.footer(side.rejected_path(), side.late_path()) {
             eprintln!("{line}");
         }
         if let Some(path) = &self.args.stats_json {

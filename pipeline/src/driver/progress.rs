@@ -40,10 +40,15 @@ impl Progress {
                 std::thread::sleep(Duration::from_millis(200));
                 let read = stats.read.load(Ordering::Relaxed);
                 bar.set_position(stats.bytes.load(Ordering::Relaxed));
+                let late = stats.late_dropped.load(Ordering::Relaxed);
                 bar.set_message(format!(
-                    "{read} readings, {} rejected, {} late, {}/s",
+                    "{read} records, {} rejected, {}{}/s",
                     stats.rejected.load(Ordering::Relaxed),
-                    stats.late_dropped.load(Ordering::Relaxed),
+                    if late > 0 {
+                        format!("{late} late, ")
+                    } else {
+                        String::new()
+                    },
                     (read - last) * 5
                 ));
                 last = read;

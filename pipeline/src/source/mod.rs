@@ -79,6 +79,12 @@ pub trait LineDecoder: Send + 'static {
     /// The record's key (a device id): the unit whose clock a replay's future guard follows.
     fn key(record: &Self::Record) -> &str;
 
+    /// Notes on a record read from a Kafka topic the partition it came from (its line number
+    /// being its offset there), for a job that may refuse the record later and must then name
+    /// where it was, as a rejected record's [`Rejected::partition`] does. By default nothing.
+    #[inline]
+    fn set_partition(_record: &mut Self::Record, _partition: i32) {}
+
     /// The key of a line found without decoding it, by which a replay routes lines to workers
     /// (so that one worker reads every line of a key in order); `None` routes by line number.
     fn route_hint(raw: &[u8]) -> Option<&str>;

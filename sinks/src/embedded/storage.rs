@@ -117,8 +117,15 @@ impl StorageAdmin for EmbeddedStorage {
             .collect())
     }
 
+    /// None once opened to write (the open creates them); opened read-only, those it did not
+    /// find.
     fn missing_tables(&self) -> Result<Vec<String>> {
-        Ok(Vec::new())
+        Ok(self
+            .store
+            .absent_tables()
+            .iter()
+            .map(|t| t.to_string())
+            .collect())
     }
 
     fn describe_tables(&self) -> Result<Vec<TableDescription>> {

@@ -131,6 +131,7 @@ fn start(h: i64, writer: WriterFactory, scratch: &Path) -> Job {
                     writer(),
                     side,
                     Arc::new(Stats::default()),
+                    Arc::default(),
                     Arc::new(JobControl::default()),
                     &ProbeHandle::new(),
                 );

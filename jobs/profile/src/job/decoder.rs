@@ -21,6 +21,9 @@ pub struct ProfileEvent {
     pub tags: Vec<(String, Value)>,
     /// 1-based line number in the input, or the record's offset in its Kafka partition.
     pub line: u64,
+    /// The Kafka partition the event was read from (`None` for a file), for the dead letter of
+    /// a tag the flush refuses.
+    pub partition: Option<i32>,
     /// The raw line, for the dead letter of a tag the flush refuses.
     pub raw: Vec<u8>,
 }
@@ -52,6 +55,7 @@ impl LineDecoder for ProfileDecoder {
                 ts: e.ts,
                 tags: e.tags,
                 line,
+                partition: None,
                 raw: raw.to_vec(),
             }),
             Err(r) => Err(rejected(r.line, r.raw, r.reason)),
@@ -66,6 +70,11 @@ impl LineDecoder for ProfileDecoder {
     #[inline]
     fn set_event_time(record: &mut ProfileEvent, ts: i64) {
         record.ts = ts;
+    }
+
+    #[inline]
+    fn set_partition(record: &mut ProfileEvent, partition: i32) {
+        record.partition = Some(partition);
     }
 
     #[inline]

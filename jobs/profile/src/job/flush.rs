@@ -149,7 +149,7 @@ impl UserBuffer {
                     }
                     Err(reason) => out(Out::Dead(Box::new(DeadLetter {
                         line: event.line,
-                        partition: None,
+                        partition: event.partition,
                         reason,
                         raw: event.raw.clone(),
                         tag: Some((event.user_id.clone(), code.clone())),
@@ -221,9 +221,11 @@ pub(crate) fn merge_users<'scope>(
             let mut last_flush = Instant::now();
             move |(input, frontier), output| {
                 input.for_each(|cap, data| {
-                    if let Some(c) = cap.retain_least(0) {
-                        held.insert(c);
-                    }
+                    let Some(c) = cap.retain_least(0) else {
+                        return;
+                    };
+                    let time = *c.time();
+                    held.insert(c);
                     for event in data.drain(..) {
                         if buffer.push(event) {
                             if let Some(at) = least(&held) {
@@ -231,6 +233,10 @@ pub(crate) fn merge_users<'scope>(
                                 buffer.flush(&mut |f| session.give(f));
                             }
                             last_flush = Instant::now();
+                            // Only this batch's later events stay buffered: hold its time
+                            // alone, or a stream that fills the buffer before it is due would
+                            // hold the first time for good, and no offset would be committed.
+                            held.downgrade([time]);
                         }
                     }
                 });
@@ -323,6 +329,7 @@ mod tests {
                 .map(|(c, v)| (c.to_string(), json!(v)))
                 .collect(),
             line: ts as u64,
+            partition: None,
             raw: Vec::new(),
         }
     }
@@ -334,37 +341,93 @@ mod tests {
         dead: Vec<&'static str>,
     }
 
+    /// A registry at `dir/tags.sqlite` holding `defs`.
+    fn registry_of(dir: &std::path::Path, defs: &[TagDef]) -> std::path::PathBuf {
+        let path = dir.join("tags.sqlite");
+        SqliteRegistry::open(&path).unwrap().upsert(defs).unwrap();
+        path
+    }
+
+    /// Flushes that are never due by time: only a full buffer or the input's end flush.
+    const NEVER_DUE: FlushTimes = FlushTimes {
+        interval: Duration::from_secs(3600),
+        min_gap: Duration::from_secs(3600),
+    };
+
+    /// A worker's buffer over the registry at `path`, full at two users.
+    fn two_user_buffer(
+        path: &std::path::Path,
+        stats: Arc<ProfileStats>,
+        control: Arc<JobControl>,
+    ) -> UserBuffer {
+        UserBuffer::new(
+            UserMerge::new(MergeConfig {
+                max_users: 2,
+                flush_interval_ms: 3_600_000,
+            }),
+            RegistryUrl::Sqlite(path.to_path_buf()),
+            Some(Box::new(SqliteRegistry::open(path).unwrap())),
+            Arc::new(HashSet::new()),
+            EventLimits::default(),
+            stats,
+            control,
+        )
+    }
+
+    /// Input that keeps the buffer from ever being empty at the end of an activation (each
+    /// batch fills it, and leaves one event behind) must not hold the first time for good: the
+    /// frontier after the merge follows what is still buffered, so offsets get committed while
+    /// records keep coming.
+    #[test]
+    fn a_buffer_that_never_empties_does_not_hold_the_first_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = registry_of(dir.path(), &[def("beh_a")]);
+        timely::execute_directly(move |worker| {
+            let buffer = two_user_buffer(&path, Arc::default(), Arc::default());
+            let probe = ProbeHandle::new();
+            let mut input = worker.dataflow::<u64, _, _>(|scope| {
+                let (input, events) = scope.new_input::<Vec<ProfileEvent>>();
+                let (puts, short, dead) = merge_users(events, buffer, NEVER_DUE);
+                puts.probe_with(&probe);
+                short.probe_with(&probe);
+                dead.probe_with(&probe);
+                input
+            });
+            let mut user = 0;
+            for t in 0..6u64 {
+                // Three users at time 0, then two a time: a full buffer flushes, one stays.
+                for _ in 0..if t == 0 { 3 } else { 2 } {
+                    user += 1;
+                    input.send(event(&format!("u{user}"), t as i64, &[("beh_a", 1)]));
+                }
+                input.advance_to(t + 1);
+                for _ in 0..20 {
+                    worker.step();
+                }
+            }
+            // What is buffered is of time 5 alone: the frontier is there, not at 0.
+            assert!(
+                !probe.less_than(&5),
+                "{:?}",
+                probe.with_frontier(|f| f.to_vec())
+            );
+            assert!(probe.less_than(&6));
+        });
+    }
+
     #[test]
     fn flushes_when_full_and_at_the_end_reading_the_registry_each_time() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tags.sqlite");
-        SqliteRegistry::open(&path)
-            .unwrap()
-            .upsert(&[def("beh_a"), def("beh_b")])
-            .unwrap();
+        let path = registry_of(dir.path(), &[def("beh_a"), def("beh_b")]);
         let control = Arc::new(JobControl::default());
         let stats = Arc::new(ProfileStats::default());
-        let times = FlushTimes {
-            interval: Duration::from_secs(3600),
-            min_gap: Duration::from_secs(3600),
-        };
+        let times = NEVER_DUE;
         let (w_control, w_stats) = (control.clone(), stats.clone());
         timely::execute_directly(move |worker| {
             let mut registry = SqliteRegistry::open(&path).unwrap();
             let seen = Rc::new(RefCell::new(Seen::default()));
             let (puts_seen, dead_seen) = (seen.clone(), seen.clone());
-            let buffer = UserBuffer::new(
-                UserMerge::new(MergeConfig {
-                    max_users: 2,
-                    flush_interval_ms: 3_600_000,
-                }),
-                RegistryUrl::Sqlite(path.clone()),
-                Some(Box::new(SqliteRegistry::open(&path).unwrap())),
-                Arc::new(HashSet::new()),
-                EventLimits::default(),
-                w_stats.clone(),
-                w_control.clone(),
-            );
+            let buffer = two_user_buffer(&path, w_stats.clone(), w_control.clone());
             let probe = ProbeHandle::new();
             let mut input = worker.dataflow::<u64, _, _>(|scope| {
                 let (input, events) = scope.new_input::<Vec<ProfileEvent>>();

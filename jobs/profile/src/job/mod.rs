@@ -33,8 +33,8 @@ use timely::dataflow::operators::{Concat, Probe};
 use timely::dataflow::{ProbeHandle, Scope};
 
 pub use decoder::{user_hint, ProfileDecoder, ProfileEvent};
-pub use source::{commit_window, replay_options, topic_options};
-pub use stats::{ProfileCounters, ProfileReport, ProfileStats};
+pub use source::{replay_options, topic_options};
+pub use stats::{EventCounters, ProfileCounters, ProfileReport, ProfileStats};
 pub use writers::DeadLetter;
 
 use crate::config::ProfileConfig;

@@ -14,18 +14,6 @@ use crate::tables::PROFILE_TABLE;
 /// Stored profile cells never expire by TTL: no event counts as expired when read.
 const NO_TTL: u64 = u64::MAX;
 
-/// The event-time "window" a Kafka feed commits offsets past: one second wide, closing as soon
-/// as the watermark passes it. The profile job keeps no window; what bounds its commits is the
-/// durable probe alone.
-pub fn commit_window() -> operators::WindowSpec {
-    operators::WindowSpec {
-        width: 1,
-        allowed_lateness: 0,
-        early_fire: None,
-        max_pending: None,
-    }
-}
-
 /// Worker 0's options of a replay of `path` read by `peers` workers, as `cfg` says: at full
 /// speed, no shift.
 pub fn replay_options(cfg: &ProfileConfig, path: PathBuf, peers: usize) -> ReplayOptions {
@@ -49,8 +37,10 @@ pub fn topic_options(
     peers: usize,
     exit_on_idle: Option<Duration>,
 ) -> KafkaOptions {
+    // No window: each offset is committed once the puts of the records before it are durable
+    // in the tables and the short-term store (the probe passed them), not when event time
+    // has moved past them.
     KafkaOptions {
-        window: commit_window(),
         record_table: PROFILE_TABLE,
         exit_on_idle,
         ttl_secs: NO_TTL,

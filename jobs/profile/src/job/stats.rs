@@ -84,11 +84,17 @@ impl ProfileStats {
     }
 }
 
-/// Served at `/metrics` as `hourglass_job_profile_*_total`.
+/// Served at `/metrics` as `hourglass_job_profile_*_total`, the engine's decoded records as
+/// the profile job's events.
 impl JobCounters for ProfileStats {
-    fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+    fn counters(&self, stats: &Stats) -> Vec<(&'static str, &'static str, u64)> {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         vec![
+            (
+                "profile_events_decoded",
+                "Tag events decoded (their tags are checked at the flush that takes them)",
+                get(&stats.ok),
+            ),
             (
                 "profile_flushes",
                 "Flushes of the per-user merge",
@@ -101,7 +107,7 @@ impl JobCounters for ProfileStats {
             ),
             (
                 "profile_tags_written",
-                "Tag cells written to user_profile_tag",
+                "Tag values (cells) written to user_profile_tag",
                 get(&self.tags_written),
             ),
             (
@@ -133,8 +139,38 @@ impl JobCounters for ProfileStats {
     }
 }
 
-/// The end-of-run report of `hourglass profile replay|run`: the engine's counters (the
-/// sensor-specific ones stay 0) and the profile job's; `--stats-json` writes it flat.
+/// The engine's counters of a profile run, under the profile job's names.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventCounters {
+    /// Tag events (lines or Kafka records) read.
+    pub read: u64,
+    /// Events decoded (their tags checked later, at a flush).
+    pub ok: u64,
+    /// Dead letters: events rejected whole plus tags refused at a flush.
+    pub rejected: u64,
+    /// Of the events rejected whole, those too far ahead of the wall clock (kind `future`).
+    pub future: u64,
+    /// Wall-clock duration of the run, seconds.
+    pub elapsed_s: f64,
+    /// Events read per second of wall-clock time.
+    pub events_per_s: f64,
+}
+
+impl From<&Summary> for EventCounters {
+    fn from(s: &Summary) -> Self {
+        EventCounters {
+            read: s.read,
+            ok: s.ok,
+            rejected: s.rejected,
+            future: s.future,
+            elapsed_s: s.elapsed_s,
+            events_per_s: s.read_per_s(),
+        }
+    }
+}
+
+/// The end-of-run report of `hourglass profile replay|run`: the engine's counters under the
+/// profile job's names and the profile job's own; `--stats-json` writes it flat.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProfileReport {
     /// What the command was, for the headline: `replayed` or `run (job.toml) stopped after`.
@@ -142,7 +178,7 @@ pub struct ProfileReport {
     pub verb: String,
     /// The engine's counters.
     #[serde(flatten)]
-    pub counters: Summary,
+    pub counters: EventCounters,
     /// The profile job's.
     #[serde(flatten)]
     pub profile: ProfileCounters,
@@ -152,10 +188,6 @@ pub struct ProfileReport {
 }
 
 impl Report for ProfileReport {
-    fn counters(&self) -> &Summary {
-        &self.counters
-    }
-
     fn headline(&self, location: &str) -> String {
         let (c, p) = (&self.counters, &self.profile);
         format!(
@@ -165,7 +197,7 @@ impl Report for ProfileReport {
             self.verb,
             c.read,
             c.elapsed_s,
-            c.readings_per_s,
+            c.events_per_s,
             c.ok,
             p.events_rejected,
             p.tags_rejected,
@@ -177,21 +209,77 @@ impl Report for ProfileReport {
         )
     }
 
-    fn expired_advice(&self) -> &'static str {
-        ""
+    fn footer(&self, rejected: Option<&Path>, _late: Option<&Path>) -> Vec<String> {
+        rejected
+            .map(|path| {
+                format!(
+                    "{} dead letters ({} events, {} tags) written to {}",
+                    self.counters.rejected,
+                    self.profile.events_rejected,
+                    self.profile.tags_rejected,
+                    path.display()
+                )
+            })
+            .into_iter()
+            .collect()
     }
+}
 
-    fn dead_letters(&self, path: Option<&Path>, _registry_rejected: u64) -> Vec<String> {
-        path.map(|path| {
-            format!(
-                "{} dead letters ({} events, {} tags) written to {}",
-                self.counters.rejected,
-                self.profile.events_rejected,
-                self.profile.tags_rejected,
-                path.display()
-            )
-        })
-        .into_iter()
-        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--stats-json` of the profile job names its own counters (events, tags, users,
+    /// short-term values, dead letters by kind), and none of the sensor job's.
+    #[test]
+    fn the_report_names_the_profile_jobs_counters() {
+        let stats = Stats::default();
+        stats.read.store(10, Ordering::Relaxed);
+        stats.ok.store(8, Ordering::Relaxed);
+        stats.rejected.store(3, Ordering::Relaxed);
+        stats.rejected_by_kind[Reason::KINDS.len() - 1].store(3, Ordering::Relaxed);
+        let profile = ProfileStats::default();
+        profile.tags_written.store(20, Ordering::Relaxed);
+        profile.users_flushed.store(4, Ordering::Relaxed);
+        profile.tags_rejected.store(1, Ordering::Relaxed);
+        profile.short_term_written.store(2, Ordering::Relaxed);
+        let report = ProfileReport {
+            verb: "replayed".into(),
+            counters: EventCounters::from(&stats.summary(2.0)),
+            profile: profile.snapshot(&stats),
+            resume_skipped: None,
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        for (key, want) in [
+            ("read", 10.0),
+            ("ok", 8.0),
+            ("rejected", 3.0),
+            ("events_per_s", 5.0),
+            ("tags_written", 20.0),
+            ("users_flushed", 4.0),
+            ("events_rejected", 2.0),
+            ("tags_rejected", 1.0),
+            ("short_term_written", 2.0),
+        ] {
+            assert_eq!(json[key].as_f64(), Some(want), "{key} in {json}");
+        }
+        assert_eq!(json["rejected_by_kind"][*Reason::KINDS.last().unwrap()], 3);
+        for sensor in [
+            "readings_per_s",
+            "narrow_rows",
+            "wide_cells",
+            "room_rows",
+            "late_dropped",
+            "repeated",
+        ] {
+            assert!(json.get(sensor).is_none(), "{sensor} in {json}");
+        }
+        let names: Vec<&str> = profile
+            .counters(&stats)
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect();
+        assert!(names.contains(&"profile_events_decoded"), "{names:?}");
+        assert!(names.iter().all(|n| n.starts_with("profile_")), "{names:?}");
     }
 }

@@ -12,7 +12,9 @@ use crate::graph::SideOutput;
 use crate::registry::{self, Registry, RegistrySource};
 use crate::registry_topic::RegistryTopic;
 use pipeline::control::JobControl;
-use pipeline::stats::{add, Stats};
+use pipeline::stats::add;
+
+use crate::stats::SensorStats;
 
 /// A change of the registry: (device, room), +1 or -1.
 type RegistryChange = ((String, String), isize);
@@ -31,7 +33,7 @@ pub struct RegistryInput {
     /// The job's dead-letter output, for refused registry topic records.
     pub side: Arc<dyn SideOutput>,
     /// Counts refused registry topic records.
-    pub stats: Arc<Stats>,
+    pub stats: Arc<SensorStats>,
     /// Fails the job when the registry topic cannot be opened.
     pub control: Arc<JobControl>,
 }

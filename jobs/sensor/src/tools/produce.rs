@@ -1,8 +1,11 @@
-//! `hourglass produce`: publishes a recording to Kafka, one record per line, keyed by device id.
+//! `hourglass produce`: publishes a recording to Kafka, one record per line, keyed by a field
+//! of the line: `device` (the sensor job's readings) unless `--key FIELD` names another
+//! (`--key user_id` for the profile job's tag events).
 //!
-//! The key keeps each device's readings in one partition, in order. Lines whose device cannot
-//! be read are published without a key (any partition), so that the job's dead-letter output
-//! sees them as a replay would.
+//! The key keeps each device's (or user's) records in one partition, in order: a string value
+//! as it is, a non-negative integer as its decimal text (a user id `10086` and `"10086"` are one
+//! user, and one key). Lines whose key field cannot be read are published without a key (any
+//! partition), so that the job's dead-letter output sees them as a replay would.
 //!
 //! `--registry FILE` publishes a device registry CSV to a compacted topic instead (key = device
 //! id, value = the columns after `device`), `--delete DEVICE` a tombstone, and `--prune`
@@ -72,6 +75,12 @@ pub struct ProduceArgs {
     /// otherwise the broker's auto-creation decides.
     #[arg(long)]
     pub partitions: Option<i32>,
+    /// The top-level field whose value keys each record, so that one device's (or user's)
+    /// records stay in one partition, in order: `device` for sensor readings, `user_id` for
+    /// profile tag events. A string is the key as it is, a non-negative integer its decimal
+    /// text; a line without such a value is published without a key.
+    #[arg(long, value_name = "FIELD", default_value = "device", conflicts_with_all = ["registry", "delete"])]
+    pub key: String,
     /// A librdkafka producer setting, `KEY=VALUE` (repeatable), e.g. security settings.
     #[arg(short = 'X', long = "set", value_name = "KEY=VALUE", value_parser = key_value)]
     pub settings: Vec<(String, String)>,
@@ -106,11 +115,18 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// The device id of a JSON line, found without parsing the whole line; `None` if the line has
-/// no string `device` field (it is then published without a key).
-pub fn device_key(line: &[u8]) -> Option<&[u8]> {
-    let value = field_value(line, b"\"device\"")?;
-    let rest = value.strip_prefix(b"\"")?;
+/// The key of a JSON line, found without parsing the whole line: the value of its top-level
+/// field `name` (quoted, e.g. `"device"`) if it is a string without escapes, or a non-negative
+/// integer's digits (JSON has no leading zeros: they are its decimal text). `None` otherwise,
+/// and for a string with escapes (which [`key_of`] parses).
+fn quick_key<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let value = field_value(line, name)?;
+    let Some(rest) = value.strip_prefix(b"\"") else {
+        let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+        let after = trim_start(&value[digits..]);
+        return (digits > 0 && matches!(after.first(), Some(b',' | b'}')))
+            .then(|| &value[..digits]);
+    };
     let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
     if rest[end] == b'\\' {
         // An escaped id: rare, so parse properly. The key must equal the decoded id.
@@ -162,14 +178,20 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The key of a line: its device id, from a cheap scan or, for escaped ids, a full parse.
-fn key_of(line: &[u8]) -> Option<Vec<u8>> {
-    if let Some(k) = device_key(line) {
+/// The key of a line: the value of its top-level field `field` (see [`ProduceArgs::key`]), from
+/// a cheap scan or, for escaped strings, a full parse.
+fn key_of(line: &[u8], field: &str) -> Option<Vec<u8>> {
+    let name = format!("\"{field}\"");
+    if let Some(k) = quick_key(line, name.as_bytes()) {
         return Some(k.to_vec());
     }
-    find(line, b"\"device\"")?;
+    find(line, name.as_bytes())?;
     let v: serde_json::Value = serde_json::from_slice(line).ok()?;
-    v.get("device")?.as_str().map(|s| s.as_bytes().to_vec())
+    match v.get(field)? {
+        serde_json::Value::String(s) => Some(s.as_bytes().to_vec()),
+        serde_json::Value::Number(n) => n.as_u64().map(|n| n.to_string().into_bytes()),
+        _ => None,
+    }
 }
 
 /// Creates `topic` unless it exists (`compact`: with `cleanup.policy=compact`); returns whether
@@ -305,7 +327,7 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
                 );
             }
         }
-        let key = key_of(&buf);
+        let key = key_of(&buf, &args.key);
         if key.is_none() {
             keyless += 1;
         }
@@ -322,7 +344,8 @@ pub fn run(args: &ProduceArgs) -> Result<()> {
     flush_all(&producer, sent, "records", &args.topic)?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "produced {sent} records ({keyless} without a device key) to {} in {secs:.1}s ({:.0}/s)",
+        "produced {sent} records ({keyless} without a {} key) to {} in {secs:.1}s ({:.0}/s)",
+        args.key,
         args.topic,
         sent as f64 / secs.max(1e-9)
     );
@@ -475,27 +498,60 @@ mod tests {
 
     #[test]
     fn keys_are_device_ids() {
+        let key = |line: &[u8]| key_of(line, "device");
         assert_eq!(
-            key_of(br#"{"device":"dev00786","ts":1724102400,"temp":25.5}"#).as_deref(),
+            key(br#"{"device":"dev00786","ts":1724102400,"temp":25.5}"#).as_deref(),
             Some(&b"dev00786"[..])
         );
         assert_eq!(
-            key_of(br#"{ "ts":1, "device" : "gateway-7:temp.sensor-000123" }"#).as_deref(),
+            key(br#"{ "ts":1, "device" : "gateway-7:temp.sensor-000123" }"#).as_deref(),
             Some(&b"gateway-7:temp.sensor-000123"[..])
         );
         // A "device" inside a value is not the field.
         assert_eq!(
-            key_of(br#"{"note":"\"device\":\"x\"","device":"d1"}"#).as_deref(),
+            key(br#"{"note":"\"device\":\"x\"","device":"d1"}"#).as_deref(),
             Some(&b"d1"[..])
         );
         assert_eq!(
-            key_of(br#"{"device":"caf\u00e9","ts":1}"#).as_deref(),
+            key(br#"{"device":"caf\u00e9","ts":1}"#).as_deref(),
             Some("café".as_bytes())
         );
-        assert_eq!(key_of(br#"{"device":null,"ts":1}"#), None);
-        assert_eq!(key_of(br#"{"device":"dev0"#), None);
-        assert_eq!(key_of(b"not json at all"), None);
-        assert_eq!(key_of(b""), None);
+        assert_eq!(key(br#"{"device":null,"ts":1}"#), None);
+        assert_eq!(key(br#"{"device":"dev0"#), None);
+        assert_eq!(key(b"not json at all"), None);
+        assert_eq!(key(b""), None);
+    }
+
+    /// `--key user_id`: a profile tag event is keyed by its user, an integer id by its decimal
+    /// text, so that `10086` and `"10086"` (one user to the job) go to one partition.
+    #[test]
+    fn tag_events_are_keyed_by_user_id() {
+        let key = |line: &[u8]| key_of(line, "user_id");
+        let tags = r#""ts":1796500000,"tags":{"dim_city":"hz"}"#;
+        for line in [
+            format!(r#"{{"user_id":"10086",{tags}}}"#),
+            format!(r#"{{"user_id":10086,{tags}}}"#),
+            format!(r#"{{{tags}, "user_id" : 10086 }}"#),
+            format!(r#"{{"user_id":"100\u00386",{tags}}}"#),
+        ] {
+            assert_eq!(
+                key(line.as_bytes()).as_deref(),
+                Some(&b"10086"[..]),
+                "{line}"
+            );
+        }
+        // Not a user id the job accepts: no key, as a line without one.
+        for line in [
+            r#"{"user_id":-1,"ts":1}"#,
+            r#"{"user_id":1.5,"ts":1}"#,
+            r#"{"user_id":1e3,"ts":1}"#,
+            r#"{"user_id":true,"ts":1}"#,
+            r#"{"device":"dev0","ts":1}"#,
+        ] {
+            assert_eq!(key(line.as_bytes()), None, "{line}");
+        }
+        // The sensor job's key is not the profile job's.
+        assert_eq!(key_of(br#"{"user_id":"u1","ts":1}"#, "device"), None);
     }
 
     #[test]

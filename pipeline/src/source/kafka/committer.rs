@@ -12,7 +12,8 @@
 //! hour plus the allowed lateness of event time; re-reading is harmless (idempotent puts),
 //! except for hours the previous run had already closed: the commit's metadata also holds the
 //! durable frontier and offset, so that a restart keeps those hours closed (see `CommitMeta`).
-//! Commits are synchronous, every `commit_interval_ms`; after the dataflow has drained,
+//! A job without a window (the profile job) has no hours to re-read: its partitions are
+//! committed up to what is durable. Commits are synchronous, every `commit_interval_ms`; after the dataflow has drained,
 //! [`OffsetCommitter::finish`] commits the rest. A feed that is told to stop (SIGTERM, idle)
 //! first holds its watermark until the durable frontier reaches it, so that final commit also
 //! passes the hours the watermark made final. Nothing is committed once the job has failed.
@@ -96,7 +97,7 @@ impl OffsetCommitter {
         consumer: BaseConsumer,
         source: &SourceConfig,
         partitions: Vec<i32>,
-        window: operators::WindowSpec,
+        window: Option<operators::WindowSpec>,
         probe: ProbeHandle<u64>,
         control: Arc<JobControl>,
         shared: Arc<KafkaShared>,

@@ -25,7 +25,10 @@
 //! watermarks and classifies late readings as an uninterrupted run would. A reading more than
 //! `max_future_skew_secs` ahead of the wall clock is rejected (kind `future`) before it can move
 //! its partition's newest event time: one device with a clock in the future would otherwise make
-//! every later reading of the partition late.
+//! every later reading of the partition late. A job without a window (the profile job), which
+//! no record can be late for, moves its watermark past the newest event time read whenever it
+//! has nothing to read, so that the offsets of a burst's last records are committed as soon as
+//! they are durable (see `KafkaFeed::pass_what_was_read`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -60,9 +63,10 @@ pub struct KafkaOptions {
     pub source: SourceConfig,
     /// Watermark bound, seconds.
     pub watermark_bound: u64,
-    /// The job's event-time window: offsets are committed only past windows that are final
-    /// (see [`OffsetCommitter::commit_durable`]).
-    pub window: operators::WindowSpec,
+    /// The job's event-time window, if it keeps one: offsets are then committed only past
+    /// windows that are final (see [`OffsetCommitter::commit_durable`]); without one, up to
+    /// what is durable.
+    pub window: Option<operators::WindowSpec>,
     /// The table with one row per record read, whose writes [`KafkaFeed::timed_writer`] times.
     pub record_table: &'static str,
     /// Stop reading once no worker has read a record for this long.
@@ -98,12 +102,7 @@ impl KafkaOptions {
         KafkaOptions {
             source: source.clone(),
             watermark_bound: window.watermark_bound_secs,
-            window: operators::WindowSpec {
-                width: 1,
-                allowed_lateness: 0,
-                early_fire: None,
-                max_pending: None,
-            },
+            window: None,
             record_table: "",
             exit_on_idle: None,
             ttl_secs: u64::MAX,
@@ -347,6 +346,28 @@ impl<D: LineDecoder> KafkaFeed<D> {
         self.shared.worker_watermarks[self.opts.worker].store(self.watermark, Ordering::Relaxed);
     }
 
+    /// For a job without a window, which no record can be late for: with nothing to read now,
+    /// moves the watermark past the newest event time read, so that the durable frontier can
+    /// pass every record emitted so far and their offsets are committed at once, not when
+    /// later records move event time on. A job with a window keeps the bound, or the records
+    /// that follow would be late.
+    fn pass_what_was_read(&mut self) {
+        if self.opts.window.is_some() {
+            return;
+        }
+        // A worker that has read nothing follows the others, as an idle one does.
+        let past = self.parts.iter().filter_map(|p| p.newest).max();
+        if let Some(newest) = past {
+            let past = (newest.max(0) as u64).saturating_add(1);
+            self.shared
+                .fleet_watermark
+                .fetch_max(past, Ordering::Relaxed);
+        }
+        let fleet = self.shared.fleet_watermark.load(Ordering::Relaxed);
+        self.watermark = self.watermark.max(fleet);
+        self.shared.worker_watermarks[self.opts.worker].store(self.watermark, Ordering::Relaxed);
+    }
+
     /// A stopping feed reads nothing more but holds its watermark until the durable frontier
     /// has reached the lowest watermark among this process's running workers, for at most
     /// [`KafkaOptions::stop_drain`]: the ledger then sees every hour that watermark made final, so the
@@ -442,6 +463,7 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
         let msg = match self.committer.consumer().poll(Duration::ZERO) {
             None => {
                 self.update_watermark(now);
+                self.pass_what_was_read();
                 self.publish();
                 if let Some(idle) = self.opts.exit_on_idle {
                     let last = self.shared.last_input_ms.load(Ordering::Relaxed);
@@ -505,16 +527,18 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
                 decoded = Err(rejected(offset.max(0) as u64, raw, reason));
             }
         }
-        if let Err(rejected) = &mut decoded {
-            rejected.partition = Some(partition);
+        match &mut decoded {
+            Ok(record) => D::set_partition(record, partition),
+            Err(rejected) => rejected.partition = Some(partition),
         }
         let emitted_at = self.watermark;
         let part = &mut self.parts[local];
         part.last_seen = now;
         let before = part.newest;
-        // The start of the reading's window (`None`: a rejected record).
-        let width = i64::try_from(self.opts.window.width).unwrap_or(i64::MAX);
-        let start = decoded.as_ref().ok().map(|r| {
+        // The start of the reading's window (`None`: a rejected record, or a job without one).
+        let window = self.opts.window;
+        let start = window.zip(decoded.as_ref().ok()).map(|(w, r)| {
+            let width = i64::try_from(w.width).unwrap_or(i64::MAX);
             let ts = D::event_time(r);
             ts - ts.rem_euclid(width)
         });
@@ -532,9 +556,10 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
                 }
             } else {
                 // Before `durable`, the previous run's dead letters are flushed: skip rejected
-                // records, and readings of the hours it had closed.
-                let window = self.opts.window;
-                skip = start.is_none_or(|s| window.is_final(s.max(0) as u64, frontier));
+                // records, readings of the hours it had closed, and any record of a job
+                // without a window (all durable).
+                skip = start
+                    .is_none_or(|s| window.is_some_and(|w| w.is_final(s.max(0) as u64, frontier)));
             }
         }
         if let Ok(r) = &decoded {
@@ -653,7 +678,7 @@ mod tests {
         let opts = KafkaOptions {
             source: source.clone(),
             watermark_bound: 30,
-            window: WINDOW,
+            window: Some(WINDOW),
             record_table: "t",
             exit_on_idle: None,
             ttl_secs: u64::MAX / 4,
@@ -667,7 +692,7 @@ mod tests {
             consumer(&source, "test").unwrap(),
             source,
             parts.iter().map(|p| p.0).collect(),
-            OffsetLedger::new(parts.len(), WINDOW),
+            OffsetLedger::new(parts.len(), Some(WINDOW)),
             ProbeHandle::new(),
             Arc::default(),
             shared.clone(),

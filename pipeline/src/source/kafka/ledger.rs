@@ -13,7 +13,8 @@ pub(super) type Position = (i64, Option<i64>);
 /// (b) the first offset of a reading whose hour is not final yet (the frontier has not passed
 /// its end plus the allowed lateness). (b) makes restarts exact for the wide rows' hour
 /// summaries, which the window computes from the whole hour: a restarted job re-reads every
-/// reading of each hour it may still change, so it rebuilds that hour's window completely.
+/// reading of each hour it may still change, so it rebuilds that hour's window completely. A
+/// job without a window (the profile job) has no (b): it commits what is durable.
 #[derive(Debug)]
 pub(super) struct OffsetLedger {
     /// Emission time → per local partition, the position after the readings emitted then.
@@ -24,8 +25,9 @@ pub(super) struct OffsetLedger {
     open: Vec<BTreeMap<i64, Position>>,
     /// Per local partition, the committed next offset.
     pub(super) committed: Vec<Option<i64>>,
-    /// The hourly window's spec, which says when an hour is final.
-    window: operators::WindowSpec,
+    /// The hourly window's spec, which says when an hour is final (`None`: the job keeps no
+    /// window, and what is durable is committed).
+    window: Option<operators::WindowSpec>,
     /// The newest durable frontier taken in: hours final before it stay final after a restart.
     pub(super) frontier: u64,
     /// Per local partition, the frontier of the commit this run resumed from: the previous runs
@@ -42,7 +44,7 @@ fn merge(slot: &mut Option<Position>, next: Position) {
 }
 
 impl OffsetLedger {
-    pub(super) fn new(partitions: usize, window: operators::WindowSpec) -> Self {
+    pub(super) fn new(partitions: usize, window: Option<operators::WindowSpec>) -> Self {
         OffsetLedger {
             pending: BTreeMap::new(),
             durable: vec![None; partitions],
@@ -93,9 +95,10 @@ impl OffsetLedger {
         }
         if let Some(f) = frontier {
             self.frontier = self.frontier.max(f);
-            let window = self.window;
-            for open in &mut self.open {
-                open.retain(|&h, _| !window.is_final(h.max(0) as u64, f));
+            if let Some(window) = self.window {
+                for open in &mut self.open {
+                    open.retain(|&h, _| !window.is_final(h.max(0) as u64, f));
+                }
             }
         }
     }
@@ -145,7 +148,7 @@ mod tests {
 
     #[test]
     fn ledger_commits_only_what_the_probe_passed() {
-        let mut l = OffsetLedger::new(2, hourly(0));
+        let mut l = OffsetLedger::new(2, Some(hourly(0)));
         l.record(0, 0, 4, Some(H), None, Some(H + 10));
         l.record(0, 1, 2, None, None, None);
         l.record(70, 0, 8, Some(H + 3600), Some(H + 10), Some(H + 3601));
@@ -191,7 +194,7 @@ mod tests {
     #[test]
     fn a_commit_never_carries_a_frontier_below_the_one_its_partition_resumed_from() {
         // One hour of lateness: hour H is final from H + 7200 on.
-        let mut l = OffsetLedger::new(2, hourly(3600));
+        let mut l = OffsetLedger::new(2, Some(hourly(3600)));
         let closed = H as u64 + 7200;
         // Partition 0 resumed from a commit at offset 10 whose frontier closed hour H; the
         // other partition resumed from an older commit, so the job's watermark starts at H + 60.
@@ -222,7 +225,7 @@ mod tests {
         // Committed up to the open hour's first reading, past the skipped ones of hour H, with
         // a frontier at which hour H stays closed.
         assert_eq!(ready, vec![(0, (20, Some(H + 3599)), 21, closed)]);
-        assert!(l.window.is_final(H as u64, ready[0].3));
+        assert!(l.window.unwrap().is_final(H as u64, ready[0].3));
         // Once the run's own frontier is newer, it is the one committed.
         l.committed = vec![Some(20), Some(3)];
         l.record(
@@ -240,5 +243,20 @@ mod tests {
             ready.iter().map(|r| r.3).collect::<Vec<_>>(),
             vec![closed + 3600 * 3; 2]
         );
+    }
+
+    /// Without a window, a record is committed once the probe passed its emission time: the
+    /// profile job's offsets do not wait for the watermark to pass the event times after them,
+    /// and the final commit of a drained job covers every record read.
+    #[test]
+    fn without_a_window_what_is_durable_is_committed() {
+        let mut l = OffsetLedger::new(1, None);
+        l.record(H as u64, 0, 4, None, None, Some(H + 40));
+        l.record(H as u64 + 10, 0, 5, None, Some(H + 40), Some(H + 41));
+        l.advance(Some(H as u64 + 1));
+        assert_eq!(l.to_commit(), vec![(0, (5, Some(H + 40)), 5, H as u64 + 1)]);
+        l.committed = vec![Some(5)];
+        l.advance(None);
+        assert_eq!(l.to_commit(), vec![(0, (6, Some(H + 41)), 6, H as u64 + 1)]);
     }
 }

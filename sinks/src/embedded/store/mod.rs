@@ -42,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) now_ms: Clock,
     /// What opening dropped from the journals.
     pub(crate) dropped: Vec<JournalDamage>,
+    /// The tables a read-only open did not find ([`EmbeddedStore::absent_tables`]).
+    pub(crate) absent: Vec<&'static str>,
     /// The copy a read-only open reads; declared after `db` so fjall closes before it goes.
     _snapshot: Option<tempfile::TempDir>,
 }

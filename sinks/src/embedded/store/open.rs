@@ -168,6 +168,18 @@ impl EmbeddedStore {
             .open()
             .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         let existing = db.list_keyspace_names();
+        // A read-only open creates a missing table in its snapshot alone: it stays missing.
+        let absent: Vec<&'static str> = match mode {
+            OpenMode::ReadOnly => tables
+                .iter()
+                .map(|t| t.name)
+                .filter(|&name| {
+                    let first = generations::keyspace_name(name, 0);
+                    !existing.iter().any(|e| e.as_ref() == first)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         let spans = db
             .keyspace(generations::SPANS_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
@@ -264,9 +276,16 @@ impl EmbeddedStore {
                 seq_lock: Mutex::new(()),
                 now_ms,
                 dropped,
+                absent,
                 _snapshot: snapshot,
             }),
         })
+    }
+
+    /// The tables a read-only open did not find in the store (none for any other open, which
+    /// creates them).
+    pub fn absent_tables(&self) -> &[&'static str] {
+        &self.inner.absent
     }
 
     /// What opening dropped from the journals: incomplete last write batches and, with
