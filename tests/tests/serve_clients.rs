@@ -12,12 +12,9 @@ mod serve_common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use e2e::services::in_ci;
 use serde_json::Value;
 use serve_common::{cli_points_per_step, start, H};
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
 
 /// Whether these tests are skipped: only outside CI, and only when asked to.
 fn skipped() -> bool {
