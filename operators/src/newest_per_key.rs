@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn an_older_or_equal_item_never_replaces_the_newest() {
-        let emitted = emitted(
+        let out = emitted(
             Duration::ZERO,
             vec![
                 (0, "a", 10, 1),
@@ -406,7 +406,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            emitted,
+            out,
             vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 11, 4, 3)]
         );
     }
@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn within_an_interval_only_the_newest_item_is_emitted_when_the_input_ends() {
-        let emitted = emitted(
+        let out = emitted(
             Duration::from_secs(3600),
             vec![
                 (0, "a", 10, 1),
@@ -482,7 +482,7 @@ mod tests {
         // The first at once, then one more for the rest of the interval: the newest, stamped
         // with its own arrival.
         assert_eq!(
-            emitted,
+            out,
             vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 13, 4, 3)]
         );
     }
