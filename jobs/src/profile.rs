@@ -142,14 +142,12 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let backend = open_store(&cfg, args.job.recover)?;
     drop(pipeline::source::replay::input::open(&args.file, None)?);
-    let job = Job::start(JobOptions {
-        args: &args.job,
-        metrics_listen: args.job.checked_metrics_listen()?,
-        stop_on_signals: false,
-        quiet: args.quiet,
-        cluster: &cluster,
-        reject_kinds: &RejectReason::KINDS,
-    })?;
+    let job = Job::start(JobOptions::replay(
+        &args.job,
+        args.quiet,
+        &cluster,
+        &RejectReason::KINDS,
+    )?)?;
     let workers = args
         .workers
         .or(cfg.workers)
@@ -179,14 +177,12 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         .transpose()?;
     profile::job::check_registry(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
-    let job = Job::start(JobOptions {
-        args: &args.job,
-        metrics_listen: cfg.metrics_listen.as_deref(),
-        stop_on_signals: true,
-        quiet: false,
-        cluster: &cluster,
-        reject_kinds: &RejectReason::KINDS,
-    })?;
+    let job = Job::start(JobOptions::run(
+        &args.job,
+        cfg.metrics_listen.as_deref(),
+        &cluster,
+        &RejectReason::KINDS,
+    ))?;
     let backend = open_store(&cfg, args.job.recover)?;
     let source = &cfg.source;
     let split = job.split_topic(source, &cluster, cfg.workers)?;

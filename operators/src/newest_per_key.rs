@@ -275,6 +275,12 @@ mod tests {
         run_holding(coalesce, i64::MIN, items)
     }
 
+    /// What [`run`] emitted, in order of time.
+    fn emitted(coalesce: Duration, items: Vec<(u64, &'static str, i64, u32)>) -> Vec<Out> {
+        let out = run(coalesce, items);
+        out.into_iter().flat_map(|(_, batch)| batch).collect()
+    }
+
     /// [`run`], holding the items whose event time is below `hold_below`.
     fn run_holding(
         coalesce: Duration,
@@ -390,7 +396,7 @@ mod tests {
 
     #[test]
     fn an_older_or_equal_item_never_replaces_the_newest() {
-        let out = run(
+        let out = emitted(
             Duration::ZERO,
             vec![
                 (0, "a", 10, 1),
@@ -399,9 +405,8 @@ mod tests {
                 (3, "a", 11, 4),
             ],
         );
-        let emitted: Vec<_> = out.into_iter().flat_map(|(_, batch)| batch).collect();
         assert_eq!(
-            emitted,
+            out,
             vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 11, 4, 3)]
         );
     }
@@ -465,7 +470,7 @@ mod tests {
 
     #[test]
     fn within_an_interval_only_the_newest_item_is_emitted_when_the_input_ends() {
-        let out = run(
+        let out = emitted(
             Duration::from_secs(3600),
             vec![
                 (0, "a", 10, 1),
@@ -476,9 +481,8 @@ mod tests {
         );
         // The first at once, then one more for the rest of the interval: the newest, stamped
         // with its own arrival.
-        let emitted: Vec<_> = out.into_iter().flat_map(|(_, batch)| batch).collect();
         assert_eq!(
-            emitted,
+            out,
             vec![("a".to_string(), 10, 1, 0), ("a".to_string(), 13, 4, 3)]
         );
     }

@@ -69,6 +69,24 @@ pub struct FamilySpec {
     pub packed_apart: &'static [&'static str],
 }
 
+impl FamilySpec {
+    /// The family `name` as the domains' tables declare theirs unless they say otherwise: cells
+    /// kept `ttl_secs` (`None`: forever), one version, Snappy blocks, a row bloom filter, not
+    /// packed. Other settings by struct update:
+    /// `FamilySpec { packed: true, ..FamilySpec::new("t", None) }`.
+    pub const fn new(name: &'static str, ttl_secs: Option<u64>) -> Self {
+        FamilySpec {
+            name,
+            ttl_secs,
+            compression: Compression::Snappy,
+            bloom: Bloom::Row,
+            max_versions: 1,
+            packed: false,
+            packed_apart: &[],
+        }
+    }
+}
+
 /// How a table's row keys are made, as its domain's codec makes them: the layout in words, and
 /// the row-key prefix of one entity's rows (a device's, a room's, a user's), which decides the
 /// region they land in. Storage only carries it: the codec functions stay in the domain's codec

@@ -5,7 +5,7 @@
 //! apart, and a small view, under the sensor tables' names, so that the tests exercise the
 //! layouts the sensor job writes.
 
-use crate::schema::{salt_split_keys, Bloom, Compression, FamilySpec, TableSpec};
+use crate::schema::{salt_split_keys, FamilySpec, TableSpec};
 
 /// The narrow table.
 pub(crate) const NARROW_TABLE: &str = "ts_metric";
@@ -21,15 +21,7 @@ pub(crate) const RETENTION_SECS: u64 = 90 * 24 * 3600;
 pub(crate) const SALT_BUCKETS: u32 = 16;
 
 fn family() -> FamilySpec {
-    FamilySpec {
-        name: FAMILY,
-        ttl_secs: Some(RETENTION_SECS),
-        compression: Compression::Snappy,
-        bloom: Bloom::Row,
-        max_versions: 1,
-        packed: false,
-        packed_apart: &[],
-    }
+    FamilySpec::new(FAMILY, Some(RETENTION_SECS))
 }
 
 /// The narrow table: packed, split per salt bucket.

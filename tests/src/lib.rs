@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
 
+pub mod job;
+pub mod services;
+
 /// "Now" for every scenario run: 2024-08-21T00:26:40Z, two days after the recordings, so the
 /// 90-day TTL keeps them visible and outputs do not depend on the day the tests run.
 pub const NOW: &str = "1724200000";
@@ -122,6 +125,16 @@ pub fn assert_golden(name: &str, actual: &str) {
             actual.lines().count()
         );
     }
+}
+
+/// Reads a JSON file (a `--stats-json` summary, …).
+///
+/// # Panics
+/// When the file cannot be read or is not JSON, naming it.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
 /// Reads a JSON Lines file into values (empty if the file does not exist).

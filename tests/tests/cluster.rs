@@ -13,50 +13,20 @@
 //! the rows of those devices. HBase measures TTLs against the real clock, so recordings end
 //! at the real time, which `HOURGLASS_NOW` is set to.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use e2e::job::produce_args;
+use e2e::services::{self, kafka_up, BROKER, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, KillOnDrop};
-
-const BROKER: &str = "127.0.0.1:9092";
-const THRIFT1: &str = "127.0.0.1:9090";
-const THRIFT2: &str = "127.0.0.1:9091";
 const TABLES: [&str; 3] = ["ts_metric", "ts_metric_hourly", "ts_room_latest"];
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
 
 /// Whether Kafka and HBase are up: a missing Kafka skips outside CI, a missing HBase fails
 /// unless `HOURGLASS_SKIP_HBASE=1` (outside CI).
 fn services_up() -> bool {
-    let reachable = |addr: &str| {
-        let sock: SocketAddr = addr.parse().expect("socket address");
-        TcpStream::connect_timeout(&sock, Duration::from_secs(3)).is_ok()
-    };
-    if !reachable(BROKER) {
-        assert!(
-            !ci(),
-            "Kafka is not running on {BROKER}: start it with `scripts/services.sh up kafka`"
-        );
-        eprintln!("skipping: Kafka is not running on {BROKER} (scripts/services.sh up kafka)");
-        return false;
-    }
-    if !ci() && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
-        return false;
-    }
-    for addr in [THRIFT1, THRIFT2] {
-        assert!(
-            reachable(addr),
-            "the HBase Thrift gateway is not reachable on {addr}: start it with \
-             `scripts/services.sh up hbase`, or set HOURGLASS_SKIP_HBASE=1 to skip"
-        );
-    }
-    tables_exist();
-    true
+    kafka_up() && hbase_up()
 }
 
 /// Creates the hourglass tables once per run of this file, as a user would before a first
@@ -158,18 +128,7 @@ fn recording(dir: &Path, now: u64, prefix: &str, devices: usize, hours: u64) -> 
 
 /// Publishes `file` to a new 4-partition `topic`, paced by `pace`.
 fn produce(dir: &Path, now: u64, file: &Path, topic: &str, pace: &[&str]) -> Child {
-    let mut args = vec![
-        "produce",
-        file.to_str().expect("utf-8 path"),
-        "--brokers",
-        BROKER,
-        "--topic",
-        topic,
-        "--partitions",
-        "4",
-    ];
-    args.extend_from_slice(pace);
-    spawn(dir, now, &args)
+    spawn(dir, now, &produce_args(file, topic, "4", pace))
 }
 
 /// Two free loopback ports, as a hosts file `hosts` in `dir`.
@@ -588,17 +547,8 @@ fn the_embedded_store_is_refused_in_a_cluster() {
 /// HBase for a test that needs no Kafka: `false` to skip (outside CI, `HOURGLASS_SKIP_HBASE=1`),
 /// a panic when it is unreachable.
 fn hbase_up() -> bool {
-    if !ci() && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
+    if !services::hbase_up("a test against the live HBase") {
         return false;
-    }
-    for addr in [THRIFT1, THRIFT2] {
-        let sock: SocketAddr = addr.parse().expect("socket address");
-        assert!(
-            TcpStream::connect_timeout(&sock, Duration::from_secs(3)).is_ok(),
-            "the HBase Thrift gateway is not reachable on {addr}: start it with \
-             `scripts/services.sh up hbase`, or set HOURGLASS_SKIP_HBASE=1 to skip"
-        );
     }
     tables_exist();
     true

@@ -14,12 +14,12 @@
 //! and `HOURGLASS_NOW` set to the real time, the same for the HBase and the embedded replays.
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use e2e::{data, hourglass_command, ok_stdout, repo_root, KillOnDrop};
 use sensor::tables;
 use sensor::tables::{HOURLY_TABLE, NARROW_TABLE, ROOM_TABLE};
@@ -31,9 +31,6 @@ use sinks::table::ScanSpec;
 mod early_firing_common;
 mod room_view_common;
 
-const THRIFT1: &str = "127.0.0.1:9090";
-const THRIFT2: &str = "127.0.0.1:9091";
-
 /// Serialises the tests of this file: they share HBase's tables.
 static HBASE: Mutex<()> = Mutex::new(());
 
@@ -42,27 +39,8 @@ static HBASE: Mutex<()> = Mutex::new(());
 /// # Panics
 /// When HBase is not reachable, with what to do about it.
 fn hbase() -> Option<MutexGuard<'static, ()>> {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
-        return None;
-    }
     let guard = HBASE.lock().unwrap_or_else(PoisonError::into_inner);
-    for addr in [THRIFT1, THRIFT2] {
-        let sock: SocketAddr = addr.parse().expect("socket address");
-        if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
-            panic!(
-                "the HBase Thrift gateway is not reachable on {addr} ({e}): start it with \
-                 `scripts/services.sh up hbase` (`make test` does){}",
-                if ci {
-                    ""
-                } else {
-                    ", or set HOURGLASS_SKIP_HBASE=1 to skip the HBase tests"
-                }
-            );
-        }
-    }
-    Some(guard)
+    hbase_up("a test against the live HBase").then_some(guard)
 }
 
 fn config() -> HbaseConfig {

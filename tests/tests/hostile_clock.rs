@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use e2e::{hourglass, hourglass_ok, read_jsonl, NOW};
+use e2e::job::produce_args;
+use e2e::services::{kafka_up, unique, BROKER};
+use e2e::{hourglass, hourglass_ok, read_json, read_jsonl, NOW};
 
 /// 2024-08-19T21:00:00Z: the recordings' first hour, two days before [`NOW`].
 const START: i64 = 1724101200;
@@ -57,11 +59,7 @@ fn replay(dir: &Path, input: &str, extra: &[&str]) -> (serde_json::Value, String
     let out = hourglass(dir, &args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "replay {args:?} failed:\n{stderr}");
-    let text = std::fs::read_to_string(dir.join("stats.json")).expect("stats.json written");
-    (
-        serde_json::from_str(&text).expect("stats.json is JSON"),
-        stderr,
-    )
+    (read_json(&dir.join("stats.json")), stderr)
 }
 
 /// `query curve`'s points as (ts, value): `--source narrow` answers whole readings, the wide
@@ -224,40 +222,20 @@ fn a_damaged_recording_is_reported_at_its_own_line_number() {
     }
 }
 
-const BROKER: &str = "127.0.0.1:9092";
-
 /// The same two readings published to Kafka: `hourglass run` refuses them against the wall
 /// clock. One partition, so that before the fix its watermark jumped to 2286 deterministically.
 #[test]
 fn the_kafka_feed_refuses_readings_from_the_future() {
-    use std::net::{SocketAddr, TcpStream};
-    let addr: SocketAddr = BROKER.parse().expect("broker address");
-    if TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).is_err() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-        assert!(!ci, "Kafka is not running on {BROKER}");
-        eprintln!("skipping: Kafka is not running on {BROKER}");
+    if !kafka_up() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let dir = dir.path();
     recording_with_future_lines(dir, "hostile.jsonl");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    let topic = format!("hg-hostile-clock-{}-{nanos}", std::process::id());
+    let topic = unique("hostile-clock");
     hourglass_ok(
         dir,
-        &[
-            "produce",
-            "hostile.jsonl",
-            "--brokers",
-            BROKER,
-            "--topic",
-            &topic,
-            "--partitions",
-            "1",
-        ],
+        &produce_args(Path::new("hostile.jsonl"), &topic, "1", &[]),
     );
     let config = format!(
         "workers = 1\n[store]\nkind = \"embedded\"\ndir = \"store\"\n[source]\nbrokers = \
@@ -280,8 +258,7 @@ fn the_kafka_feed_refuses_readings_from_the_future() {
             "late.jsonl",
         ],
     );
-    let text = std::fs::read_to_string(dir.join("stats.json")).expect("stats.json written");
-    let stats: serde_json::Value = serde_json::from_str(&text).expect("stats.json is JSON");
+    let stats = read_json(&dir.join("stats.json"));
     // A record's dead letter names its offset: lines 1001 and 1002 are offsets 1000 and 1001.
     assert_future_lines_refused(dir, &stats, START, 1000);
 }

@@ -11,44 +11,26 @@
 //! Each test uses its own topic and consumer group, so they run in parallel.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Child, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use e2e::job::{announced_address, metrics_address, produce_args, sigterm, wait_ok, Rng};
+use e2e::services::{kafka_up, unique, BROKER};
 use e2e::{data, hourglass, hourglass_command, hourglass_ok, parse_exposition, Exposition, NOW};
 
-const BROKER: &str = "127.0.0.1:9092";
 /// First hour of the generated recordings (before `NOW`, within the 90-day TTL).
 const START: &str = "2024-08-19T21:00:00Z";
 
-/// Whether Kafka is up; in CI a missing broker fails the test instead.
-fn kafka_up() -> bool {
-    let addr: SocketAddr = BROKER.parse().expect("broker address");
-    if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    assert!(
-        !ci,
-        "Kafka is not running on {BROKER}: start it with `scripts/services.sh up kafka` (make test does)"
-    );
-    eprintln!("skipping: Kafka is not running on {BROKER} (scripts/services.sh up kafka)");
-    false
-}
-
-/// A topic or group name no other test or run uses.
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    format!("hg-{name}-{}-{nanos}", std::process::id())
-}
-
 fn scratch() -> PathBuf {
     tempfile::tempdir().expect("tempdir").keep()
+}
+
+/// A scratch directory and a topic (and group) named after `name` for a test that needs Kafka;
+/// `None`, for the test to skip, when Kafka is not up (see [`kafka_up`]).
+fn kafka_test(name: &str) -> Option<(PathBuf, String)> {
+    kafka_up().then(|| (scratch(), unique(name)))
 }
 
 /// Writes the job configuration `job.toml` into `dir` and returns its path.
@@ -88,29 +70,7 @@ fn produce(dir: &Path, file: &Path, topic: &str, pace: &[&str]) -> Child {
 
 /// Publishes `file` to a new topic of `partitions` partitions, paced by `pace`.
 fn produce_to(dir: &Path, file: &Path, topic: &str, partitions: &str, pace: &[&str]) -> Child {
-    let mut args = vec![
-        "produce",
-        file.to_str().expect("utf-8 path"),
-        "--brokers",
-        BROKER,
-        "--topic",
-        topic,
-        "--partitions",
-        partitions,
-    ];
-    args.extend_from_slice(pace);
-    spawn(dir, &args)
-}
-
-fn wait_ok(child: Child, what: &str) -> String {
-    let out = child.wait_with_output().expect("waiting for hourglass");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stderr}",
-        out.status
-    );
-    stderr
+    spawn(dir, &produce_args(file, topic, partitions, pace))
 }
 
 /// `hourglass run --config CONFIG --stats-json run-stats.json EXTRA…`, as arguments.
@@ -131,8 +91,7 @@ fn run_job(dir: &Path, config: &Path, extra: &[&str]) -> Child {
 }
 
 fn stats(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir.join("run-stats.json")).expect("run-stats.json");
-    serde_json::from_str(&text).expect("run-stats.json is JSON")
+    e2e::read_json(&dir.join("run-stats.json"))
 }
 
 fn dump(dir: &Path, store: &str, table: &str) -> String {
@@ -199,11 +158,9 @@ fn reasons(path: &Path) -> Vec<String> {
 /// both tables must be exactly the replay's, though produced at full speed before the job starts.
 #[test]
 fn generated_recording_gives_the_same_tables_as_replay() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("parity-gen") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("parity-gen");
+    };
     let file = generate(
         &dir,
         "gen.jsonl",
@@ -238,11 +195,9 @@ fn generated_recording_gives_the_same_tables_as_replay() {
 /// stops by itself after reading everything and is started again on the same group.
 #[test]
 fn a_restart_keeps_hours_the_previous_run_closed_closed() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("resume") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("resume");
+    };
     let h: i64 = 1_724_108_400;
     let line = |ts: i64| {
         format!(
@@ -309,11 +264,9 @@ fn a_restart_keeps_hours_the_previous_run_closed_closed() {
 /// very late readings come ≥ 5 s of publishing (≥ 55 min of event time) past their limit.
 #[test]
 fn scenario_published_in_event_time_gives_the_same_tables_as_replay() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("parity-scenario") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("parity-scenario");
+    };
     let file = data("scenario.jsonl");
     let producer = produce(&dir, &file, &topic, &["--speed", "600"]);
     // Some partitions get only a few malformed, keyless lines: they must turn idle quickly.
@@ -350,14 +303,6 @@ fn scenario_published_in_event_time_gives_the_same_tables_as_replay() {
     );
 }
 
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("running kill");
-    assert!(status.success(), "kill -TERM failed");
-}
-
 /// Waits until the job says it is consuming (its `run: topic …` line on stderr), then keeps
 /// draining its stderr in the background.
 fn wait_until_consuming(job: &mut Child) {
@@ -379,28 +324,6 @@ fn wait_until_consuming(job: &mut Child) {
         .expect("the job did not start consuming within 3 minutes");
 }
 
-/// A small xorshift generator: random kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn from_clock() -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos() as u64
-            | 1;
-        eprintln!("kill points seed: {seed}");
-        Rng(seed)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Duration::from_millis(from + self.0 % (to - from))
-    }
-}
-
 /// Offsets move only past hours that are final (watermark past their end plus the allowed
 /// lateness) and once their cells are written (early firings): frequent early firings and
 /// recordings whose event time runs thousands of times faster than real time let them move within
@@ -416,11 +339,9 @@ const IDLE_SECS: u64 = 5;
 /// committed offsets rather than from the start.
 #[test]
 fn sigkill_at_random_points_loses_nothing() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("crash") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("crash");
+    };
     // 20 devices × 12 h every 10 s: 86k readings, published at 5000/s (~17 s), so an hour of
     // event time passes every ~1.5 s and each run between two kills commits some.
     let file = generate(
@@ -528,11 +449,9 @@ fn sigkill_at_random_points_loses_nothing() {
 /// what is durable: a restart ends with exactly the replay's tables.
 #[test]
 fn a_panic_in_the_dataflow_stops_the_job_without_a_commit_past_it() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("panic") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("panic");
+    };
     let file = generate(
         &dir,
         "rec.jsonl",
@@ -562,11 +481,9 @@ fn a_panic_in_the_dataflow_stops_the_job_without_a_commit_past_it() {
 /// ends with exactly the replay's tables.
 #[test]
 fn sigterm_mid_stream_exits_0_and_loses_nothing() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("sigterm") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("sigterm");
+    };
     // 10 devices × 24 h every 10 s: 86k readings, published at 4000/s (~22 s): hours become
     // final (so offsets move) every second or so.
     let file = generate(
@@ -706,11 +623,9 @@ fn registry_job_config(dir: &Path, topic: &str, registry: &str) -> PathBuf {
 /// and malformed records are dead-lettered and counted without stopping the job.
 #[test]
 fn registry_topic_rooms_moves_tombstones_and_bad_records() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("reg-readings") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("reg-readings");
+    };
     let registry = unique("reg-devices");
     std::fs::write(
         dir.join("devices.csv"),
@@ -974,59 +889,14 @@ fn example_config_is_printed_and_runs_as_is() {
     assert!(stderr.contains("duration \"soon\""), "{stderr}");
 }
 
-/// Waits for the job's `metrics: http://ADDR/metrics` line on stderr and returns ADDR; keeps
-/// draining its stderr into the returned log (for failure messages) in the background.
-fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
-    announced_address(job, "metrics: http://", "/metrics")
-}
-
-/// Waits for the job's `{prefix}ADDR{suffix}` line on stderr and returns ADDR; keeps draining
-/// its stderr into the returned log (for failure messages) in the background.
-fn announced_address(
-    job: &mut Child,
-    prefix: &'static str,
-    suffix: &'static str,
-) -> (String, Arc<Mutex<String>>) {
-    use std::io::BufRead;
-    let stderr = job.stderr.take().expect("piped stderr");
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(addr) = line
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.strip_suffix(suffix))
-            {
-                let _ = tx.send(addr.to_string());
-            }
-            let mut log = sink.lock().expect("log lock");
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(180))
-        .unwrap_or_else(|_| {
-            panic!(
-                "no {prefix}… line within 3 minutes:\n{}",
-                log.lock().expect("log lock")
-            )
-        });
-    (addr, log)
-}
-
 /// `hourglass run --serve`: dashboards read the embedded store while the job writes it (the
 /// store admits one process, so `hourglass serve` could not open it), and their curve ends up
 /// identical to `hourglass query curve` on the stopped job's store.
 #[test]
 fn run_serves_dashboards_from_its_own_store() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("dashboards") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("dashboards");
+    };
     wait_ok(
         produce_to(&dir, &data("scenario.jsonl"), &topic, "1", &[]),
         "produce",
@@ -1142,11 +1012,9 @@ fn value(m: &Exposition, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// the job did, agrees with the end-of-run stats and the dead letters, and is well-formed.
 #[test]
 fn run_serves_its_metrics_while_it_runs() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("metrics") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("metrics");
+    };
     let file = data("scenario.jsonl");
     wait_ok(produce_to(&dir, &file, &topic, "1", &[]), "produce");
     let config = job_config(&dir, &topic, FAST_COMMITS, IDLE_SECS);
@@ -1264,11 +1132,9 @@ fn run_serves_its_metrics_while_it_runs() {
 /// has read every record, and the offset gauges are per partition.
 #[test]
 fn run_reports_consumer_lag_per_partition() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("metrics-lag") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("metrics-lag");
+    };
     let file = generate(
         &dir,
         "rec.jsonl",
@@ -1325,11 +1191,9 @@ fn run_reports_consumer_lag_per_partition() {
 /// so instead of leaving their records waiting unnoticed, and the restart reads them.
 #[test]
 fn partitions_added_while_running_are_announced_and_read_after_a_restart() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("grow") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("grow");
+    };
     let first = readings(&[("devA", "r1")], 0..5);
     std::fs::write(dir.join("first.jsonl"), &first).expect("write");
     wait_ok(
@@ -1390,11 +1254,9 @@ fn add_partitions(topic: &str, partitions: usize) {
 /// device whose entry lands in the new partition moves.
 #[test]
 fn registry_topic_partitions_added_while_running_are_read() {
-    if !kafka_up() {
+    let Some((dir, topic)) = kafka_test("regp-readings") else {
         return;
-    }
-    let dir = scratch();
-    let topic = unique("regp-readings");
+    };
     let registry = unique("regp-devices");
     std::fs::write(dir.join("devices.csv"), "device,room\ndevA,lab1\n").expect("write");
     hourglass_ok(

@@ -8,18 +8,15 @@
 //! `HOURGLASS_SKIP_HBASE=1` skips it); it drops and recreates the hourglass tables, as
 //! `hbase_live.rs` does.
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use e2e::hourglass_command;
+use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use sensor::tables;
 use sinks::hbase::admin;
 use sinks::hbase::HbaseConfig;
-
-const THRIFT1: &str = "127.0.0.1:9090";
-const THRIFT2: &str = "127.0.0.1:9091";
 
 /// Writes a recording of 16 gateways `gw00`..`gw15`: `gw03` has 1,000 devices, the others 20
 /// each, every device 3 readings 10 s apart from `start`; plus one malformed line.
@@ -170,33 +167,11 @@ fn id_keyed_tables_split_from_the_recording_spread_where_the_default_split_does_
     }
 }
 
-/// Takes HBase, or `None` when the HBase tests are skipped; panics when it is unreachable.
-fn hbase_or_skip() -> Option<()> {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
-        return None;
-    }
-    for addr in [THRIFT1, THRIFT2] {
-        let sock: SocketAddr = addr.parse().expect("socket address");
-        if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
-            panic!(
-                "the HBase Thrift gateway is not reachable on {addr} ({e}): start it with \
-                 `scripts/services.sh up hbase`{}",
-                if ci {
-                    ""
-                } else {
-                    ", or set HOURGLASS_SKIP_HBASE=1 to skip the HBase tests"
-                }
-            );
-        }
-    }
-    Some(())
-}
-
 #[test]
 fn live_hbase_after_a_replay_has_the_files_rows_per_region() {
-    let Some(()) = hbase_or_skip() else { return };
+    if !hbase_up("a test against the live HBase") {
+        return;
+    }
     let mut cfg = HbaseConfig::new(THRIFT1).with_thrift2(THRIFT2);
     cfg.retry.max_elapsed = Some(Duration::from_secs(120));
     let names: Vec<&str> = tables::all_tables().iter().map(|t| t.name).collect();

@@ -13,19 +13,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use e2e::job::Rng;
+use e2e::services::{kafka_up, service_up, unique, BROKER, THRIFT1};
 use e2e::{hourglass_command, read_jsonl, KillOnDrop};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
-const BROKER: &str = "127.0.0.1:9092";
-const THRIFT1: &str = "127.0.0.1:9090";
 /// `HOURGLASS_NOW` of every command: the events end a minute before it, so the short-term
 /// tags of the last hours are live and what expired is the same for every run.
 const NOW: i64 = 1_796_486_460;
@@ -34,55 +33,6 @@ const SPAN: i64 = 86_400;
 /// Partitions of the topic: `produce --key user_id` keeps each user's events in one of them,
 /// in order, as a real producer of tag events would.
 const PARTITIONS: &str = "2";
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
-
-/// Whether `addr` answers; in CI a missing service fails the test instead.
-fn service_up(addr: &str, name: &str, service: &str) -> bool {
-    let sock: SocketAddr = addr.parse().expect("address");
-    if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    assert!(
-        !ci(),
-        "{name} is not running on {addr}: start it with `scripts/services.sh up {service}` (make test does)"
-    );
-    eprintln!("skipping: {name} is not running on {addr} (scripts/services.sh up {service})");
-    false
-}
-
-/// A topic and group name no other test or run uses.
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    format!("hg-{name}-{}-{nanos}", std::process::id())
-}
-
-/// A small xorshift generator: random kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn from_clock() -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos() as u64
-            | 1;
-        eprintln!("kill points seed: {seed}");
-        Rng(seed)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Duration::from_millis(from + self.0 % (to - from))
-    }
-}
 
 /// Where the run writes its tables.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,14 +75,7 @@ impl Scenario {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "hourglass {args:?} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("UTF-8 stdout")
+        e2e::ok_stdout(args, self.run(args))
     }
 
     fn spawn(&self, args: &[&str]) -> Child {
@@ -625,7 +568,7 @@ fn killed_at_random_points_ends_as_replayed(plan: &Plan) {
 /// 10,000 events of 800 users at 1,500 a second into the embedded store, at least 3 kills.
 #[test]
 fn sigkill_at_random_points_ends_as_a_replay_does() {
-    if !service_up(BROKER, "Kafka", "kafka") {
+    if !kafka_up() {
         return;
     }
     killed_at_random_points_ends_as_replayed(&Plan {
@@ -643,7 +586,7 @@ fn sigkill_at_random_points_ends_as_a_replay_does() {
 #[test]
 #[ignore = "soak: minutes against Kafka and HBase; `make soak` runs it"]
 fn soak_sigkill_20_times_into_hbase_ends_as_a_replay_does() {
-    if !service_up(BROKER, "Kafka", "kafka") || !service_up(THRIFT1, "HBase", "hbase") {
+    if !kafka_up() || !service_up(THRIFT1, "HBase", "hbase") {
         return;
     }
     killed_at_random_points_ends_as_replayed(&Plan {

@@ -11,11 +11,11 @@
 //! follows `kafka_job.rs`'s pattern.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use e2e::services::{in_ci, kafka_up, redis_up, service_up, unique, BROKER, THRIFT1};
 use e2e::{hourglass_command, read_jsonl};
 use serde_json::{json, Value};
 
@@ -48,14 +48,7 @@ fn run(dir: &Path, now: i64, args: &[&str]) -> Output {
 }
 
 fn ok(dir: &Path, now: i64, args: &[&str]) -> String {
-    let out = run(dir, now, args);
-    assert!(
-        out.status.success(),
-        "hourglass {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 stdout")
+    e2e::ok_stdout(args, run(dir, now, args))
 }
 
 /// A tag definition as `tags list --format json` gives it.
@@ -551,27 +544,7 @@ fn a_tag_set_offline_is_no_longer_written() {
 
 // --- Redis ------------------------------------------------------------------------------------
 
-const REDIS: &str = "127.0.0.1:6379";
 const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
-
-/// Whether Redis is up; in CI a missing server fails the test instead.
-fn redis_up() -> bool {
-    service_up(REDIS, "Redis", "redis")
-}
-
-fn service_up(addr: &str, name: &str, service: &str) -> bool {
-    let sock: SocketAddr = addr.parse().expect("address");
-    if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    assert!(
-        !ci,
-        "{name} is not running on {addr}: start it with `scripts/services.sh up {service}` (make test does)"
-    );
-    eprintln!("skipping: {name} is not running on {addr} (scripts/services.sh up {service})");
-    false
-}
 
 /// Deletes the short-term keys of every user of `m` when dropped (and when made).
 struct RedisKeys(Vec<String>);
@@ -692,29 +665,16 @@ fn a_mariadb_registry_gives_the_same_profiles() {
 
 // --- Kafka and HBase --------------------------------------------------------------------------
 
-const BROKER: &str = "127.0.0.1:9092";
-const THRIFT1: &str = "127.0.0.1:9090";
-
-/// A name no other test or run uses.
-fn unique(name: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    format!("hg-{name}-{}-{nanos}", std::process::id())
-}
-
 /// `profile run` from a topic into HBase gives the profiles a replay gives: the model's.
 /// Needs Kafka and HBase (`scripts/services.sh up kafka hbase`); skips without them outside CI
 /// (`HOURGLASS_SKIP_HBASE=1` or no broker), fails in CI.
 #[test]
 fn run_from_kafka_into_hbase_stores_the_models_profiles() {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
+    if !in_ci() && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
         eprintln!("HOURGLASS_SKIP_HBASE=1: skipping");
         return;
     }
-    if !service_up(BROKER, "Kafka", "kafka") || !service_up(THRIFT1, "HBase", "hbase") {
+    if !kafka_up() || !service_up(THRIFT1, "HBase", "hbase") {
         return;
     }
     let s = Scenario::new("15", None, FIXED_NOW);

@@ -17,9 +17,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use e2e::hourglass_command;
+use e2e::services::{in_ci, THRIFT1};
 use serde_json::Value;
 
-const THRIFT1: &str = "127.0.0.1:9090";
 /// `HOURGLASS_NOW` of every command, a minute after the generated events.
 const NOW: &str = "1796500000";
 
@@ -30,14 +30,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = run(dir, args);
-    assert!(
-        out.status.success(),
-        "hourglass {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 stdout")
+    e2e::ok_stdout(args, run(dir, args))
 }
 
 /// `tables landing-check --table user_profile_tag ARGS --format json`: its exit and JSON.
@@ -255,8 +248,7 @@ fn shared_number_prefixes_crowd_plain_keys_and_the_salt_spreads_them() {
 /// Whether to run against HBase: it must answer, except outside CI with
 /// `HOURGLASS_SKIP_HBASE=1`.
 fn hbase_or_skip() -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
+    if !in_ci() && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
         eprintln!("HOURGLASS_SKIP_HBASE=1: skipping");
         return false;
     }

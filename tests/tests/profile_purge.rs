@@ -8,11 +8,11 @@
 //! `HOURGLASS_SKIP_HBASE=1` outside CI. The HBase run drops and recreates the profile tables.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, ok_stdout};
 use profile::event::CellValue;
 use profile::key::parse_history_row;
@@ -24,9 +24,6 @@ use profile::{
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::table::{ScanSpec, TableReader};
 use sinks::{OpenOptions, Store};
-
-const THRIFT1: &str = "127.0.0.1:9090";
-const THRIFT2: &str = "127.0.0.1:9091";
 
 /// The tag purged; `dim_city` and `beh_buy` stay.
 const GONE: &str = "dim_old";
@@ -259,31 +256,6 @@ fn purge_on_the_embedded_store() {
     purge_scenario(dir.path(), &target, &|| embedded(dir.path(), "store2"));
 }
 
-/// Whether the HBase run goes ahead: it fails when the gateways are not reachable, unless
-/// skipped outside CI.
-fn hbase_up() -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping the purge against HBase");
-        return false;
-    }
-    for addr in [THRIFT1, THRIFT2] {
-        let sock: SocketAddr = addr.parse().unwrap();
-        if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
-            panic!(
-                "the HBase Thrift gateway is not reachable on {addr} ({e}): start it with \
-                 `scripts/services.sh up hbase`{}",
-                if ci {
-                    ""
-                } else {
-                    ", or set HOURGLASS_SKIP_HBASE=1 to skip the HBase tests"
-                }
-            );
-        }
-    }
-    true
-}
-
 /// HBase with empty profile tables, measuring TTLs against the real clock.
 fn hbase() -> Target {
     let mut cfg = StoreConfig {
@@ -322,7 +294,7 @@ fn hbase() -> Target {
 
 #[test]
 fn purge_on_hbase() {
-    if !hbase_up() {
+    if !hbase_up("the purge against HBase") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

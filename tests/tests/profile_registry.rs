@@ -7,12 +7,12 @@
 //! the services' user `hourglass` may create) and drops it at the end, so runs never see each
 //! other's tags.
 
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use e2e::hourglass;
+use e2e::services::service_up;
 use mysql::prelude::Queryable;
 use profile::{DataType, TagDef, TagRegistry, TagStatus, Upserted, ValueType};
 
@@ -22,17 +22,7 @@ const MYSQL_ROOT_URL: &str = "mysql://hourglass:hourglass@127.0.0.1:3306/hourgla
 
 /// Whether MariaDB is up; in CI a missing server fails the test instead.
 fn mysql_up() -> bool {
-    let addr: SocketAddr = MYSQL.parse().expect("MariaDB address");
-    if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    assert!(
-        !ci,
-        "MariaDB is not running on {MYSQL}: start it with `scripts/services.sh up mysql` (make test does)"
-    );
-    eprintln!("skipping: MariaDB is not running on {MYSQL} (scripts/services.sh up mysql)");
-    false
+    service_up(MYSQL, "MariaDB", "mysql")
 }
 
 /// A database of this test's own, dropped when the value is.

@@ -6,33 +6,17 @@
 //! fail. Each run writes users of its own (`t<pid>-<nanos>-…`) and deletes their keys at the
 //! end, so runs never see each other's values.
 
-use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use e2e::services::redis_up;
 use profile::short_term::{self, is_retriable, RedisStore, SqliteStore};
 use profile::{CellValue, ShortTermStore, ShortTermValue, Written};
 
-const REDIS: &str = "127.0.0.1:6379";
 const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// The Redis tests run one at a time: one of them flushes the server's script cache.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Whether Redis is up; in CI a missing server fails the test instead.
-fn redis_up() -> bool {
-    let addr: SocketAddr = REDIS.parse().expect("Redis address");
-    if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    assert!(
-        !ci,
-        "Redis is not running on {REDIS}: start it with `scripts/services.sh up redis` (make test does)"
-    );
-    eprintln!("skipping: Redis is not running on {REDIS} (scripts/services.sh up redis)");
-    false
-}
 
 fn now() -> i64 {
     i64::try_from(

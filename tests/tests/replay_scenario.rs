@@ -32,8 +32,7 @@ fn replay_into(dir: &Path, workers: &str, input: &str) -> serde_json::Value {
             "late.jsonl",
         ],
     );
-    let text = std::fs::read_to_string(dir.join("stats.json")).expect("stats.json written");
-    serde_json::from_str(&text).expect("stats.json is JSON")
+    e2e::read_json(&dir.join("stats.json"))
 }
 
 /// The shared replay's store, held for a whole test: the embedded store admits one process at

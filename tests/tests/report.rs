@@ -7,11 +7,11 @@
 //! `hbase_live.rs` does.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use e2e::hourglass_command;
+use e2e::services::hbase_up;
 use proptest::prelude::*;
 use sensor::codec::narrow::{parse_narrow_key, KeyScheme};
 use serde_json::Value;
@@ -323,16 +323,8 @@ fn open_hours_are_provisional_and_one_device_is_read_alone() {
 
 #[test]
 fn hbase_gives_the_embedded_stores_report() {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    if !ci && std::env::var("HOURGLASS_SKIP_HBASE").is_ok_and(|v| v == "1") {
-        eprintln!("HOURGLASS_SKIP_HBASE=1: skipping a test against the live HBase");
+    if !hbase_up("a test against the live HBase") {
         return;
-    }
-    for addr in ["127.0.0.1:9090", "127.0.0.1:9091"] {
-        let sock: SocketAddr = addr.parse().expect("address");
-        if let Err(e) = TcpStream::connect_timeout(&sock, Duration::from_secs(5)) {
-            panic!("the HBase Thrift gateway is not reachable on {addr} ({e}): start it with `scripts/services.sh up hbase`");
-        }
     }
     let mut cfg = sinks::hbase::HbaseConfig::new("127.0.0.1:9090").with_thrift2("127.0.0.1:9091");
     cfg.retry.max_elapsed = Some(Duration::from_secs(120));

@@ -12,12 +12,9 @@ mod serve_common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use e2e::services::in_ci;
 use serde_json::Value;
-use serve_common::{cli_points, start, H};
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
+use serve_common::{cli_points_per_step, start, H};
 
 /// Whether these tests are skipped: only outside CI, and only when asked to.
 fn skipped() -> bool {
@@ -93,18 +90,7 @@ fn prometheus_api_client_gets_the_cli_points() {
             })
             .collect();
         // step >= 5 min: each point is the newest reading in (t - step, t].
-        let points = cli_points(device, start_ts - step, end_ts + 1);
-        let want: Vec<(i64, f64)> = (0..)
-            .map(|k| start_ts + k * step)
-            .take_while(|t| *t <= end_ts)
-            .filter_map(|t| {
-                points
-                    .iter()
-                    .rev()
-                    .find(|(ts, _)| *ts <= t && *ts > t - step)
-                    .map(|(_, v)| (t, *v))
-            })
-            .collect();
+        let want = cli_points_per_step(device, start_ts, end_ts, step);
         assert!(want.len() >= 8, "{want:?}");
         assert_eq!(got, want, "{device} at step {step}");
     }

@@ -5,7 +5,7 @@
 mod serve_common;
 
 use serde_json::{json, Value};
-use serve_common::{cli, cli_points, get_json, post_form, start, H};
+use serve_common::{cli, cli_points, cli_points_per_step, get_json, post_form, start, H};
 
 /// The labels of a device's series: `room` too when the room view (if this build has it) holds
 /// the device.
@@ -114,18 +114,7 @@ fn query_range_samples_the_last_value_per_step() {
         );
         assert_eq!(status, 200, "{got}");
         // Window = max(step, 5 min lookback) = step: the newest reading in (t - 600, t].
-        let points = cli_points(device, start - step, end + 1);
-        let want: Vec<(i64, f64)> = (0..)
-            .map(|k| start + k * step)
-            .take_while(|t| *t <= end)
-            .filter_map(|t| {
-                points
-                    .iter()
-                    .rev()
-                    .find(|(ts, _)| *ts <= t && *ts > t - step)
-                    .map(|(_, v)| (t, *v))
-            })
-            .collect();
+        let want = cli_points_per_step(device, start, end, step);
         assert!(want.len() >= 10, "{want:?}");
         assert_eq!(values(&got["data"]["result"][0]), want, "{device}");
     }

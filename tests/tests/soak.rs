@@ -20,14 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use e2e::job::{clock_seed, metrics_address, produce_args, sigterm, wait_ok, Rng};
+use e2e::services::{BROKER, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, parse_exposition, Exposition};
 use sensor::tables;
 use sinks::hbase::admin;
 use sinks::hbase::HbaseConfig;
-
-const BROKER: &str = "127.0.0.1:9092";
-const THRIFT1: &str = "127.0.0.1:9090";
-const THRIFT2: &str = "127.0.0.1:9091";
 
 /// Fails unless `addr` accepts connections, naming the service to start.
 fn require(addr: &str, what: &str) {
@@ -159,18 +157,7 @@ impl Env {
 
     /// Publishes `file` to `topic` (4 partitions), paced by `pace`.
     fn produce(&self, file: &Path, topic: &str, pace: &[&str]) -> Child {
-        let mut args = vec![
-            "produce",
-            file.to_str().expect("utf-8 path"),
-            "--brokers",
-            BROKER,
-            "--topic",
-            topic,
-            "--partitions",
-            "4",
-        ];
-        args.extend_from_slice(pace);
-        self.spawn(&args)
+        self.spawn(&produce_args(file, topic, "4", pace))
     }
 
     /// `hourglass run` with the job's metrics on a free port; returns the job, the metrics
@@ -192,8 +179,7 @@ impl Env {
     }
 
     fn stats(&self) -> serde_json::Value {
-        let text = std::fs::read_to_string(self.dir.join("run-stats.json")).expect("stats");
-        serde_json::from_str(&text).expect("run-stats.json is JSON")
+        e2e::read_json(&self.dir.join("run-stats.json"))
     }
 
     /// Writes `job.toml`: 2 workers, early firings every 2 s (offsets move within seconds),
@@ -334,45 +320,6 @@ fn lines_of(file: &Path) -> u64 {
         .count() as u64
 }
 
-fn wait_ok(child: Child, what: &str) -> String {
-    let out = child.wait_with_output().expect("waiting for hourglass");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stderr}",
-        out.status
-    );
-    stderr
-}
-
-/// Waits for the job's `metrics: http://ADDR/metrics` line and returns ADDR; keeps draining its
-/// stderr into the returned log in the background.
-fn metrics_address(job: &mut Child) -> (String, Arc<Mutex<String>>) {
-    use std::io::BufRead;
-    let stderr = job.stderr.take().expect("piped stderr");
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(addr) = line
-                .strip_prefix("metrics: http://")
-                .and_then(|rest| rest.strip_suffix("/metrics"))
-            {
-                let _ = tx.send(addr.to_string());
-            }
-            let mut log = sink.lock().expect("log lock");
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(180))
-        .unwrap_or_else(|_| panic!("no metrics address:\n{}", log.lock().expect("log lock")));
-    (addr, log)
-}
-
 /// Scrapes `/metrics`; `None` if the job does not answer (it may be stopping).
 fn try_scrape(addr: &str) -> Option<Exposition> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -425,39 +372,14 @@ fn sum(m: &Exposition, name: &str) -> f64 {
     m.all(name).map(|s| s.value).sum()
 }
 
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("running kill");
-    assert!(status.success(), "kill -TERM failed");
-}
-
-/// A small xorshift generator: random kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Self {
-        let seed = std::env::var("HOURGLASS_SOAK_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .expect("clock after 1970")
-                    .as_nanos() as u64
-                    | 1
-            });
-        eprintln!("kill points seed: {seed} (HOURGLASS_SOAK_SEED={seed} repeats them)");
-        Rng(seed)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Duration::from_millis(from + self.0 % (to - from))
-    }
+/// Kill points seeded by `HOURGLASS_SOAK_SEED`, else by the clock; the seed printed.
+fn rng() -> Rng {
+    let seed = std::env::var("HOURGLASS_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(clock_seed);
+    eprintln!("kill points seed: {seed} (HOURGLASS_SOAK_SEED={seed} repeats them)");
+    Rng::from_seed(seed)
 }
 
 /// Resident memory of process `pid`, in KiB (`VmRSS`).
@@ -831,7 +753,7 @@ fn soak_1_sigkill_20_times_into_hbase_loses_nothing() {
     env.job_config(&topic, Some(&proxy));
     let mut producer = env.produce(&file, &topic, &["--rate", "500"]);
     let produced = Arc::new(AtomicBool::new(false));
-    let mut rng = Rng::new();
+    let mut rng = rng();
     let started = Instant::now();
     let mut figures = Vec::new();
     for kill in 1..=20 {

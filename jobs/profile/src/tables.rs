@@ -30,7 +30,7 @@
 //! peer writes too: longer than the one-letter names HBase advises (a family name is stored in
 //! every cell), a cost that block compression mostly takes back.
 
-use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
+use sinks::schema::{FamilySpec, TableSpec};
 
 use crate::key::salt_split_keys;
 use crate::tag::ValueType;
@@ -64,15 +64,11 @@ pub fn family_of(value_type: ValueType) -> Option<&'static str> {
     }
 }
 
+/// A family keeping `max_versions` per cell for `ttl_secs`, Snappy blocks, a row bloom filter.
 fn family(name: &'static str, max_versions: u32, ttl_secs: Option<u64>) -> FamilySpec {
     FamilySpec {
-        name,
-        ttl_secs,
-        compression: Compression::Snappy,
-        bloom: Bloom::Row,
         max_versions,
-        packed: false,
-        packed_apart: &[],
+        ..FamilySpec::new(name, ttl_secs)
     }
 }
 

@@ -143,14 +143,12 @@ pub fn replay_into(args: &ReplayArgs, cfg: &JobConfig, backend: &Backend) -> Res
     // Fail before starting workers if the input is missing.
     drop(input::open(&args.file, None)?);
 
-    let job = Job::start(JobOptions {
-        args: &args.job,
-        metrics_listen: args.job.checked_metrics_listen()?,
-        stop_on_signals: false,
-        quiet: args.quiet,
-        cluster: &cluster,
-        reject_kinds: &crate::decode::Reason::KINDS,
-    })?;
+    let job = Job::start(JobOptions::replay(
+        &args.job,
+        args.quiet,
+        &cluster,
+        &crate::decode::Reason::KINDS,
+    )?)?;
     let stats = Arc::new(SensorStats::default());
     let counted = stats.clone();
     let source = RecordingSource {

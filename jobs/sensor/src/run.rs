@@ -94,14 +94,12 @@ fn run_job(
 ) -> Result<RunSummary> {
     // Before the store opens: a cluster refuses the embedded store.
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
-    let job = Job::start(JobOptions {
-        args: &args.job,
-        metrics_listen: cfg.metrics_listen.as_deref(),
-        stop_on_signals: true,
-        quiet: false,
-        cluster: &cluster,
-        reject_kinds: &crate::decode::Reason::KINDS,
-    })?;
+    let job = Job::start(JobOptions::run(
+        &args.job,
+        cfg.metrics_listen.as_deref(),
+        &cluster,
+        &crate::decode::Reason::KINDS,
+    ))?;
     let backend = store::open_for_writing(
         &cfg.store,
         &crate::tables::all_tables(),

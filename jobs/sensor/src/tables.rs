@@ -7,8 +7,7 @@
 
 use crate::codec::key::{id_prefix, salted_prefix, SALT_BUCKETS, SEPARATOR};
 use sinks::schema::{
-    pattern_split_keys, quantile_split_keys, salt_split_keys, Bloom, Compression, FamilySpec,
-    KeyCodec, TableSpec,
+    pattern_split_keys, quantile_split_keys, salt_split_keys, FamilySpec, KeyCodec, TableSpec,
 };
 
 /// Name of the main table of narrow rows.
@@ -106,16 +105,9 @@ impl Default for IdSplits {
     }
 }
 
+/// `t`: cells kept [`RETENTION_SECS`], one version, Snappy blocks, a row bloom filter.
 fn data_family() -> FamilySpec {
-    FamilySpec {
-        name: FAMILY,
-        ttl_secs: Some(RETENTION_SECS),
-        compression: Compression::Snappy,
-        bloom: Bloom::Row,
-        max_versions: 1,
-        packed: false,
-        packed_apart: &[],
-    }
+    FamilySpec::new(FAMILY, Some(RETENTION_SECS))
 }
 
 /// `ts_metric`: one narrow row per reading, salted and time-reversed, pre-split per salt bucket.

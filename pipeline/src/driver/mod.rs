@@ -307,6 +307,48 @@ pub struct JobOptions<'a> {
     pub reject_kinds: &'static [&'static str],
 }
 
+impl<'a> JobOptions<'a> {
+    /// A replay's: `/metrics` where `--metrics-listen` says, a signal ends it at once, the
+    /// report's headline unless `quiet`.
+    ///
+    /// # Errors
+    /// `--metrics-listen` is not `HOST:PORT`.
+    pub fn replay(
+        args: &'a JobArgs,
+        quiet: bool,
+        cluster: &'a Cluster,
+        reject_kinds: &'static [&'static str],
+    ) -> Result<Self> {
+        Ok(JobOptions {
+            args,
+            metrics_listen: args.checked_metrics_listen()?,
+            stop_on_signals: false,
+            quiet,
+            cluster,
+            reject_kinds,
+        })
+    }
+
+    /// A long-running job's: `/metrics` at `metrics_listen` (the config's, which
+    /// `--metrics-listen` overrides), stopped cleanly by a signal, the report's headline
+    /// printed.
+    pub fn run(
+        args: &'a JobArgs,
+        metrics_listen: Option<&'a str>,
+        cluster: &'a Cluster,
+        reject_kinds: &'static [&'static str],
+    ) -> Self {
+        JobOptions {
+            args,
+            metrics_listen,
+            stop_on_signals: true,
+            quiet: false,
+            cluster,
+            reject_kinds,
+        }
+    }
+}
+
 /// A job started but not yet reading: counters, control and metrics exist, so that the source
 /// can be prepared under them (a Kafka source waits for its topic, stoppable by a signal).
 pub struct Job {

@@ -82,6 +82,23 @@ impl Server {
     }
 }
 
+/// At each step `t` from `start` to `end` (included), the CLI's newest point of `device` in
+/// `(t - step, t]`, where there is one: what a range query sampling by `step` answers.
+pub fn cli_points_per_step(device: &str, start: i64, end: i64, step: i64) -> Vec<(i64, f64)> {
+    let points = cli_points(device, start - step, end + 1);
+    (0..)
+        .map(|k| start + k * step)
+        .take_while(|t| *t <= end)
+        .filter_map(|t| {
+            points
+                .iter()
+                .rev()
+                .find(|(ts, _)| *ts <= t && *ts > t - step)
+                .map(|(_, v)| (t, *v))
+        })
+        .collect()
+}
+
 /// The CLI's points of `device` in `[from, to)`.
 pub fn cli_points(device: &str, from: i64, to: i64) -> Vec<(i64, f64)> {
     let out: serde_json::Value = serde_json::from_str(&cli(&[

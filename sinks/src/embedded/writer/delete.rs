@@ -10,6 +10,15 @@ use crate::embedded::store::Table;
 use crate::Result;
 use fjall::Slice;
 
+/// The row a delete removes cells of: its table, and the table's generations it removes them
+/// from.
+struct RowDelete<'a> {
+    table_index: usize,
+    table: &'a Table,
+    row: &'a [u8],
+    generations: Vec<Lease>,
+}
+
 impl EmbeddedWriter {
     /// Removes the row's cells stamped at most `ts_ms`. HBase would instead write a delete
     /// marker that also hides later puts stamped at most `ts_ms` until a major compaction;
@@ -25,7 +34,12 @@ impl EmbeddedWriter {
         // removals are committed at once, so that a later put of the row is not removed.
         self.write_all()?;
         codec::encode_row_prefix(&mut self.key, row);
-        let generations = table.leases();
+        let at = RowDelete {
+            table_index,
+            table,
+            row,
+            generations: table.leases(),
+        };
         // Per packed family: its stored key-values in the row, and its qualifiers' visible cells.
         let mut packed: Vec<(&str, Vec<Slice>, Visible)> = Vec::new();
         for item in table.prefix(&self.key, None) {
@@ -45,24 +59,17 @@ impl EmbeddedWriter {
                 return Err(corrupt());
             };
             if ts <= ts_ms {
-                generations::remove_everywhere(&mut self.batch, &generations, &key);
+                generations::remove_everywhere(&mut self.batch, &at.generations, &key);
             }
         }
         for (family, keys, visible) in packed {
-            self.delete_packed(
-                table_index,
-                row,
-                family,
-                table.packed_apart(family),
-                &keys,
-                visible,
-                |_, cell| cell.hidden || cell.ts <= ts_ms,
-                &generations,
-            )?;
+            self.delete_packed(&at, family, &keys, visible, |_, cell| {
+                cell.hidden || cell.ts <= ts_ms
+            })?;
         }
         // Committed at once in either mode, as a column delete is: a later put of a removed key
         // must not share its batch.
-        self.leases.extend(generations);
+        self.leases.extend(at.generations);
         self.commit()
     }
 
@@ -94,7 +101,12 @@ impl EmbeddedWriter {
         // `row 0x00 family`: the family's keys, and those of longer families, skipped below.
         codec::encode_row_prefix(&mut self.key, row);
         self.key.extend_from_slice(family.as_bytes());
-        let generations = table.leases();
+        let at = RowDelete {
+            table_index,
+            table,
+            row,
+            generations: table.leases(),
+        };
         let (mut keys, mut visible) = (Vec::new(), Visible::default());
         for item in table.prefix(&self.key, None) {
             let (key, stored) =
@@ -118,7 +130,7 @@ impl EmbeddedWriter {
                 _ => continue,
             };
             if ts <= ts_ms {
-                generations::remove_everywhere(&mut self.batch, &generations, &key);
+                generations::remove_everywhere(&mut self.batch, &at.generations, &key);
             }
         }
         let deleted = visible
@@ -126,39 +138,28 @@ impl EmbeddedWriter {
             .get(qualifier)
             .is_some_and(|cell| !cell.hidden && cell.ts <= ts_ms);
         if deleted {
-            self.delete_packed(
-                table_index,
-                row,
-                family,
-                table.packed_apart(family),
-                &keys,
-                visible,
-                |q, cell| cell.hidden || (q == qualifier && cell.ts <= ts_ms),
-                &generations,
-            )?;
+            self.delete_packed(&at, family, &keys, visible, |q, cell| {
+                cell.hidden || (q == qualifier && cell.ts <= ts_ms)
+            })?;
         }
         // Committed at once in either mode: a put of the column later in the same batch would
         // be a removal and an insert of one key, whose order a batch does not keep.
-        self.leases.extend(generations);
+        self.leases.extend(at.generations);
         self.commit()
     }
 
-    /// Deletes from `row` a packed family's visible cells that `goes` picks (by qualifier),
+    /// Deletes from `at`'s row a packed family's visible cells that `goes` picks (by qualifier),
     /// given the family's stored `keys` there and their `visible` cells: when any goes, every
     /// key is removed and the visible cells that stay are written back as one put, so no cell
     /// an earlier put hid shows again. `goes` must pick the hidden cells (of a put a compaction
     /// expired): with every key removed there is nothing left for them to hide.
-    #[allow(clippy::too_many_arguments)]
     fn delete_packed(
         &mut self,
-        table_index: usize,
-        row: &[u8],
+        at: &RowDelete<'_>,
         family: &str,
-        apart: &'static [&'static str],
         keys: &[Slice],
         visible: Visible,
         goes: impl Fn(&[u8], &VisibleCell) -> bool,
-        generations: &[Lease],
     ) -> Result<()> {
         if !visible.0.iter().any(|(q, cell)| goes(q, cell)) {
             return Ok(());
@@ -170,24 +171,24 @@ impl EmbeddedWriter {
             }
         }
         // Written back as a put is, in the same key-values.
-        let apart = is_apart(apart);
+        let apart = is_apart(at.table.packed_apart(family));
         codec::apart_last(&mut kept, |(q, _)| q, apart);
         // `(keyspace, key)` of each key-value written back.
         let mut written: Vec<(String, Vec<u8>)> = Vec::new();
         for chunk in codec::packed_chunks(&kept, |(q, _)| q, apart) {
             let (lo, hi) = self.encode_packed(
-                row,
+                at.row,
                 family,
                 chunk.iter().map(|(q, c)| (&q[..], c.ts, &c.value[..])),
             )?;
-            let lease = self.store.inner.covering(table_index, lo, hi)?;
+            let lease = self.store.inner.covering(at.table_index, lo, hi)?;
             self.batch
                 .insert(&lease.keyspace, self.key.as_slice(), self.value.as_slice());
             written.push((lease.keyspace.name().to_string(), self.key.clone()));
             self.leases.push(lease);
         }
         for key in keys {
-            for generation in generations {
+            for generation in &at.generations {
                 // A batch that removes and inserts one key in one keyspace does not say which
                 // comes last: the insert replaces it there.
                 let rewritten = written.iter().any(|(keyspace, written)| {
