@@ -159,62 +159,49 @@ impl UserMerge {
     /// Buffers one update; returns whether the buffer is full ([`MergeConfig::max_users`]
     /// users), when the caller should [`flush`](UserMerge::flush).
     pub fn push(&mut self, update: TagUpdate) -> bool {
-        let TagUpdate {
-            user,
-            code,
-            ts,
-            value,
-            value_type,
-            ttl_secs,
-        } = update;
-        let user = match self.users.get(user.as_str()) {
-            Some(&index) => index,
-            None => self.add_user(user),
-        };
-        let code = match self.codes.get(code.as_str()) {
-            Some(&index) => index,
-            None => self.add_code(code),
-        };
-        self.buffer(user, code, ts, value, value_type, ttl_secs)
+        self.push_update(
+            &update.user,
+            &update.code,
+            update.ts,
+            update.value,
+            update.value_type,
+            update.ttl_secs,
+        )
     }
 
     /// [`push`](UserMerge::push) of the update of tag `def` to `value` for `user` at `ts`
     /// (epoch seconds), copying the user id and the code only the first time the buffer sees
     /// them.
     pub fn push_tag(&mut self, def: &TagDef, user: &str, ts: i64, value: CellValue) -> bool {
-        let user = match self.users.get(user) {
-            Some(&index) => index,
-            None => self.add_user(user.to_string()),
-        };
-        let code = match self.codes.get(def.tag_code.as_str()) {
-            Some(&index) => index,
-            None => self.add_code(def.tag_code.clone()),
-        };
-        self.buffer(user, code, ts, value, def.value_type, def.ttl_secs)
+        self.push_update(user, &def.tag_code, ts, value, def.value_type, def.ttl_secs)
     }
 
-    fn add_user(&mut self, user: String) -> u32 {
-        let index = index_of(self.users.len());
-        self.users.insert(user, index);
-        index
-    }
-
-    fn add_code(&mut self, code: String) -> u32 {
-        let index = index_of(self.code_names.len());
-        self.codes.insert(code.clone(), index);
-        self.code_names.push(code);
-        index
-    }
-
-    fn buffer(
+    fn push_update(
         &mut self,
-        user: u32,
-        code: u32,
+        user: &str,
+        code: &str,
         ts: i64,
         value: CellValue,
         value_type: ValueType,
         ttl_secs: Option<u64>,
     ) -> bool {
+        let user = match self.users.get(user) {
+            Some(&index) => index,
+            None => {
+                let index = index_of(self.users.len());
+                self.users.insert(user.to_string(), index);
+                index
+            }
+        };
+        let code = match self.codes.get(code) {
+            Some(&index) => index,
+            None => {
+                let index = index_of(self.code_names.len());
+                self.codes.insert(code.to_string(), index);
+                self.code_names.push(code.to_string());
+                index
+            }
+        };
         self.updates.push(Buffered {
             user,
             code,
