@@ -330,7 +330,9 @@ impl UserMerge {
             // Codes may hold `_`, so within a user the rows' order is not the codes' order.
             mutations[history_start..].sort_unstable_by(|a, b| a.row().cmp(b.row()));
             if !cells.is_empty() {
-                let mut row_cells: Vec<Cell> = cells.drain(..).collect();
+                // Moved into a vector of their number; `cells` keeps its capacity.
+                let mut row_cells = Vec::with_capacity(cells.len());
+                row_cells.append(&mut cells);
                 row_cells.sort_unstable_by(|a, b| {
                     (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier))
                 });
