@@ -15,8 +15,6 @@
 //! the same byte for byte. A Get of one user's profile computes the salt from the id: salting
 //! costs reads nothing, unlike a scan by id range, which the profile store never needs.
 
-use std::fmt::Write as _;
-
 use sinks::schema::KeyCodec;
 
 /// Length of the salt: 4 lowercase hex digits, 65,536 buckets, enough to spread any realistic
@@ -88,8 +86,14 @@ pub fn salt(user: &str) -> [u8; SALT_LEN] {
 
 /// The row key of a user in `user_profile_tag`: the salt followed by the id.
 pub fn profile_row(user: &str) -> Vec<u8> {
+    profile_row_salted(&salt(user), user)
+}
+
+/// [`profile_row`] of a user whose salt (`salt(user)`) is known: a flush computes it once per
+/// user for the profile row and every history row.
+pub fn profile_row_salted(salt: &[u8; SALT_LEN], user: &str) -> Vec<u8> {
     let mut row = Vec::with_capacity(SALT_LEN + user.len());
-    row.extend_from_slice(&salt(user));
+    row.extend_from_slice(salt);
     row.extend_from_slice(user.as_bytes());
     row
 }
@@ -128,12 +132,27 @@ pub fn tag_history_prefix(user: &str, code: &str) -> Vec<u8> {
 /// "the value at time T" is the first row at or after `history_row(user, code, T)`. A negative
 /// `ts_ms` (never written: events are range-checked) is clamped to 0.
 pub fn history_row(user: &str, code: &str, ts_ms: i64) -> Vec<u8> {
-    let mut key = tag_history_prefix(user, code);
-    let reversed = i64::MAX - ts_ms.max(0);
-    // Writing into a `String` cannot fail.
-    let mut digits = String::with_capacity(REVERSED_TS_DIGITS);
-    let _ = write!(digits, "{reversed:0width$}", width = REVERSED_TS_DIGITS);
-    key.extend_from_slice(digits.as_bytes());
+    history_row_salted(&salt(user), user, code, ts_ms)
+}
+
+/// [`history_row`] of a user whose salt (`salt(user)`) is known, built in one allocation of
+/// its exact length.
+pub fn history_row_salted(salt: &[u8; SALT_LEN], user: &str, code: &str, ts_ms: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(SALT_LEN + user.len() + code.len() + 3 + REVERSED_TS_DIGITS);
+    key.extend_from_slice(salt);
+    key.push(SEPARATOR);
+    key.extend_from_slice(user.as_bytes());
+    key.push(SEPARATOR);
+    key.extend_from_slice(code.as_bytes());
+    key.push(SEPARATOR);
+    // `i64::MAX - ts_ms.max(0)` is never negative: its 19 digits, zero-padded.
+    let mut reversed = (i64::MAX - ts_ms.max(0)).unsigned_abs();
+    let mut digits = [b'0'; REVERSED_TS_DIGITS];
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (reversed % 10) as u8;
+        reversed /= 10;
+    }
+    key.extend_from_slice(&digits);
     key
 }
 
@@ -262,6 +281,23 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn reversed_stamps_are_nineteen_zero_padded_digits() {
+        let mut stamps = vec![i64::MIN, -1, 0, 1, 999, i64::MAX - 1, i64::MAX];
+        stamps.extend((0..19).map(|p| 10i64.pow(p)));
+        stamps.extend((0..19).map(|p| 10i64.pow(p) - 1));
+        for ts_ms in stamps {
+            let want = format!("6412_10086_c_{:019}", i64::MAX - ts_ms.max(0));
+            let row = history_row("10086", "c", ts_ms);
+            assert_eq!(String::from_utf8(row.clone()).unwrap(), want, "{ts_ms}");
+            assert_eq!(row.len(), row.capacity(), "one allocation of its length");
+        }
+        assert_eq!(
+            profile_row_salted(&salt("10086"), "10086"),
+            profile_row("10086")
+        );
     }
 
     #[test]

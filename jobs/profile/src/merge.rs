@@ -1,13 +1,13 @@
 //! The per-user merge: checked tag updates buffered per user and turned, at each flush, into
 //! one put per user of `user_profile_tag`, a history put per change and the short-term values.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use sinks::table::{Cell, Mutation};
 
 use crate::event::CellValue;
-use crate::key::{history_row, profile_row};
+use crate::key::{history_row_salted, profile_row_salted, salt, SALT_LEN, SEPARATOR};
 use crate::tables::{family_of, HISTORY_FAMILY, HISTORY_QUALIFIER, HISTORY_TABLE, PROFILE_TABLE};
 use crate::tag::{TagDef, ValueType};
 
@@ -98,15 +98,19 @@ pub struct Flushed {
     pub short_term: Vec<ShortTermValue>,
 }
 
-/// A value buffered for one (user, tag, event time).
+/// One buffered update: whose (an index into the flush's users), which tag (an index into the
+/// interned codes), when, and what.
 #[derive(Debug, Clone, PartialEq)]
 struct Buffered {
+    user: u32,
+    code: u32,
+    ts: i64,
     value: CellValue,
     value_type: ValueType,
     ttl_secs: Option<u64>,
 }
 
-/// The merge buffer: per user, per tag, the values by event time.
+/// The merge buffer: the updates of up to [`MergeConfig::max_users`] users, in arrival order.
 ///
 /// Within a flush, the value of a (user, tag) written to `user_profile_tag` is the one with the
 /// newest event time, not the last to arrive (Kafka partitions and retried producers deliver
@@ -115,18 +119,35 @@ struct Buffered {
 /// decides: each cell is stamped with its event time, and HBase shows the newest stamp (so does
 /// the embedded store: the job opens it with `pipeline::store::open_for_merging`, whose writers
 /// keep the newest stamp of a one-version family too, at a read per cell).
+///
+/// Built for a flush per 500 users: the updates are one vector sorted at the flush (no map per
+/// user or tag), a user's id is stored once and its MD5 salt computed once per flush, tag codes
+/// are interned, and the vectors keep their capacity from flush to flush.
 #[derive(Debug, Default)]
 pub struct UserMerge {
     config: MergeConfig,
-    users: HashMap<String, BTreeMap<String, BTreeMap<i64, Buffered>>>,
+    /// The buffered users: id -> index.
+    users: HashMap<String, u32>,
+    updates: Vec<Buffered>,
+    /// Tag codes seen: code -> index into `code_names`. Kept across flushes (a registry has
+    /// hundreds of codes); cleared when it grows past [`MAX_INTERNED_CODES`].
+    codes: HashMap<String, u32>,
+    code_names: Vec<String>,
+    /// Scratch of a flush: the users' ids and salts by index, the updates' order.
+    ids: Vec<String>,
+    salts: Vec<[u8; SALT_LEN]>,
+    order: Vec<(u32, u32, i64, u32)>,
 }
+
+/// Most codes [`UserMerge`] keeps interned between flushes.
+const MAX_INTERNED_CODES: usize = 1 << 16;
 
 impl UserMerge {
     /// An empty buffer flushed by `config`.
     pub fn new(config: MergeConfig) -> Self {
         UserMerge {
             config,
-            users: HashMap::new(),
+            ..UserMerge::default()
         }
     }
 
@@ -138,27 +159,57 @@ impl UserMerge {
     /// Buffers one update; returns whether the buffer is full ([`MergeConfig::max_users`]
     /// users), when the caller should [`flush`](UserMerge::flush).
     pub fn push(&mut self, update: TagUpdate) -> bool {
-        let TagUpdate {
+        self.push_update(
+            &update.user,
+            &update.code,
+            update.ts,
+            update.value,
+            update.value_type,
+            update.ttl_secs,
+        )
+    }
+
+    /// [`push`](UserMerge::push) of the update of tag `def` to `value` for `user` at `ts`
+    /// (epoch seconds), copying the user id and the code only the first time the buffer sees
+    /// them.
+    pub fn push_tag(&mut self, def: &TagDef, user: &str, ts: i64, value: CellValue) -> bool {
+        self.push_update(user, &def.tag_code, ts, value, def.value_type, def.ttl_secs)
+    }
+
+    fn push_update(
+        &mut self,
+        user: &str,
+        code: &str,
+        ts: i64,
+        value: CellValue,
+        value_type: ValueType,
+        ttl_secs: Option<u64>,
+    ) -> bool {
+        let user = match self.users.get(user) {
+            Some(&index) => index,
+            None => {
+                let index = index_of(self.users.len());
+                self.users.insert(user.to_string(), index);
+                index
+            }
+        };
+        let code = match self.codes.get(code) {
+            Some(&index) => index,
+            None => {
+                let index = index_of(self.code_names.len());
+                self.codes.insert(code.to_string(), index);
+                self.code_names.push(code.to_string());
+                index
+            }
+        };
+        self.updates.push(Buffered {
             user,
             code,
             ts,
             value,
             value_type,
             ttl_secs,
-        } = update;
-        self.users
-            .entry(user)
-            .or_default()
-            .entry(code)
-            .or_default()
-            .insert(
-                ts,
-                Buffered {
-                    value,
-                    value_type,
-                    ttl_secs,
-                },
-            );
+        });
         self.is_full()
     }
 
@@ -179,27 +230,77 @@ impl UserMerge {
 
     /// Empties the buffer into what to write ([`Flushed`]).
     pub fn flush(&mut self) -> Flushed {
-        let mut users: Vec<_> = self
-            .users
-            .drain()
-            .map(|(user, tags)| (profile_row(&user), user, tags))
-            .collect();
-        users.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut profile = Vec::with_capacity(users.len());
-        let mut history = Vec::new();
-        let mut short_term = Vec::new();
-        for (row, user, tags) in users {
-            let mut cells = Vec::with_capacity(tags.len());
-            for (code, by_ts) in tags {
-                let Some((&ts, newest)) = by_ts.last_key_value() else {
-                    continue;
-                };
+        let mut flushed = Flushed::default();
+        self.flush_into(&mut flushed);
+        flushed
+    }
+
+    /// [`flush`](UserMerge::flush) into `flushed`, which is cleared first: a caller that
+    /// drains it keeps its vectors' capacity for the next flush.
+    pub fn flush_into(&mut self, flushed: &mut Flushed) {
+        let Flushed {
+            mutations,
+            short_term,
+        } = flushed;
+        mutations.clear();
+        short_term.clear();
+        let users = self.users.len();
+        self.ids.clear();
+        self.ids.resize_with(users, String::new);
+        for (id, index) in self.users.drain() {
+            self.ids[index as usize] = id;
+        }
+        self.salts.clear();
+        self.salts.extend(self.ids.iter().map(|id| salt(id)));
+        // Users in the order of their history rows, `<salt>_<user>_…`: as user ids hold no
+        // `_`, that is the order of `<salt><user>_`.
+        let (ids, salts) = (&self.ids, &self.salts);
+        let mut by_history: Vec<u32> = (0..index_of(users)).collect();
+        by_history.sort_unstable_by(|&a, &b| {
+            let (a, b) = (a as usize, b as usize);
+            salts[a].cmp(&salts[b]).then_with(|| {
+                let a = ids[a].as_bytes().iter().chain(&[SEPARATOR]);
+                a.cmp(ids[b].as_bytes().iter().chain(&[SEPARATOR]))
+            })
+        });
+        let mut rank = vec![0u32; users];
+        for (r, &user) in by_history.iter().enumerate() {
+            rank[user as usize] = index_of(r);
+        }
+        // Each (user, tag)'s updates together, by event time, then arrival.
+        self.order.clear();
+        self.order.extend(
+            self.updates
+                .iter()
+                .enumerate()
+                .map(|(arrival, u)| (rank[u.user as usize], u.code, u.ts, index_of(arrival))),
+        );
+        self.order.sort_unstable();
+
+        let mut profile: Vec<Mutation> = Vec::with_capacity(users);
+        let mut cells: Vec<Cell> = Vec::new();
+        let mut user_start = 0;
+        let order = &self.order;
+        while user_start < order.len() {
+            let user_rank = order[user_start].0;
+            let user_end = user_start
+                + order[user_start..]
+                    .iter()
+                    .position(|o| o.0 != user_rank)
+                    .unwrap_or(order.len() - user_start);
+            let user = self.updates[order[user_start].3 as usize].user as usize;
+            let (id, salt) = (&self.ids[user], &self.salts[user]);
+            let history_start = mutations.len();
+            for tag in order[user_start..user_end].chunk_by(|a, b| a.1 == b.1) {
+                let code = &self.code_names[tag[0].1 as usize];
+                let newest = &mut self.updates[tag[tag.len() - 1].3 as usize];
+                let ts = newest.ts;
                 let Some(family) = family_of(newest.value_type) else {
                     short_term.push(ShortTermValue {
-                        user: user.clone(),
-                        code,
+                        user: id.clone(),
+                        code: code.clone(),
                         ts,
-                        value: newest.value.clone(),
+                        value: std::mem::replace(&mut newest.value, CellValue::Boolean(false)),
                         ttl_secs: newest.ttl_secs.unwrap_or(0),
                     });
                     continue;
@@ -210,11 +311,13 @@ impl UserMerge {
                     ts_ms: ts.saturating_mul(1000),
                     value: newest.value.to_cell(),
                 });
-                for (ts, buffered) in by_ts {
-                    let ts_ms = ts.saturating_mul(1000);
-                    history.push(Mutation::Put {
+                // A change per event time, its last arrival's value, the newest first.
+                for change in tag.chunk_by(|a, b| a.2 == b.2).rev() {
+                    let buffered = &self.updates[change[change.len() - 1].3 as usize];
+                    let ts_ms = buffered.ts.saturating_mul(1000);
+                    mutations.push(Mutation::Put {
                         table: HISTORY_TABLE,
-                        row: history_row(&user, &code, ts_ms),
+                        row: history_row_salted(salt, id, code, ts_ms),
                         cells: vec![Cell {
                             family: HISTORY_FAMILY.to_string(),
                             qualifier: HISTORY_QUALIFIER.to_vec(),
@@ -224,33 +327,47 @@ impl UserMerge {
                     });
                 }
             }
+            // Codes may hold `_`, so within a user the rows' order is not the codes' order.
+            mutations[history_start..].sort_unstable_by(|a, b| a.row().cmp(b.row()));
             if !cells.is_empty() {
-                cells.sort_unstable_by(|a, b| {
+                // Moved into a vector of their number; `cells` keeps its capacity.
+                let mut row_cells = Vec::with_capacity(cells.len());
+                row_cells.append(&mut cells);
+                row_cells.sort_unstable_by(|a, b| {
                     (&a.family, &a.qualifier).cmp(&(&b.family, &b.qualifier))
                 });
                 profile.push(Mutation::Put {
                     table: PROFILE_TABLE,
-                    row,
-                    cells,
+                    row: profile_row_salted(salt, id),
+                    cells: row_cells,
                 });
             }
+            user_start = user_end;
+        }
+        self.updates.clear();
+        if self.code_names.len() > MAX_INTERNED_CODES {
+            self.codes.clear();
+            self.code_names.clear();
         }
         short_term.sort_unstable_by(|a, b| (&a.user, &a.code).cmp(&(&b.user, &b.code)));
-        history.sort_unstable_by(|a, b| a.row().cmp(b.row()));
-        profile.extend(history);
-        Flushed {
-            mutations: profile,
-            short_term,
-        }
+        profile.sort_unstable_by(|a, b| a.row().cmp(b.row()));
+        mutations.splice(0..0, profile);
     }
+}
+
+/// A position as a `u32` index: a flush holds far fewer than 2^32 users, codes or updates.
+fn index_of(position: usize) -> u32 {
+    u32::try_from(position).expect("a merge buffer holds fewer than 2^32 updates")
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
+    use std::collections::BTreeMap;
+
     use super::*;
-    use crate::key::parse_history_row;
+    use crate::key::{history_row, parse_history_row, profile_row};
     use crate::tables::{BEHAVIOR_FAMILY, DIMENSION_FAMILY};
 
     fn update(user: &str, code: &str, value_type: ValueType, ts: i64, v: i64) -> TagUpdate {
@@ -376,9 +493,11 @@ mod tests {
         assert!(toml::from_str::<MergeConfig>("max_user = 1").is_err());
     }
 
-    /// Codes of the property test: one of each value type.
-    const CODES: [(&str, ValueType); 3] = [
+    /// Codes of the property test: each value type, and `beh_b_x`, which extends `beh_b` by
+    /// `_…`, so that the prefix of one code's history rows starts the other's.
+    const CODES: [(&str, ValueType); 4] = [
         ("beh_b", ValueType::Statistic),
+        ("beh_b_x", ValueType::Dimension),
         ("dim_a", ValueType::Dimension),
         ("rt_c", ValueType::ShortTerm),
     ];

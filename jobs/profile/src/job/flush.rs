@@ -20,7 +20,7 @@ use super::decoder::ProfileEvent;
 use super::stats::ProfileStats;
 use super::writers::DeadLetter;
 use crate::event::{check_tag, EventLimits};
-use crate::merge::{ShortTermValue, TagUpdate, UserMerge};
+use crate::merge::{Flushed, ShortTermValue, UserMerge};
 use crate::registry::{RegistryUrl, TagRegistry};
 use crate::tables::PROFILE_TABLE;
 use crate::tag::TagDef;
@@ -47,6 +47,8 @@ pub(crate) struct UserBuffer {
     users: HashSet<String>,
     /// When the oldest pending event arrived.
     oldest: Option<Instant>,
+    /// What the last flush wrote, drained: its vectors keep their capacity.
+    flushed: Flushed,
 }
 
 /// What a flush emits, split after the operator.
@@ -79,6 +81,7 @@ impl UserBuffer {
             pending: Vec::new(),
             users: HashSet::new(),
             oldest: None,
+            flushed: Flushed::default(),
         }
     }
 
@@ -126,25 +129,27 @@ impl UserBuffer {
     /// applies from the next flush on; a refused tag is a dead letter, the event's other tags
     /// are written.
     fn flush(&mut self, out: &mut impl FnMut(Out)) {
-        let pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.pending);
         self.users.clear();
         self.oldest = None;
         if pending.is_empty() {
+            self.pending = pending;
             return;
         }
         let Some(defs) = self.read_registry() else {
+            pending.clear();
+            self.pending = pending;
             return;
         };
         let by_code: HashMap<&str, &TagDef> =
             defs.iter().map(|d| (d.tag_code.as_str(), d)).collect();
-        for event in pending {
+        for event in pending.drain(..) {
             for (code, value) in &event.tags {
                 let def = by_code.get(code.as_str()).copied();
                 match check_tag(def, code, &event.user_id, value, &self.gray, &self.limits) {
                     Ok(cell) => {
                         if let Some(def) = def {
-                            self.merge
-                                .push(TagUpdate::new(def, &event.user_id, event.ts, cell));
+                            self.merge.push_tag(def, &event.user_id, event.ts, cell);
                         }
                     }
                     Err(reason) => out(Out::Dead(Box::new(DeadLetter {
@@ -157,7 +162,9 @@ impl UserBuffer {
                 }
             }
         }
-        let flushed = self.merge.flush();
+        self.pending = pending;
+        let flushed = &mut self.flushed;
+        self.merge.flush_into(flushed);
         let (mut users, mut cells, mut history) = (0, 0, 0);
         for m in &flushed.mutations {
             if let Mutation::Put {
@@ -176,10 +183,10 @@ impl UserBuffer {
         add(&self.stats.users_flushed, users);
         add(&self.stats.tags_written, cells);
         add(&self.stats.history_rows, history);
-        for m in flushed.mutations {
+        for m in flushed.mutations.drain(..) {
             out(Out::Put(m));
         }
-        for v in flushed.short_term {
+        for v in flushed.short_term.drain(..) {
             out(Out::Short(v));
         }
     }
