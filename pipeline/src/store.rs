@@ -93,9 +93,9 @@ pub fn open_for_writing(
 
 /// [`open_for_writing`] for a job whose events may arrive out of event-time order across
 /// flushes (the profile job's late tag events): in the embedded store as in HBase, a put older
-/// than a cell's visible one does not hide it, at the price of a read per cell
-/// ([`OpenOptions::newest_timestamp_wins`]). The sensor job needs no such read: its cell
-/// timestamps are functions of the cell.
+/// than a cell's visible one does not hide it: each put is a version keyed by its stamp, written
+/// without a read, and reads show the newest ([`OpenOptions::newest_timestamp_wins`]). The
+/// sensor job needs none of it: its cell timestamps are functions of the cell.
 pub fn open_for_merging(
     cfg: &StoreConfig,
     tables: &[TableSpec],
