@@ -118,7 +118,8 @@ struct Buffered {
 /// time of a (user, tag) is a change, written to `user_tag_history`. Across flushes the store
 /// decides: each cell is stamped with its event time, and HBase shows the newest stamp (so does
 /// the embedded store: the job opens it with `pipeline::store::open_for_merging`, whose writers
-/// keep the newest stamp of a one-version family too, at a read per cell).
+/// put each cell as a version keyed by its stamp, without a read, and whose reads show the
+/// newest).
 ///
 /// Built for a flush per 500 users: the updates are one vector sorted at the flush (no map per
 /// user or tag), a user's id is stored once and its MD5 salt computed once per flush, tag codes

@@ -129,21 +129,19 @@ impl UserBuffer {
     /// applies from the next flush on; a refused tag is a dead letter, the event's other tags
     /// are written.
     fn flush(&mut self, out: &mut impl FnMut(Out)) {
-        let mut pending = std::mem::take(&mut self.pending);
         self.users.clear();
         self.oldest = None;
-        if pending.is_empty() {
-            self.pending = pending;
+        if self.pending.is_empty() {
             return;
         }
         let Some(defs) = self.read_registry() else {
-            pending.clear();
-            self.pending = pending;
+            self.pending.clear();
             return;
         };
         let by_code: HashMap<&str, &TagDef> =
             defs.iter().map(|d| (d.tag_code.as_str(), d)).collect();
-        for event in pending.drain(..) {
+        // Drained in place: `pending` keeps its capacity for the next flush.
+        for event in self.pending.drain(..) {
             for (code, value) in &event.tags {
                 let def = by_code.get(code.as_str()).copied();
                 match check_tag(def, code, &event.user_id, value, &self.gray, &self.limits) {
@@ -162,7 +160,6 @@ impl UserBuffer {
                 }
             }
         }
-        self.pending = pending;
         let flushed = &mut self.flushed;
         self.merge.flush_into(flushed);
         let (mut users, mut cells, mut history) = (0, 0, 0);
