@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use pipeline::source::{job_kinds, json_object, line_text, Ahead, LineFault};
+use pipeline::source::{job_kinds, json_fields, line_text, Ahead, LineFault};
 
 use crate::key::validate_user_id;
 use crate::tag::{DataType, TagDef, TagStatus};
@@ -277,16 +277,16 @@ pub fn decode_event(
 }
 
 fn decode(raw: &[u8], limits: &EventLimits) -> Result<TagEvent, Reason> {
-    let mut fields = json_object(line_text(raw)?)?;
-    let user_id = match fields.remove("user_id") {
+    let [user_id, ts, tags] = json_fields(line_text(raw)?, ["user_id", "ts", "tags"])?;
+    let user_id = match user_id {
         None => return Err(LineFault::missing("user_id").into()),
         Some(v) => parse_user_id(v)?,
     };
-    let ts = match fields.remove("ts") {
+    let ts = match ts {
         None => return Err(LineFault::missing("ts").into()),
         Some(v) => parse_ts(&v)?,
     };
-    let tags = match fields.remove("tags") {
+    let tags = match tags {
         None => return Err(LineFault::missing("tags").into()),
         Some(Value::Object(tags)) => tags,
         Some(other) => {

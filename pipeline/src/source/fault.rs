@@ -142,6 +142,94 @@ pub fn json_object(text: &str) -> Result<Map<String, Value>, LineFault> {
     }
 }
 
+/// The values of the top-level fields `names` of a line that is one JSON object, each `None`
+/// when absent (a repeated field gives its last value, as [`json_object`] keeps it): what
+/// [`json_object`] gives of them, without building the other fields or the map.
+///
+/// # Errors
+/// As [`json_object`], for the same lines.
+pub fn json_fields<const N: usize>(
+    text: &str,
+    names: [&str; N],
+) -> Result<[Option<Value>; N], LineFault> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    /// The fields, or `None` for JSON that is not an object.
+    struct Fields<'n, const N: usize>(&'n [&'n str; N]);
+
+    /// A key as the position of its name in `names`, if it is one.
+    struct Key<'n, const N: usize>(&'n [&'n str; N]);
+
+    impl<'de, const N: usize> DeserializeSeed<'de> for Key<'_, N> {
+        type Value = Option<usize>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<const N: usize> Visitor<'_> for Key<'_, N> {
+        type Value = Option<usize>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a field name")
+        }
+        fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+            Ok(self.0.iter().position(|n| *n == key))
+        }
+    }
+
+    impl<'de, const N: usize> Visitor<'de> for Fields<'_, N> {
+        type Value = Option<[Option<Value>; N]>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found: [Option<Value>; N] = std::array::from_fn(|_| None);
+            while let Some(at) = map.next_key_seed(Key(self.0))? {
+                match at {
+                    Some(i) => found[i] = Some(map.next_value()?),
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Some(found))
+        }
+        // Any other JSON: read whole (so that a syntax error is one), and not an object.
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = de
+        .deserialize_any(Fields(&names))
+        .and_then(|fields| de.end().map(|()| fields));
+    match parsed {
+        Ok(Some(fields)) => Ok(fields),
+        Ok(None) => Err(LineFault::NotAnObject),
+        Err(e) => Err(LineFault::InvalidJson(e.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +266,34 @@ mod tests {
         assert_eq!(json_object("[1]"), Err(LineFault::NotAnObject));
         assert!(matches!(json_object("{"), Err(LineFault::InvalidJson(_))));
         assert_eq!(json_object(r#"{"a":1}"#).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn fields_are_what_the_object_holds_and_faults_the_same() {
+        let lines = [
+            r#"{"a":1,"b":[2,{"x":null}],"c":"z","a":3}"#,
+            r#" {"b": {"a": 1}} "#,
+            "[1",
+            "[1,2]",
+            "\"a\"",
+            "12",
+            "null",
+            "true",
+            "{\"a\":1} x",
+            r#"{"a":1,}"#,
+            r#"{"\u0061":5}"#,
+            "",
+            "{",
+        ];
+        for line in lines {
+            let fields = json_fields(line, ["a", "b", "d"]);
+            match json_object(line) {
+                Ok(map) => {
+                    let want = ["a", "b", "d"].map(|n| map.get(n).cloned());
+                    assert_eq!(fields, Ok(want), "{line}");
+                }
+                Err(e) => assert_eq!(fields, Err(e), "{line}"),
+            }
+        }
     }
 }

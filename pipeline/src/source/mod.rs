@@ -9,7 +9,7 @@ pub mod kafka;
 pub mod replay;
 
 pub use clock::Clock;
-pub use fault::{job_kinds, json_object, line_text, Ahead, LineFault};
+pub use fault::{job_kinds, json_fields, json_object, line_text, Ahead, LineFault};
 
 use serde::{Deserialize, Serialize};
 

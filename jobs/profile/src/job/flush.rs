@@ -2,7 +2,7 @@
 //! the buffered tags against the registry read once for it, into table puts, short-term values
 //! and dead letters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use super::decoder::ProfileEvent;
 use super::stats::ProfileStats;
 use super::writers::DeadLetter;
 use crate::event::{check_tag, EventLimits};
+use crate::merge::{FastMap, FastSet};
 use crate::merge::{Flushed, ShortTermValue, UserMerge};
 use crate::registry::{RegistryUrl, TagRegistry};
 use crate::tables::PROFILE_TABLE;
@@ -41,10 +42,15 @@ pub(crate) struct UserBuffer {
     pub(crate) limits: EventLimits,
     pub(crate) stats: Arc<ProfileStats>,
     pub(crate) control: Arc<JobControl>,
+    /// The definitions as of the last flush, their codes' positions, and the registry's
+    /// [`TagRegistry::version`] when they were read (`None`: read them at the next flush).
+    defs: Vec<TagDef>,
+    by_code: FastMap<String, usize>,
+    defs_version: Option<u64>,
     /// Events since the last flush, in arrival order.
     pending: Vec<ProfileEvent>,
     /// Their distinct users.
-    users: HashSet<String>,
+    users: FastSet<String>,
     /// When the oldest pending event arrived.
     oldest: Option<Instant>,
     /// What the last flush wrote, drained: its vectors keep their capacity.
@@ -78,8 +84,11 @@ impl UserBuffer {
             limits,
             stats,
             control,
+            defs: Vec::new(),
+            by_code: FastMap::default(),
+            defs_version: None,
             pending: Vec::new(),
-            users: HashSet::new(),
+            users: FastSet::default(),
             oldest: None,
             flushed: Flushed::default(),
         }
@@ -95,32 +104,56 @@ impl UserBuffer {
         self.users.len() >= self.merge.config().max_users
     }
 
-    /// Every tag definition, read now. A connection the server has closed (MySQL drops idle
-    /// ones after `wait_timeout`) is opened again once; a second failure fails the job, whose
-    /// pending events are then not written (nor their offsets committed).
-    fn read_registry(&mut self) -> Option<Vec<TagDef>> {
-        let registry = self.registry.as_mut()?;
-        let first = match registry.list() {
-            Ok(defs) => return Some(defs),
+    /// Brings the held definitions up to date: asks the registry whether they changed since
+    /// they were read ([`TagRegistry::version`]) and reads them again if so, or if it cannot
+    /// tell. A flush thus checks against the registry as it is at the flush, as if it read
+    /// every definition, at the cost of one query that returns a number. A connection the
+    /// server has closed (MySQL drops idle ones after `wait_timeout`) is opened again once; a
+    /// second failure fails the job, whose pending events are then not written (nor their
+    /// offsets committed). Returns whether the definitions are current.
+    fn refresh_registry(&mut self) -> bool {
+        let Some(registry) = self.registry.as_mut() else {
+            return false;
+        };
+        let first = match read_changed(registry.as_mut(), self.defs_version) {
+            Ok(read) => {
+                self.hold(read);
+                return true;
+            }
             Err(e) => e,
         };
         let location = registry.location();
         tracing::warn!(registry = %location, error = %first, "reading the tag registry failed; reconnecting");
-        let again = self
-            .url
-            .open()
-            .and_then(|mut r| r.list().map(|defs| (r, defs)));
+        let again = self.url.open().and_then(|mut r| {
+            let read = read_changed(r.as_mut(), None)?;
+            Ok((r, read))
+        });
         match again {
-            Ok((registry, defs)) => {
+            Ok((registry, read)) => {
                 self.registry = Some(registry);
-                Some(defs)
+                self.hold(read);
+                true
             }
             Err(e) => {
                 self.control
                     .fail(format!("reading the tag registry {location} failed: {e}"));
                 self.registry = None;
-                None
+                false
             }
+        }
+    }
+
+    /// Holds definitions just read, if any, with their version.
+    fn hold(&mut self, read: Option<(Vec<TagDef>, Option<u64>)>) {
+        if let Some((defs, version)) = read {
+            self.by_code.clear();
+            self.by_code.extend(
+                defs.iter()
+                    .enumerate()
+                    .map(|(i, d)| (d.tag_code.clone(), i)),
+            );
+            self.defs = defs;
+            self.defs_version = version;
         }
     }
 
@@ -134,16 +167,15 @@ impl UserBuffer {
         if self.pending.is_empty() {
             return;
         }
-        let Some(defs) = self.read_registry() else {
+        if !self.refresh_registry() {
             self.pending.clear();
             return;
-        };
-        let by_code: HashMap<&str, &TagDef> =
-            defs.iter().map(|d| (d.tag_code.as_str(), d)).collect();
+        }
+        let (defs, by_code) = (&self.defs, &self.by_code);
         // Drained in place: `pending` keeps its capacity for the next flush.
         for event in self.pending.drain(..) {
             for (code, value) in &event.tags {
-                let def = by_code.get(code.as_str()).copied();
+                let def = by_code.get(code.as_str()).map(|&i| &defs[i]);
                 match check_tag(def, code, &event.user_id, value, &self.gray, &self.limits) {
                     Ok(cell) => {
                         if let Some(def) = def {
@@ -187,6 +219,20 @@ impl UserBuffer {
             out(Out::Short(v));
         }
     }
+}
+
+/// The definitions of `registry` with its version, if they changed since `held` (`None`: they
+/// must be read).
+fn read_changed(
+    registry: &mut dyn TagRegistry,
+    held: Option<u64>,
+) -> crate::Result<Option<(Vec<TagDef>, Option<u64>)>> {
+    // The version before the list: a change committed in between is read again next time.
+    let version = registry.version()?;
+    if version.is_some() && version == held {
+        return Ok(None);
+    }
+    Ok(Some((registry.list()?, version)))
 }
 
 /// When a worker's merge flushes besides when it is full.

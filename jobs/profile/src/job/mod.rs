@@ -214,11 +214,7 @@ impl Dataflow for ProfileJob {
         short
             .write_batches(
                 "WriteShortTerm",
-                ShortTermSink {
-                    store: short_term,
-                    profile: self.profile.clone(),
-                    control,
-                },
+                ShortTermSink::new(short_term, self.profile.clone(), control),
                 pace,
                 move |e: crate::Error| on_short(e.to_string()),
             )

@@ -193,3 +193,28 @@ fn a_hand_edited_row_is_an_error_not_a_panic() {
     );
     assert!(r.statuses().is_err());
 }
+
+#[test]
+fn the_version_changes_with_every_write_by_anyone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = registry(&dir);
+    let mut other = registry(&dir);
+    let first = job.version().unwrap();
+    assert!(first.is_some(), "SQLite has a version");
+    job.list().unwrap();
+    assert_eq!(job.version().unwrap(), first, "reads change nothing");
+    let a = tag(
+        "dim_a",
+        DataType::String,
+        ValueType::Dimension,
+        TagStatus::Online,
+    );
+    other.upsert(std::slice::from_ref(&a)).unwrap();
+    let second = job.version().unwrap();
+    assert_ne!(second, first, "another connection's import");
+    other.set_status("dim_a", TagStatus::Offline).unwrap();
+    let third = job.version().unwrap();
+    assert_ne!(third, second, "another connection's status change");
+    job.set_status("dim_a", TagStatus::Online).unwrap();
+    assert_ne!(job.version().unwrap(), third, "its own change");
+}

@@ -77,6 +77,18 @@ pub trait TagRegistry: fmt::Debug + Send {
 
     /// Where the registry is, without a password: for messages.
     fn location(&self) -> String;
+
+    /// A number that differs from the one returned before whenever a definition may have
+    /// changed in between, by anyone: a reader holding the definitions of one call can keep
+    /// them while it is the same. `None` (the default) when the backend has none, and the
+    /// definitions must be read again each time.
+    ///
+    /// # Errors
+    ///
+    /// The backend failed.
+    fn version(&mut self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// A registry's address: `sqlite://PATH` or `mysql://user:pass@host:port/db`.

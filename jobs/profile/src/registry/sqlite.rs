@@ -16,6 +16,9 @@ use crate::{Error, Result};
 pub struct SqliteRegistry {
     conn: Connection,
     path: PathBuf,
+    /// Transactions this connection committed: `PRAGMA data_version` counts only other
+    /// connections' ([`TagRegistry::version`] adds the two).
+    writes: u64,
 }
 
 impl SqliteRegistry {
@@ -32,6 +35,7 @@ impl SqliteRegistry {
         Ok(Self {
             conn,
             path: path.to_path_buf(),
+            writes: 0,
         })
     }
 
@@ -98,14 +102,28 @@ impl TagRegistry for SqliteRegistry {
             },
         )?;
         tx.commit().map_err(&err)?;
+        self.writes += 1;
         Ok(outcomes)
+    }
+
+    /// SQLite's `data_version`, which changes when another connection (another process's
+    /// import or `set-status`) commits, plus this connection's own commits: one pragma, where
+    /// [`TagRegistry::list`] reads and parses every row.
+    fn version(&mut self) -> Result<Option<u64>> {
+        let err = crate::sqlite::error(&self.path);
+        let data_version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(&err)?;
+        Ok(Some((data_version as u64).wrapping_add(self.writes)))
     }
 
     fn list(&mut self) -> Result<Vec<TagDef>> {
         let err = self.err();
         let mut stmt = self
             .conn
-            .prepare(&format!("SELECT {COLUMNS} FROM {TABLE} ORDER BY tag_code"))
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM {TABLE} ORDER BY tag_code"))
             .map_err(&err)?;
         let rows = stmt
             .query_map([], read_row)
@@ -141,6 +159,7 @@ impl TagRegistry for SqliteRegistry {
         )
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
+        self.writes += 1;
         Ok(old.status)
     }
 
