@@ -30,17 +30,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 
 pub use self::entry::Entry;
-pub use self::redis::{Invalidator, RedisCache};
+pub use self::redis::{Invalidator, RedisCache, WRITE_TIMEOUT};
 
-/// How long a generation token lives after the job's last write of its user. Longer than any
-/// backfill may take ([`BACKFILL_MAX_AGE`]), so that a reader never sees a generation vanish
-/// and come back under the same token (tokens are never reused anyway).
-pub const GEN_TTL_SECS: u64 = 3600;
+/// How long a generation token lives after the job's last write of its user: far longer than
+/// a backfill may take from its read of the generation to its `EVAL` ([`BACKFILL_MAX_AGE`]
+/// plus a Redis timeout), so that a reader which saw no generation before a write cannot find
+/// none again after it. Tokens are never reused, so an expired one is never mistaken for a
+/// current one.
+pub const GEN_TTL_SECS: u64 = 300;
 
-/// A backfill is dropped, not written, when it waited longer than this in the queue: its row
-/// may be old, and the job gives up retrying an invalidation only after the cache TTL plus
-/// this (see [`Invalidator`]).
+/// A backfill is dropped, not written, when more than this passed since its read of the
+/// generation: its row may be old. The job gives up retrying an invalidation only after the
+/// cache TTL plus [`INVALIDATION_GRACE`], when every entry it would delete has expired.
 pub const BACKFILL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the job adds to the cache TTL before it gives up invalidating a user while Redis
+/// fails: more than [`BACKFILL_MAX_AGE`] plus a Redis timeout, the longest a backfill of a row
+/// read before the write can land after it.
+pub const INVALIDATION_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The Redis key of a user's cached profile: `profile:{user}`.
 pub fn entry_key(user: &str) -> String {

@@ -23,8 +23,8 @@ if (g or '') ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 return 1";
 
-/// How long the backfill thread and the job wait for Redis: they wait for nobody's request.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the backfill thread and the job wait for Redis a call: they wait for no request.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection with read and write timeouts of `timeout`.
 fn connect(client: &Client, timeout: Duration) -> redis::RedisResult<Connection> {
@@ -46,7 +46,7 @@ struct Backfill {
     user: String,
     entry: Entry,
     generation: Option<String>,
-    queued: Instant,
+    read_at: Instant,
 }
 
 /// The read side of the profile cache: `MGET`s on a small pool of connections with short
@@ -158,15 +158,16 @@ impl RedisCache {
     }
 
     /// Queues `entry` for `user`, to be stored if the user's generation is still `generation`
-    /// (as read with the miss). Never waits: a full queue drops it (counted).
-    pub fn backfill(&self, user: &str, entry: Entry, generation: Option<String>) {
+    /// (as read with the miss, at `read_at`, before the store was read). Never waits: a full
+    /// queue drops it (counted).
+    pub fn backfill(&self, user: &str, entry: Entry, generation: Option<String>, read_at: Instant) {
         let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(tx) = queue.as_ref() else { return };
         let job = Backfill {
             user: user.to_string(),
             entry,
             generation,
-            queued: Instant::now(),
+            read_at,
         };
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = tx.try_send(job) {
             bump(&self.stats.backfills_dropped);
@@ -202,7 +203,7 @@ impl Drop for RedisCache {
 fn backfill_loop(client: &Client, rx: &Receiver<Backfill>, stats: &CacheStats, ttl: u64) {
     let mut conn: Option<Connection> = None;
     for job in rx {
-        if job.queued.elapsed() > BACKFILL_MAX_AGE {
+        if job.read_at.elapsed() > BACKFILL_MAX_AGE {
             bump(&stats.backfills_stale);
             continue;
         }

@@ -12,6 +12,7 @@ mod history;
 mod selection;
 
 use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use sinks::table::{Cell, Row, TableReader};
@@ -166,6 +167,7 @@ impl ProfileReader {
         }
         let short_codes = selection.short_term_codes(&self.defs);
         let stored = selection.stored_codes(&self.defs);
+        let read_at = Instant::now();
         let (cached, short_ok) = self.from_redis(users, &short_codes, now_ms)?;
         let core = self.cache.as_ref().map(|c| &c.config().core_tags);
         let served: Vec<bool> = cached
@@ -191,7 +193,7 @@ impl ProfileReader {
             } else {
                 let row = rows.next().flatten();
                 let tags = self.stored_tags(row.as_ref().map_or(&[][..], |r| &r.cells));
-                self.maybe_backfill(user, &tags, row.as_ref(), c.generation, now_ms);
+                self.maybe_backfill(user, &tags, row.as_ref(), (c.generation, read_at), now_ms);
                 (tags, Source::Store)
             };
             tags.retain(|code, _| selection.wants(code));
@@ -296,7 +298,7 @@ impl ProfileReader {
         user: &str,
         tags: &Map<String, Value>,
         row: Option<&Row>,
-        generation: Option<String>,
+        (generation, read_at): (Option<String>, Instant),
         now_ms: i64,
     ) {
         let (Some(cache), Some(row)) = (&self.cache, row) else {
@@ -312,7 +314,7 @@ impl ProfileReader {
             .then(|| Entry::of_profile(tags, newest_ms, cache.config()))
             .flatten();
         match entry {
-            Some(entry) => cache.backfill(user, entry, generation),
+            Some(entry) => cache.backfill(user, entry, generation, read_at),
             None => bump(&cache.stats().not_cached),
         }
     }
