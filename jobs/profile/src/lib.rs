@@ -15,6 +15,7 @@ pub mod merge;
 pub mod purge;
 pub mod query;
 pub mod registry;
+pub mod serve;
 pub mod short_term;
 mod sqlite;
 pub mod tables;

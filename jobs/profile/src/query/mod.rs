@@ -22,7 +22,7 @@ use crate::event::CellValue;
 use crate::key::{profile_row, validate_user_id};
 use crate::short_term::{self, ShortTermStore};
 use crate::tables::{family_of, BEHAVIOR_FAMILY, PROFILE_TABLE};
-use crate::tag::{TagDef, ValueType};
+use crate::tag::TagDef;
 use crate::{Error, Result};
 
 pub use selection::Selection;
@@ -90,6 +90,29 @@ impl ProfileReader {
             cache,
             short_term: short_term.map(Mutex::new),
         }
+    }
+
+    /// The reader `cfg` describes: the registry's definitions read now, the cache in the Redis
+    /// of `[redis]` (which holds the short-term tags; connected lazily, so a Redis down only
+    /// sends reads to the store), else the short-term SQLite file. Counts into `stats`.
+    ///
+    /// # Errors
+    /// The registry cannot be read; [`Error::Redis`] for an invalid Redis URL; the SQLite
+    /// file cannot be opened.
+    pub fn open(
+        cfg: &crate::ProfileConfig,
+        stats: std::sync::Arc<crate::cache::CacheStats>,
+    ) -> Result<Self> {
+        let defs = crate::registry::open(&cfg.registry.url)?.list()?;
+        Ok(match cfg.redis_url() {
+            Some(url) => {
+                ProfileReader::new(defs, Some(RedisCache::new(url, &cfg.cache, stats)?), None)
+            }
+            None => {
+                let st = short_term::SqliteStore::open(&cfg.short_term.path)?;
+                ProfileReader::new(defs, None, Some(Box::new(st)))
+            }
+        })
     }
 
     /// The tag definitions it types values by.
