@@ -1,6 +1,5 @@
 //! The cache's Redis side: reads (one `MGET`), the backfill thread, and the job's invalidations.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -61,8 +60,9 @@ pub struct RedisCache {
     cfg: CacheConfig,
     stats: Arc<CacheStats>,
     pool: Mutex<Vec<Connection>>,
-    /// Epoch ms before which no call is tried, after an error.
-    resting_until: AtomicI64,
+    /// When calls may be tried again, after an error (the monotonic clock: `HOURGLASS_NOW`
+    /// fixes the wall clock's now in tests).
+    resting_until: Mutex<Option<Instant>>,
     queue: Mutex<Option<SyncSender<Backfill>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -100,7 +100,7 @@ impl RedisCache {
             cfg: cfg.clone(),
             stats,
             pool: Mutex::new(Vec::new()),
-            resting_until: AtomicI64::new(0),
+            resting_until: Mutex::new(None),
             queue: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -122,8 +122,11 @@ impl RedisCache {
         if keys.is_empty() {
             return Some(Vec::new());
         }
-        let now = pipeline::time::now_ms();
-        if now < self.resting_until.load(Ordering::Relaxed) {
+        let resting = *self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if resting.is_some_and(|until| Instant::now() < until) {
             return None;
         }
         let pooled = self
@@ -149,9 +152,11 @@ impl RedisCache {
             Err(e) => {
                 tracing::warn!(error = %e, redis = %self.url, "profile cache unavailable; reading the store");
                 bump(&self.stats.redis_errors);
-                let rest = i64::try_from(self.cfg.retry_after_ms).unwrap_or(i64::MAX);
-                self.resting_until
-                    .store(now.saturating_add(rest), Ordering::Relaxed);
+                let rest = Duration::from_millis(self.cfg.retry_after_ms);
+                *self
+                    .resting_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Instant::now().checked_add(rest);
                 None
             }
         }

@@ -191,7 +191,7 @@ impl ProfileReader {
         let short_codes = selection.short_term_codes(&self.defs);
         let stored = selection.stored_codes(&self.defs);
         let read_at = Instant::now();
-        let (cached, short_ok) = self.from_redis(users, &short_codes, now_ms)?;
+        let (cached, short_ok) = self.read_redis(users, &short_codes, now_ms)?;
         let core = self.cache.as_ref().map(|c| &c.config().core_tags);
         let served: Vec<bool> = cached
             .iter()
@@ -216,7 +216,10 @@ impl ProfileReader {
             } else {
                 let row = rows.next().flatten();
                 let tags = self.stored_tags(row.as_ref().map_or(&[][..], |r| &r.cells));
-                self.maybe_backfill(user, &tags, row.as_ref(), (c.generation, read_at), now_ms);
+                // Only after a Redis read that worked: it gave the generation to check.
+                if short_ok {
+                    self.maybe_backfill(user, &tags, row.as_ref(), (c.generation, read_at), now_ms);
+                }
                 (tags, Source::Store)
             };
             tags.retain(|code, _| selection.wants(code));
@@ -234,8 +237,9 @@ impl ProfileReader {
     }
 
     /// Each user's cached entry, generation and short-term values: one `MGET` with Redis, the
-    /// short-term file without. `false` when the short-term tags could not be read.
-    fn from_redis(
+    /// short-term file without. `false` when Redis could not be read (so neither the
+    /// short-term tags nor the generations are known).
+    fn read_redis(
         &self,
         users: &[String],
         short_codes: &[&str],
@@ -266,12 +270,14 @@ impl ProfileReader {
             }
             keys.extend(short_codes.iter().map(|code| short_term::key(user, code)));
         }
+        if keys.is_empty() {
+            return Ok((users.iter().map(|_| Cached::default()).collect(), true));
+        }
         let Some(values) = cache.mget(&keys) else {
             return Ok((users.iter().map(|_| Cached::default()).collect(), false));
         };
         let cached = values
-            .chunks(per_user.max(1))
-            .take(users.len())
+            .chunks(per_user)
             .map(|v| {
                 let (head, short) = v.split_at(if enabled { 2 } else { 0 });
                 Cached {
@@ -385,7 +391,7 @@ impl ProfileReader {
         validate_user_id(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
         let selection = Selection::all();
         let codes = selection.short_term_codes(&self.defs);
-        let (cached, short_ok) = self.from_redis(&[user.to_string()], &codes, now_ms)?;
+        let (cached, short_ok) = self.read_redis(&[user.to_string()], &codes, now_ms)?;
         let row = store.get_versions(PROFILE_TABLE, &profile_row(user), None, n.max(1))?;
         let cells = row.as_ref().map_or(&[][..], |r| &r.cells);
         let mut tags = self.stored_tags(cells);

@@ -10,9 +10,10 @@ use sinks::OpenOptions;
 use tempfile::TempDir;
 
 use super::*;
+use crate::cache::CacheStats;
 use crate::merge::{MergeConfig, TagUpdate, UserMerge};
 use crate::short_term::SqliteStore;
-use crate::tag::{DataType, TagStatus};
+use crate::tag::{DataType, TagStatus, ValueType};
 
 /// Event time of the first write, epoch seconds.
 const TS: i64 = 1_724_200_000;
@@ -261,4 +262,56 @@ fn a_batch_is_one_multi_get_in_the_order_asked() {
         .get_many(&inner, &bad, &Selection::all(), now_ms())
         .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
+}
+
+/// A cache at an address where nothing listens: Redis is down.
+fn unreachable_cache(cfg: crate::cache::CacheConfig) -> (RedisCache, std::sync::Arc<CacheStats>) {
+    let stats = std::sync::Arc::new(CacheStats::default());
+    let cache = RedisCache::new("redis://127.0.0.1:1/0", &cfg, stats.clone()).unwrap();
+    (cache, stats)
+}
+
+#[test]
+fn redis_down_is_a_store_read_counted_once_per_rest() {
+    let dir = TempDir::new().unwrap();
+    let (store, _) = setup(&dir);
+    let (cache, stats) = unreachable_cache(crate::cache::CacheConfig {
+        retry_after_ms: 60_000,
+        ..Default::default()
+    });
+    let reader = ProfileReader::new(defs(), Some(cache), None);
+    for _ in 0..2 {
+        let p = reader
+            .get(&store.reader(), "u1", &Selection::all(), now_ms())
+            .unwrap()
+            .unwrap();
+        assert_eq!(p["source"], "store");
+        assert_eq!(p["tags"], json!({"dim_city": "hz-u1", "beh_buy": 4}));
+        assert_eq!(p["short_term_unavailable"], true);
+    }
+    assert_eq!(
+        stats.redis_errors.load(Ordering::Relaxed),
+        1,
+        "resting after the error"
+    );
+    assert_eq!(stats.misses.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_disabled_cache_without_short_term_codes_asks_redis_nothing() {
+    let dir = TempDir::new().unwrap();
+    let (store, _) = setup(&dir);
+    let (cache, stats) = unreachable_cache(crate::cache::CacheConfig {
+        enabled: false,
+        ..Default::default()
+    });
+    let reader = ProfileReader::new(defs(), Some(cache), None);
+    let users = vec!["u1".to_string(), "u2".to_string()];
+    let only = Selection::new(&defs(), &[], &["dimension".to_string()]).unwrap();
+    let answers = reader
+        .get_many(&store.reader(), &users, &only, now_ms())
+        .unwrap();
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[1]["tags"], json!({"dim_city": "hz-u2"}));
+    assert_eq!(stats.redis_errors.load(Ordering::Relaxed), 0);
 }
