@@ -98,8 +98,9 @@ enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(sensor::tools::bench::BenchCommand),
-    /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics.
-    Serve(sensor::serve::ServeArgs),
+    /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics; with
+    /// --profile-config, the profile read API too.
+    Serve(ServeCommand),
     /// A month per device and room from the hourly wide rows (a bounded timely job).
     Report(sensor::report::ReportArgs),
     /// The profile job's tag registry: import definitions from CSV, list them, set a status,
@@ -110,6 +111,40 @@ enum Command {
     /// tags, generate tag traffic.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+}
+
+/// Flags of `hourglass serve`: the sensor dashboards' and the profile API's.
+#[derive(Debug, clap::Args)]
+struct ServeCommand {
+    #[command(flatten)]
+    serve: sensor::serve::ServeArgs,
+    /// Also serve profiles (`GET /api/v1/profile/{user}`, `POST /api/v1/profiles:batchGet`)
+    /// with this profile job configuration: its registry, `[redis]` and `[cache]`; the tables
+    /// are read from the store `serve` opens (--store, --hbase, --config).
+    #[arg(long, value_name = "FILE")]
+    profile_config: Option<std::path::PathBuf>,
+}
+
+/// `hourglass serve`, with the profile routes composed in when asked.
+fn serve(cmd: &ServeCommand) -> anyhow::Result<()> {
+    let extension = match &cmd.profile_config {
+        Some(path) => {
+            let cfg = ::profile::ProfileConfig::load(path)?;
+            let stats = std::sync::Arc::new(::profile::cache::CacheStats::default());
+            let reader = ::profile::ProfileReader::open(&cfg, stats.clone())?;
+            Some(sensor::serve::Extension {
+                tables: ::profile::tables(),
+                routes: Box::new(move |store, reads| {
+                    ::profile::serve::routes(reader, store, reads)
+                }),
+                metrics: Some(sensor::serve::ExtraMetrics(std::sync::Arc::new(
+                    move || stats.exposition(),
+                ))),
+            })
+        }
+        None => None,
+    };
+    Ok(sensor::serve::run_with(&cmd.serve, extension)?)
 }
 
 /// Whether `e` is an I/O error on a closed pipe: itself, or the one the engine's and the sensor
@@ -177,9 +212,7 @@ fn main() -> ExitCode {
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
         Command::Bench(cmd) => sensor::tools::bench::run(cmd).map_err(Into::into),
-        Command::Serve(args) => sensor::serve::run(&args)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(Into::into),
+        Command::Serve(cmd) => serve(&cmd).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => sensor::report::run(&args).map_err(Into::into),
         Command::Tags(cmd) => tags::run(cmd),
         Command::Profile(cmd) => profile::run(cmd),

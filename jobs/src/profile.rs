@@ -16,7 +16,7 @@ use pipeline::source::kafka::KafkaShared;
 use pipeline::store::{Backend, BackendArgs};
 use profile::generate::{self, EventGenerator, GenerateConfig};
 use profile::job::{ProfileDecoder, ProfileJob, ProfileReport, ProfileStats};
-use profile::{ProfileConfig, RejectReason};
+use profile::{ProfileConfig, ProfileReader, RejectReason, Selection};
 
 /// The profile job's commands.
 #[derive(Debug, clap::Subcommand)]
@@ -26,8 +26,9 @@ pub enum ProfileCommand {
     Replay(ReplayArgs),
     /// The long-running job: consume tag events from Kafka (the config's `[source] topic`).
     Run(RunArgs),
-    /// Print a user's stored tags as JSON, short-term tags included:
-    /// `{"user_id": …, "tags": {code: value}}`. Exits 1 for a user with none.
+    /// Print a user's tags as JSON, short-term tags included, cache first:
+    /// `{"user_id": …, "tags": {code: value}, "source": "cache"|"store"}`. Exits 1 for a user
+    /// with none.
     Get(GetArgs),
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
@@ -81,6 +82,20 @@ pub struct GetArgs {
     /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
     #[command(flatten)]
     pub backend: BackendArgs,
+    /// Also give each behaviour tag's last N values with their event times (`"versions"`,
+    /// at most the 3 the table keeps), read from the store.
+    #[arg(long, value_name = "N", conflicts_with = "at")]
+    pub versions: Option<u32>,
+    /// The tags as they were at this time (epoch seconds or RFC 3339), from the history table
+    /// (`"source": "history"`; short-term tags have no history).
+    #[arg(long, value_name = "T")]
+    pub at: Option<String>,
+    /// Only these tags (comma-separated codes).
+    #[arg(long, value_delimiter = ',', value_name = "CODES")]
+    pub tags: Vec<String>,
+    /// Only the tags of these families (comma-separated: dimension, behavior, short_term).
+    #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
+    pub families: Vec<String>,
 }
 
 /// Arguments of `hourglass profile generate`.
@@ -254,29 +269,46 @@ where
 
 fn get(args: &GetArgs) -> Result<ExitCode> {
     let cfg = load(args.config.as_deref())?;
-    let defs = profile::open(&cfg.registry.url)?.list()?;
     let backend =
         pipeline::store::open(&cfg.store, &profile::tables(), &args.backend, true, false)?;
-    let mut short_term = profile::short_term::open(cfg.redis_url(), &cfg.short_term.path)?;
-    let now = pipeline::time::now_ms() / 1000;
-    let reader = backend.reader();
-    match profile::query::profile_of(&reader, short_term.as_mut(), &defs, &args.user, now)? {
+    let reader = ProfileReader::open(&cfg, Arc::default())?;
+    let store = backend.reader();
+    let now_ms = pipeline::time::now_ms();
+    let answer = match (&args.at, args.versions) {
+        (Some(at), _) => {
+            let at_secs = pipeline::time::parse_time(at)?;
+            reader.at(&store, &args.user, at_secs.saturating_mul(1000))?
+        }
+        (None, Some(n)) => reader.versions(&store, &args.user, n, now_ms)?,
+        (None, None) => {
+            let selection = Selection::new(reader.defs(), &args.tags, &args.families)?;
+            reader.get(&store, &args.user, &selection, now_ms)?
+        }
+    };
+    let code = match answer {
         Some(profile) => {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &profile)?;
             writeln!(out)?;
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         None => {
             eprintln!(
-                "error: user {:?} has no stored tags in {} (nor short-term ones in {})",
+                "error: user {:?} has no tags in {}{}",
                 args.user,
                 backend.location(),
-                short_term.location()
+                if args.at.is_some() {
+                    " at that time"
+                } else {
+                    ""
+                }
             );
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
-    }
+    };
+    // The answer is out; the backfill of a miss is written before the process exits.
+    reader.finish();
+    Ok(code)
 }
 
 fn generate(args: &GenerateArgs) -> Result<()> {

@@ -9,6 +9,7 @@ use pipeline::config::{
 };
 use serde::Deserialize;
 
+use crate::cache::CacheConfig;
 use crate::event::EventLimits;
 use crate::merge::MergeConfig;
 use crate::short_term::DEFAULT_EMBEDDED_PATH;
@@ -36,6 +37,9 @@ pub struct ProfileConfig {
     /// The embedded store of the short-term tags, used without `[redis]`.
     #[serde(default)]
     pub short_term: ShortTermConfig,
+    /// The profile cache of the read path, in the Redis of `[redis]`.
+    #[serde(default)]
+    pub cache: CacheConfig,
     /// When the job's per-user merge flushes.
     #[serde(default)]
     pub merge: MergeConfig,
@@ -81,6 +85,7 @@ impl Default for ProfileConfig {
             registry: RegistryConfig::default(),
             redis: None,
             short_term: ShortTermConfig::default(),
+            cache: CacheConfig::default(),
             merge: MergeConfig::default(),
             limits: EventLimits::default(),
             gray: GrayConfig::default(),
@@ -211,6 +216,7 @@ impl ProfileConfig {
         if self.status_interval_secs == 0 {
             return Err("status_interval_secs must be at least 1".into());
         }
+        self.cache.validate()?;
         if let Some(workers) = self.workers {
             check_workers("workers", workers).map_err(|e| e.to_string())?;
         }
@@ -282,6 +288,8 @@ mod tests {
             "[merge]\nflush_interval_ms = 0\n",
             "workers = 0\n",
             "[gray]\nusers = []\n",
+            "[cache]\nttl_secs = 0\n",
+            "[cache]\nttl = 5\n",
         ] {
             assert!(ProfileConfig::parse("p.toml", bad).is_err(), "{bad}");
         }
@@ -311,6 +319,30 @@ mod tests {
         );
         let e = ProfileConfig::parse("p.toml", "[source]\ntopics = \"t\"\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `topics`"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_table() {
+        let c = ProfileConfig::parse(
+            "p.toml",
+            "[cache]\nttl_secs = 60\nactive_days = 1\nhigh_value_users = [\"vip\"]\n\
+             core_tags = [\"dim_city\"]\nmax_tags = 9\ntimeout_ms = 20\nretry_after_ms = 5\n\
+             backfill_queue = 8\nenabled = false\n",
+        )
+        .unwrap();
+        let cache = &c.cache;
+        assert_eq!(
+            (cache.ttl_secs, cache.active_days, cache.max_tags),
+            (60, 1, 9)
+        );
+        assert_eq!(
+            (cache.timeout_ms, cache.retry_after_ms, cache.backfill_queue),
+            (20, 5, 8)
+        );
+        assert!(!cache.enabled && cache.high_value_users.contains("vip"));
+        assert!(cache.core_tags.contains("dim_city"));
+        assert_eq!(ProfileConfig::default().cache.ttl_secs, 600);
+        assert_eq!(ProfileConfig::default().cache.active_days, 7);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! tags' store (Redis or SQLite), tag purges and a generator of realistic tag traffic.
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod config;
 pub mod event;
 pub mod generate;
@@ -14,11 +15,13 @@ pub mod merge;
 pub mod purge;
 pub mod query;
 pub mod registry;
+pub mod serve;
 pub mod short_term;
 mod sqlite;
 pub mod tables;
 pub mod tag;
 
+pub use cache::CacheConfig;
 pub use config::{GrayConfig, ProfileConfig, RedisConfig, RegistryConfig, ShortTermConfig};
 pub use event::{
     check_tag, check_value, check_writable, decode_event, CellValue, EventLimits,
@@ -28,6 +31,7 @@ pub use import::{import_csv, CsvImport, RefusedRow, CSV_HEADER};
 pub use key::{profile_row, salt, validate_user_id, BadUserId};
 pub use merge::{Flushed, MergeConfig, ShortTermValue, TagUpdate, UserMerge};
 pub use purge::{purge, Outcome as PurgeOutcome, PurgeCounts, PurgeOptions};
+pub use query::{ProfileReader, Selection};
 pub use registry::{open, RegistryUrl, TagRegistry, TagStatuses, Upserted};
 pub use short_term::{ShortTermStore, Written};
 pub use tables::{family_of, tables, HISTORY_TABLE, PROFILE_TABLE};

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! feed ─ event_source ─ ok_err_in_order ─┬─ events ─ exchange_in_order (user) ─ merge_users ─┬─ puts ─ write_batches (tables) ─────┬─ probe
+//!                                        │                                                  │  (then invalidates the users' cache entries)
 //!                                        │                                                  ├─ short-term ─ write_batches (store) ┤
 //!                                        │                                                  └─ refused tags ─┐                    │
 //!                                        └─ rejected lines ──────────────────────────────────────────────────┴─ write_batches (dead letters)
@@ -17,6 +18,7 @@
 
 mod decoder;
 mod flush;
+mod invalidate;
 mod source;
 mod stats;
 mod writers;
@@ -43,6 +45,7 @@ use crate::merge::{MergeConfig, UserMerge};
 use crate::registry::RegistryUrl;
 use crate::Result;
 use flush::{merge_users, FlushTimes, UserBuffer};
+use invalidate::InvalidatingWriter;
 use writers::{DeadLetterSink, ShortTermSink};
 
 /// Events a worker's source may have read and not yet delivered through the exchange by user
@@ -75,6 +78,9 @@ pub fn check_registry(cfg: &ProfileConfig) -> Result<()> {
 pub struct ProfileJob {
     registry: RegistryUrl,
     redis_url: Option<String>,
+    /// The cache to invalidate after each table flush (`[redis]` with `[cache] enabled`), and
+    /// its entries' TTL.
+    cache: Option<(String, u64)>,
     short_term_path: PathBuf,
     merge: MergeConfig,
     limits: EventLimits,
@@ -92,6 +98,10 @@ impl ProfileJob {
         Ok(ProfileJob {
             registry: RegistryUrl::parse(&cfg.registry.url)?,
             redis_url: cfg.redis_url().map(str::to_string),
+            cache: cfg
+                .redis_url()
+                .filter(|_| cfg.cache.enabled)
+                .map(|url| (url.to_string(), cfg.cache.ttl_secs)),
             short_term_path: cfg.short_term.path.clone(),
             merge: cfg.merge,
             limits: cfg.limits,
@@ -203,12 +213,21 @@ impl Dataflow for ProfileJob {
             )
             .probe_with(probe);
         let on_tables = fail("writing tables failed");
-        puts.write_batches(
-            "WriteTables",
+        let invalidator = self.cache.as_ref().and_then(|(url, _)| {
+            crate::cache::Invalidator::new(url)
+                .map_err(|e| control.fail(format!("opening the profile cache {url}: {e}")))
+                .ok()
+        });
+        let tables = InvalidatingWriter::new(
             CountingWriter::new(writer, stats),
-            pace,
-            move |e: sinks::Error| on_tables(e.to_string()),
-        )
+            invalidator,
+            self.cache.as_ref().map_or(0, |(_, ttl)| *ttl),
+            self.profile.clone(),
+            control.clone(),
+        );
+        puts.write_batches("WriteTables", tables, pace, move |e: sinks::Error| {
+            on_tables(e.to_string())
+        })
         .probe_with(probe);
         let on_short = fail("writing short-term tags failed");
         short

@@ -32,6 +32,13 @@ pub struct ProfileStats {
     pub short_term_expired: AtomicU64,
     /// Short-term batches written again after a retriable error.
     pub short_term_retries: AtomicU64,
+    /// Users whose cache entry was invalidated after a durable write (`profile:{user}`).
+    pub cache_invalidated: AtomicU64,
+    /// Invalidation calls made again after a Redis error.
+    pub cache_invalidation_retries: AtomicU64,
+    /// Users whose invalidation was given up after Redis failed for longer than an entry
+    /// lives (so no entry it would have deleted is left).
+    pub cache_invalidations_dropped: AtomicU64,
 }
 
 /// A snapshot of [`ProfileStats`], as `--stats-json` writes it.
@@ -134,6 +141,21 @@ impl JobCounters for ProfileStats {
                 "profile_short_term_retries",
                 "Short-term batches written again after a retriable error",
                 get(&self.short_term_retries),
+            ),
+            (
+                "profile_cache_invalidated",
+                "Users whose profile cache entry was invalidated after a durable write",
+                get(&self.cache_invalidated),
+            ),
+            (
+                "profile_cache_invalidation_retries",
+                "Cache invalidations made again after a Redis error",
+                get(&self.cache_invalidation_retries),
+            ),
+            (
+                "profile_cache_invalidations_dropped",
+                "Cache invalidations given up after Redis failed for longer than an entry lives",
+                get(&self.cache_invalidations_dropped),
             ),
         ]
     }

@@ -114,6 +114,11 @@ pub(crate) async fn export(State(st): State<Shared>) -> Response {
         )
             .into_response();
     }
+    if let Some(extra) = &st.extra_metrics {
+        // The extension's families go before the closing `# EOF`.
+        let end = text.rfind("# EOF").unwrap_or(text.len());
+        text.insert_str(end, &(extra.0)());
+    }
     (
         [(
             header::CONTENT_TYPE,

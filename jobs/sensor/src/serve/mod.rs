@@ -65,6 +65,36 @@ pub struct ServeArgs {
     pub http: HttpLimits,
 }
 
+/// Routes another domain adds to `hourglass serve` (the binary composes them: this crate knows
+/// no other job), served under the same token, limits and request metrics.
+pub struct Extension {
+    /// The tables its routes read, opened with the sensor tables in the same store.
+    pub tables: Vec<sinks::schema::TableSpec>,
+    /// Makes the routes (their state attached) over the store's reader; the number is
+    /// `--http-store-reads`, the store reads it may run at once.
+    pub routes: Box<dyn FnOnce(Reader, usize) -> Router + Send>,
+    /// Lines it adds to `/metrics` (OpenMetrics text without `# EOF`), made at each scrape.
+    pub metrics: Option<ExtraMetrics>,
+}
+
+impl std::fmt::Debug for Extension {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extension")
+            .field("tables", &self.tables.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An [`Extension`]'s metrics: OpenMetrics lines without `# EOF`.
+#[derive(Clone)]
+pub struct ExtraMetrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ExtraMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraMetrics")
+    }
+}
+
 /// What every handler shares.
 #[derive(Debug)]
 pub(crate) struct AppState {
@@ -84,6 +114,8 @@ pub(crate) struct AppState {
     /// took a thread of the blocking pool (up to tokio's 512): 200 clients asking curves made
     /// 110 threads in 10 s, and the allocator's pages kept by each grew the RSS by 188 MiB.
     reads: Arc<tokio::sync::Semaphore>,
+    /// An extension's lines of `/metrics`.
+    extra_metrics: Option<ExtraMetrics>,
 }
 
 type Shared = Arc<AppState>;
@@ -268,8 +300,8 @@ async fn debug_sleep(axum::extract::Query(p): axum::extract::Query<SleepParams>)
     "slept\n"
 }
 
-/// The application: every route, auth and metrics.
-fn router(state: Shared) -> Router {
+/// The application: every route (the extension's `extra` too), auth and metrics.
+fn router(state: Shared, extra: Router) -> Router {
     let protected = Router::new()
         .route("/", get(page::index))
         .route("/assets/uPlot.iife.min.js", get(page::uplot_js))
@@ -296,29 +328,32 @@ fn router(state: Shared) -> Router {
     let protected = protected
         .route("/debug/panic", get(debug_panic))
         .route("/debug/sleep", get(debug_sleep));
-    let protected =
-        protected.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let protected = protected
+        .with_state(state.clone())
+        .merge(extra)
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(protected)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state, metrics::track))
 }
 
-/// Opens the backend `args` name, ready for serving.
-fn open_state(args: &ServeArgs) -> Result<AppState> {
+/// Opens the backend `args` name (with the extension's tables), ready for serving.
+fn open_state(
+    args: &ServeArgs,
+    extra_tables: &[sinks::schema::TableSpec],
+) -> Result<(AppState, Backend)> {
     let mut cfg = match &args.config {
         Some(path) => JobConfig::load(path)?,
         None => JobConfig::default(),
     };
     args.backend.apply(&mut cfg.store);
     // Requests wait for HBase a few seconds at most: a dashboard retries on its own.
+    let mut all = tables::all_tables();
+    all.extend(extra_tables.iter().cloned());
     let backend = store::open_with(
         &cfg.store,
-        &tables::all_tables(),
+        &all,
         &args.backend,
         OpenMode::ReadOnly,
         Some(HBASE_REQUEST_RETRY),
@@ -328,7 +363,8 @@ fn open_state(args: &ServeArgs) -> Result<AppState> {
          directory with a running `hourglass replay` or `hourglass run` (stop it first, or \
          serve HBase with --hbase)",
     )?;
-    state_for(&backend, &cfg, args.token_file.as_deref(), &args.http)
+    let state = state_for(&backend, &cfg, args.token_file.as_deref(), &args.http)?;
+    Ok((state, backend))
 }
 
 /// The serving state over an open `backend`: `hourglass serve`'s, or that of a job serving its
@@ -368,6 +404,7 @@ fn state_for(
         reads: Arc::new(tokio::sync::Semaphore::new(
             usize::try_from(limits.store_reads).unwrap_or(usize::MAX),
         )),
+        extra_metrics: None,
     })
 }
 
@@ -396,7 +433,7 @@ impl DashboardServer {
         warn_if_open(state.token.is_none(), listener.local_addr()?);
         Ok(DashboardServer(HttpThread::start(
             listener,
-            router(state),
+            router(state, Router::new()),
             limits,
             "dashboards",
             2,
@@ -417,8 +454,23 @@ fn warn_if_open(no_token: bool, addr: SocketAddr) {
 
 /// Runs the server until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<()> {
-    let state = Arc::new(open_state(args)?);
+    run_with(args, None)
+}
+
+/// Runs the server until Ctrl-C or SIGTERM, with `extension`'s routes, tables and metrics
+/// beside the sensor dashboards.
+pub fn run_with(args: &ServeArgs, extension: Option<Extension>) -> Result<()> {
+    let tables = extension.as_ref().map_or(&[][..], |e| &e.tables[..]);
+    let (mut state, backend) = open_state(args, tables)?;
     let blocking = usize::try_from(args.http.store_reads).unwrap_or(usize::MAX);
+    let extra = match extension {
+        Some(e) => {
+            state.extra_metrics = e.metrics;
+            (e.routes)(backend.reader(), blocking)
+        }
+        None => Router::new(),
+    };
+    let state = Arc::new(state);
     let runtime = http_thread::runtime("serve", 2, blocking)?;
     let served: pipeline::Result<()> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -428,7 +480,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // Tests and scripts read the address (port 0 picks one) from this first line.
         println!("listening on http://{addr}");
         warn_if_open(state.token.is_none(), addr);
-        http_thread::serve(listener, router(state), &args.http, shutdown())
+        http_thread::serve(listener, router(state, extra), &args.http, shutdown())
             .await
             .context("serving HTTP")
     });

@@ -1,0 +1,326 @@
+//! The cache's Redis side: reads (one `MGET`), the backfill thread, and the job's invalidations.
+
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redis::{Client, Connection};
+
+use super::{
+    bump, entry_key, gen_key, CacheConfig, CacheStats, Entry, BACKFILL_MAX_AGE, GEN_TTL_SECS,
+};
+use crate::registry::redact;
+use crate::{Error, Result};
+
+/// Sets `KEYS[1]` (the entry) to `ARGV[2]` for `ARGV[3]` seconds if `KEYS[2]` (the user's
+/// generation) is still `ARGV[1]` (`""`: no generation), atomically: a write of the user since
+/// the row was read changed the generation, and the stale entry is not stored.
+const SET_IF_GENERATION: &str = "\
+local g = redis.call('GET', KEYS[2])
+if (g or '') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+return 1";
+
+/// How long the backfill thread and the job wait for Redis a call: they wait for no request.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection with read and write timeouts of `timeout`.
+fn connect(client: &Client, timeout: Duration) -> redis::RedisResult<Connection> {
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+fn client(url: &str) -> Result<Client> {
+    Client::open(url).map_err(|source| Error::Redis {
+        url: redact(url),
+        source,
+    })
+}
+
+/// A backfill waiting for the thread.
+struct Backfill {
+    user: String,
+    entry: Entry,
+    generation: Option<String>,
+    read_at: Instant,
+}
+
+/// The read side of the profile cache: `MGET`s on a small pool of connections with short
+/// timeouts, and a background thread that stores entries after misses.
+///
+/// Redis down or slow: a call fails within `[cache] timeout_ms`, is counted
+/// ([`CacheStats::redis_errors`]), and for `retry_after_ms` no call is tried (reads go to the
+/// store); the next call after that connects again, so caching resumes by itself.
+pub struct RedisCache {
+    client: Client,
+    url: String,
+    cfg: CacheConfig,
+    stats: Arc<CacheStats>,
+    pool: Mutex<Vec<Connection>>,
+    /// When calls may be tried again, after an error (the monotonic clock: `HOURGLASS_NOW`
+    /// fixes the wall clock's now in tests).
+    resting_until: Mutex<Option<Instant>>,
+    queue: Mutex<Option<SyncSender<Backfill>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RedisCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCache")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisCache {
+    /// The cache at `url` with `cfg`, counting into `stats`. Connects lazily: a Redis down at
+    /// start only makes the first reads go to the store.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] for an invalid URL; [`Error::Io`] when the thread cannot be started.
+    pub fn new(url: &str, cfg: &CacheConfig, stats: Arc<CacheStats>) -> Result<Self> {
+        let client = client(url)?;
+        let (tx, rx) = mpsc::sync_channel(cfg.backfill_queue);
+        let thread = {
+            let (client, stats, ttl) = (client.clone(), stats.clone(), cfg.ttl_secs);
+            std::thread::Builder::new()
+                .name("profile-backfill".into())
+                .spawn(move || backfill_loop(&client, &rx, &stats, ttl))
+                .map_err(|source| Error::Io {
+                    path: "the profile cache's backfill thread".into(),
+                    source,
+                })?
+        };
+        Ok(RedisCache {
+            client,
+            url: redact(url),
+            cfg: cfg.clone(),
+            stats,
+            pool: Mutex::new(Vec::new()),
+            resting_until: Mutex::new(None),
+            queue: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<CacheStats> {
+        &self.stats
+    }
+
+    /// The values of `keys` in one `MGET`, `None` when Redis is resting after an error or fails
+    /// now (counted; the caller reads the store).
+    pub fn mget(&self, keys: &[String]) -> Option<Vec<Option<String>>> {
+        if keys.is_empty() {
+            return Some(Vec::new());
+        }
+        let resting = *self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if resting.is_some_and(|until| Instant::now() < until) {
+            return None;
+        }
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let timeout = Duration::from_millis(self.cfg.timeout_ms);
+        let result = pooled
+            .map_or_else(|| connect(&self.client, timeout), Ok)
+            .and_then(|mut conn| {
+                let values = redis::cmd("MGET").arg(keys).query(&mut conn)?;
+                Ok((conn, values))
+            });
+        match result {
+            Ok((conn, values)) => {
+                self.pool
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(conn);
+                Some(values)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, redis = %self.url, "profile cache unavailable; reading the store");
+                bump(&self.stats.redis_errors);
+                let rest = Duration::from_millis(self.cfg.retry_after_ms);
+                *self
+                    .resting_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Instant::now().checked_add(rest);
+                None
+            }
+        }
+    }
+
+    /// Queues `entry` for `user`, to be stored if the user's generation is still `generation`
+    /// (as read with the miss, at `read_at`, before the store was read). Never waits: a full
+    /// queue drops it (counted).
+    pub fn backfill(&self, user: &str, entry: Entry, generation: Option<String>, read_at: Instant) {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(tx) = queue.as_ref() else { return };
+        let job = Backfill {
+            user: user.to_string(),
+            entry,
+            generation,
+            read_at,
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = tx.try_send(job) {
+            bump(&self.stats.backfills_dropped);
+        }
+    }
+
+    /// Stops taking backfills and waits for the queued ones (at most [`BACKFILL_MAX_AGE`]
+    /// each): a command that exits after its answer calls this, after printing it.
+    pub fn finish(&self) {
+        drop(
+            self.queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(thread) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RedisCache {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn backfill_loop(client: &Client, rx: &Receiver<Backfill>, stats: &CacheStats, ttl: u64) {
+    let mut conn: Option<Connection> = None;
+    for job in rx {
+        if job.read_at.elapsed() > BACKFILL_MAX_AGE {
+            bump(&stats.backfills_stale);
+            continue;
+        }
+        let result = conn
+            .take()
+            .map_or_else(|| connect(client, WRITE_TIMEOUT), Ok)
+            .and_then(|mut c| {
+                let set: i64 = redis::cmd("EVAL")
+                    .arg(SET_IF_GENERATION)
+                    .arg(2)
+                    .arg(entry_key(&job.user))
+                    .arg(gen_key(&job.user))
+                    .arg(job.generation.as_deref().unwrap_or(""))
+                    .arg(job.entry.to_json())
+                    .arg(ttl)
+                    .query(&mut c)?;
+                Ok((c, set))
+            });
+        match result {
+            Ok((c, set)) => {
+                conn = Some(c);
+                bump(if set == 1 {
+                    &stats.backfilled
+                } else {
+                    &stats.backfills_stale
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "profile cache backfill failed");
+                bump(&stats.redis_errors);
+                bump(&stats.backfills_dropped);
+            }
+        }
+    }
+}
+
+/// The job's side of the cache: after a flush made users' rows durable, gives each a new
+/// generation and deletes its entry, in one `MULTI` (see the module's doc for why both).
+pub struct Invalidator {
+    client: Client,
+    url: String,
+    conn: Option<Connection>,
+    /// Unique to this invalidator (random), so that no two writers' tokens are equal.
+    prefix: String,
+    seq: u64,
+}
+
+impl std::fmt::Debug for Invalidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invalidator")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Invalidator {
+    /// An invalidator of the cache at `url`; it connects at its first call.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] for an invalid URL.
+    pub fn new(url: &str) -> Result<Self> {
+        Ok(Invalidator {
+            client: client(url)?,
+            url: redact(url),
+            conn: None,
+            prefix: format!("{:016x}", rand::random::<u64>()),
+            seq: 0,
+        })
+    }
+
+    /// Where the cache is, for messages.
+    pub fn location(&self) -> &str {
+        &self.url
+    }
+
+    /// Gives each of `users` a new generation (living [`GEN_TTL_SECS`]) and deletes its entry.
+    ///
+    /// # Errors
+    /// [`Error::Redis`]; [`crate::short_term::is_retriable`] tells whether to try again (the
+    /// connection is made again on the next call). A failed call may have invalidated some
+    /// users; calling again with the same users is harmless.
+    pub fn invalidate(&mut self, users: &[&str]) -> Result<()> {
+        if users.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for user in users {
+            self.seq += 1;
+            let token = format!("{}-{:x}", self.prefix, self.seq);
+            pipe.cmd("SET")
+                .arg(gen_key(user))
+                .arg(token)
+                .arg("EX")
+                .arg(GEN_TTL_SECS)
+                .ignore();
+            pipe.cmd("DEL").arg(entry_key(user)).ignore();
+        }
+        let result = self
+            .conn
+            .take()
+            .map_or_else(|| connect(&self.client, WRITE_TIMEOUT), Ok)
+            .and_then(|mut conn| pipe.exec(&mut conn).map(|()| conn));
+        match result {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                Ok(())
+            }
+            Err(source) => Err(Error::Redis {
+                url: self.url.clone(),
+                source,
+            }),
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Reading profiles back, cache first: one user's tags (`hourglass profile get`,
+//! `GET /api/v1/profile/{user}`), many users' in one multi-get (`profiles:batchGet`), a
+//! behaviour tag's last values, and the tags at a past time from the history.
+//!
+//! A read of stored tags goes to Redis `profile:{user}` first (with the short-term keys and the
+//! user's generation, in one `MGET`); on a miss, to the store (one Get, or one multi-get for a
+//! batch), and the entry is handed to the cache's background thread, which stores it unless the
+//! job wrote the user meanwhile (`crate::cache`). Without `[redis]` there is no cache and the
+//! short-term tags come from their SQLite file.
+
+mod history;
+mod selection;
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+use sinks::table::{Cell, Row, TableReader};
+
+use crate::cache::{bump, entry_key, gen_key, Entry, RedisCache};
+use crate::event::CellValue;
+use crate::key::{profile_row, validate_user_id};
+use crate::short_term::{self, ShortTermStore};
+use crate::tables::{family_of, BEHAVIOR_FAMILY, PROFILE_TABLE};
+use crate::tag::TagDef;
+use crate::{Error, Result};
+
+pub use selection::Selection;
+
+/// Most users one [`ProfileReader::get_many`] reads: a bigger batch is refused, not split.
+pub const MAX_BATCH_USERS: usize = 1000;
+
+/// Where an answer's stored tags came from, its `"source"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Redis `profile:{user}`.
+    Cache,
+    /// `user_profile_tag`.
+    Store,
+    /// `user_tag_history` (a read at a past time).
+    History,
+}
+
+impl Source {
+    /// `cache`, `store` or `history`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Cache => "cache",
+            Source::Store => "store",
+            Source::History => "history",
+        }
+    }
+}
+
+/// Reads profiles: the registry's definitions (to type the values), the cache (with `[redis]`)
+/// or the short-term SQLite file (without). Shared by the server's request threads.
+pub struct ProfileReader {
+    defs: Vec<TagDef>,
+    cache: Option<RedisCache>,
+    short_term: Option<Mutex<Box<dyn ShortTermStore>>>,
+}
+
+impl std::fmt::Debug for ProfileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProfileReader")
+            .field("tags", &self.defs.len())
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What Redis gave for one user: its entry, generation and live short-term values.
+#[derive(Debug, Default)]
+struct Cached {
+    entry: Option<Entry>,
+    generation: Option<String>,
+    short: Vec<(String, String)>,
+}
+
+impl ProfileReader {
+    /// A reader typing values by `defs`, with the Redis `cache` (which also holds the
+    /// short-term tags) or, without one, the short-term store `short_term` (the SQLite file).
+    pub fn new(
+        defs: Vec<TagDef>,
+        cache: Option<RedisCache>,
+        short_term: Option<Box<dyn ShortTermStore>>,
+    ) -> Self {
+        ProfileReader {
+            defs,
+            cache,
+            short_term: short_term.map(Mutex::new),
+        }
+    }
+
+    /// The reader `cfg` describes: the registry's definitions read now, the cache in the Redis
+    /// of `[redis]` (which holds the short-term tags; connected lazily, so a Redis down only
+    /// sends reads to the store), else the short-term SQLite file. Counts into `stats`.
+    ///
+    /// # Errors
+    /// The registry cannot be read; [`Error::Redis`] for an invalid Redis URL; the SQLite
+    /// file cannot be opened.
+    pub fn open(
+        cfg: &crate::ProfileConfig,
+        stats: std::sync::Arc<crate::cache::CacheStats>,
+    ) -> Result<Self> {
+        let defs = crate::registry::open(&cfg.registry.url)?.list()?;
+        Ok(match cfg.redis_url() {
+            Some(url) => {
+                ProfileReader::new(defs, Some(RedisCache::new(url, &cfg.cache, stats)?), None)
+            }
+            None => {
+                let st = short_term::SqliteStore::open(&cfg.short_term.path)?;
+                ProfileReader::new(defs, None, Some(Box::new(st)))
+            }
+        })
+    }
+
+    /// The tag definitions it types values by.
+    pub fn defs(&self) -> &[TagDef] {
+        &self.defs
+    }
+
+    /// The cache, if any.
+    pub fn cache(&self) -> Option<&RedisCache> {
+        self.cache.as_ref()
+    }
+
+    /// Waits for the cache's queued backfills: a command that exits after its answer calls
+    /// this after printing it (the answer never waits for a backfill).
+    pub fn finish(&self) {
+        if let Some(cache) = &self.cache {
+            cache.finish();
+        }
+    }
+
+    /// `user`'s tags chosen by `selection`, as `{"user_id", "tags": {code: value}, "source"}`
+    /// (`"short_term_unavailable": true` added when the short-term tags could not be read),
+    /// at `now_ms`; `None` when the user has no tag at all. One `MGET` and, on a miss, one Get.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a user id that cannot be stored; the store (or the SQLite
+    /// short-term file) cannot be read. Redis failing is no error: the store answers.
+    pub fn get(
+        &self,
+        store: &dyn TableReader,
+        user: &str,
+        selection: &Selection,
+        now_ms: i64,
+    ) -> Result<Option<Value>> {
+        let answer = self.read(store, &[user.to_string()], selection, now_ms)?;
+        Ok(answer
+            .into_iter()
+            .next()
+            .filter(|p| p["tags"].as_object().is_some_and(|t| !t.is_empty())))
+    }
+
+    /// The profiles of `users` (at most [`MAX_BATCH_USERS`]) as [`ProfileReader::get`] gives
+    /// them, in the order asked, a user without tags with `"tags": {}`: one `MGET` for the
+    /// cache and the short-term tags, one multi-get of the store for the misses, never a Get
+    /// per user.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for more than [`MAX_BATCH_USERS`] users or a user id that cannot be
+    /// stored (naming it); as [`ProfileReader::get`].
+    pub fn get_many(
+        &self,
+        store: &dyn TableReader,
+        users: &[String],
+        selection: &Selection,
+        now_ms: i64,
+    ) -> Result<Vec<Value>> {
+        if users.len() > MAX_BATCH_USERS {
+            return Err(Error::Invalid(format!(
+                "{} users in one batch: at most {MAX_BATCH_USERS}; split the request",
+                users.len()
+            )));
+        }
+        self.read(store, users, selection, now_ms)
+    }
+
+    fn read(
+        &self,
+        store: &dyn TableReader,
+        users: &[String],
+        selection: &Selection,
+        now_ms: i64,
+    ) -> Result<Vec<Value>> {
+        for user in users {
+            validate_user_id(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
+        }
+        let short_codes = selection.short_term_codes(&self.defs);
+        let stored = selection.stored_codes(&self.defs);
+        let read_at = Instant::now();
+        let (cached, short_ok) = self.read_redis(users, &short_codes, now_ms)?;
+        let core = self.cache.as_ref().map(|c| &c.config().core_tags);
+        let served: Vec<bool> = cached
+            .iter()
+            .map(|c| {
+                c.entry
+                    .as_ref()
+                    .zip(core)
+                    .is_some_and(|(e, core)| e.answers(stored.as_ref(), core))
+            })
+            .collect();
+        let missed: Vec<usize> = (0..users.len()).filter(|&i| !served[i]).collect();
+        let rows = self.store_rows(store, users, &missed)?;
+        let mut rows = rows.into_iter();
+        let mut answers = Vec::with_capacity(users.len());
+        for (i, (user, c)) in users.iter().zip(cached).enumerate() {
+            let (mut tags, source) = if served[i] {
+                let entry = c.entry.unwrap_or_else(empty);
+                if let Some(cache) = &self.cache {
+                    bump(&cache.stats().hits);
+                }
+                (entry.tags, Source::Cache)
+            } else {
+                let row = rows.next().flatten();
+                let tags = self.stored_tags(row.as_ref().map_or(&[][..], |r| &r.cells));
+                // Only after a Redis read that worked: it gave the generation to check.
+                if short_ok {
+                    self.maybe_backfill(user, &tags, row.as_ref(), (c.generation, read_at), now_ms);
+                }
+                (tags, Source::Store)
+            };
+            tags.retain(|code, _| selection.wants(code));
+            for (code, json) in c.short {
+                let value = serde_json::from_str(&json).unwrap_or(Value::String(json));
+                tags.insert(code, value);
+            }
+            let mut answer = json!({ "user_id": user, "tags": tags, "source": source.as_str() });
+            if !short_ok && !short_codes.is_empty() {
+                answer["short_term_unavailable"] = json!(true);
+            }
+            answers.push(answer);
+        }
+        Ok(answers)
+    }
+
+    /// Each user's cached entry, generation and short-term values: one `MGET` with Redis, the
+    /// short-term file without. `false` when Redis could not be read (so neither the
+    /// short-term tags nor the generations are known).
+    fn read_redis(
+        &self,
+        users: &[String],
+        short_codes: &[&str],
+        now_ms: i64,
+    ) -> Result<(Vec<Cached>, bool)> {
+        let Some(cache) = &self.cache else {
+            let mut cached: Vec<Cached> = users.iter().map(|_| Cached::default()).collect();
+            if let (Some(st), false) = (&self.short_term, short_codes.is_empty()) {
+                let ids: Vec<&str> = users.iter().map(String::as_str).collect();
+                let mut st = st.lock().unwrap_or_else(PoisonError::into_inner);
+                for (c, values) in
+                    cached
+                        .iter_mut()
+                        .zip(st.read_users(&ids, short_codes, now_ms / 1000)?)
+                {
+                    c.short = values;
+                }
+            }
+            return Ok((cached, true));
+        };
+        let enabled = cache.config().enabled;
+        let per_user = short_codes.len() + if enabled { 2 } else { 0 };
+        let mut keys = Vec::with_capacity(users.len() * per_user);
+        for user in users {
+            if enabled {
+                keys.push(entry_key(user));
+                keys.push(gen_key(user));
+            }
+            keys.extend(short_codes.iter().map(|code| short_term::key(user, code)));
+        }
+        if keys.is_empty() {
+            return Ok((users.iter().map(|_| Cached::default()).collect(), true));
+        }
+        let Some(values) = cache.mget(&keys) else {
+            return Ok((users.iter().map(|_| Cached::default()).collect(), false));
+        };
+        let cached = values
+            .chunks(per_user)
+            .map(|v| {
+                let (head, short) = v.split_at(if enabled { 2 } else { 0 });
+                Cached {
+                    entry: head
+                        .first()
+                        .cloned()
+                        .flatten()
+                        .and_then(|t| Entry::from_json(&t)),
+                    generation: head.get(1).cloned().flatten(),
+                    short: short_codes
+                        .iter()
+                        .zip(short)
+                        .filter_map(|(c, v)| v.clone().map(|v| ((*c).to_string(), v)))
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok((cached, true))
+    }
+
+    /// The rows of `users[i]` for each `i` of `missed`, in that order: one Get for one user,
+    /// one multi-get for more.
+    fn store_rows(
+        &self,
+        store: &dyn TableReader,
+        users: &[String],
+        missed: &[usize],
+    ) -> Result<Vec<Option<Row>>> {
+        if let Some(cache) = &self.cache {
+            for _ in missed {
+                bump(&cache.stats().misses);
+            }
+        }
+        Ok(match missed {
+            [] => Vec::new(),
+            [one] => vec![store.get(PROFILE_TABLE, &profile_row(&users[*one]), None)?],
+            _ => {
+                let keys: Vec<Vec<u8>> = missed.iter().map(|&i| profile_row(&users[i])).collect();
+                store.get_many(PROFILE_TABLE, &keys, None)?
+            }
+        })
+    }
+
+    /// Queues the entry of a row read on a miss, if the user is one to cache.
+    fn maybe_backfill(
+        &self,
+        user: &str,
+        tags: &Map<String, Value>,
+        row: Option<&Row>,
+        (generation, read_at): (Option<String>, Instant),
+        now_ms: i64,
+    ) {
+        let (Some(cache), Some(row)) = (&self.cache, row) else {
+            return;
+        };
+        if !cache.config().enabled {
+            return;
+        }
+        let newest_ms = row.cells.iter().map(|c| c.ts_ms).max().unwrap_or(i64::MIN);
+        let entry = cache
+            .config()
+            .caches(user, newest_ms, now_ms)
+            .then(|| Entry::of_profile(tags, newest_ms, cache.config()))
+            .flatten();
+        match entry {
+            Some(entry) => cache.backfill(user, entry, generation, read_at),
+            None => bump(&cache.stats().not_cached),
+        }
+    }
+
+    /// The typed tags of a row's cells (each column's newest version).
+    fn stored_tags(&self, cells: &[Cell]) -> Map<String, Value> {
+        let mut tags = Map::new();
+        for cell in cells {
+            let code = String::from_utf8_lossy(&cell.qualifier).into_owned();
+            if !tags.contains_key(&code) {
+                let value = self.typed(&code, Some(&cell.family), &cell.value);
+                tags.insert(code, value);
+            }
+        }
+        tags
+    }
+
+    /// A stored value typed by its tag's `data_type` (the definition of that family, if
+    /// `family` is given); a cell whose tag the registry no longer defines, or whose text does
+    /// not read as its type, is given as its text: what is stored is shown, never dropped.
+    fn typed(&self, code: &str, family: Option<&str>, value: &[u8]) -> Value {
+        self.defs
+            .iter()
+            .find(|d| {
+                d.tag_code == code && family.is_none_or(|f| family_of(d.value_type) == Some(f))
+            })
+            .and_then(|d| CellValue::from_cell(d.data_type, value))
+            .and_then(|v| serde_json::from_str(&v.to_json()).ok())
+            .unwrap_or_else(|| Value::String(String::from_utf8_lossy(value).into()))
+    }
+
+    /// `user`'s tags as [`ProfileReader::get`] gives them from the store (`"source": "store"`),
+    /// plus `"versions": {code: [{"value", "ts_ms"}, …]}`: each behaviour tag's last `n` values
+    /// (at most the 3 the table keeps), newest first, with their event times.
+    ///
+    /// # Errors
+    /// As [`ProfileReader::get`].
+    pub fn versions(
+        &self,
+        store: &dyn TableReader,
+        user: &str,
+        n: u32,
+        now_ms: i64,
+    ) -> Result<Option<Value>> {
+        validate_user_id(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
+        let selection = Selection::all();
+        let codes = selection.short_term_codes(&self.defs);
+        let (cached, short_ok) = self.read_redis(&[user.to_string()], &codes, now_ms)?;
+        let row = store.get_versions(PROFILE_TABLE, &profile_row(user), None, n.max(1))?;
+        let cells = row.as_ref().map_or(&[][..], |r| &r.cells);
+        let mut tags = self.stored_tags(cells);
+        let mut versions = Map::new();
+        for cell in cells.iter().filter(|c| c.family == BEHAVIOR_FAMILY) {
+            let code = String::from_utf8_lossy(&cell.qualifier).into_owned();
+            let value = self.typed(&code, Some(BEHAVIOR_FAMILY), &cell.value);
+            if let Value::Array(list) = versions.entry(code).or_insert_with(|| json!([])) {
+                list.push(json!({ "value": value, "ts_ms": cell.ts_ms }));
+            }
+        }
+        for c in cached {
+            for (code, json) in c.short {
+                let value = serde_json::from_str(&json).unwrap_or(Value::String(json));
+                tags.insert(code, value);
+            }
+        }
+        if tags.is_empty() {
+            return Ok(None);
+        }
+        let mut answer = json!({
+            "user_id": user, "tags": tags, "source": Source::Store.as_str(), "versions": versions,
+        });
+        if !short_ok && !codes.is_empty() {
+            answer["short_term_unavailable"] = json!(true);
+        }
+        Ok(Some(answer))
+    }
+}
+
+fn empty() -> Entry {
+    Entry {
+        complete: true,
+        newest_ms: 0,
+        tags: Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

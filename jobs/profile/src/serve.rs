@@ -1,0 +1,183 @@
+//! The profile routes of `hourglass serve`: `GET /api/v1/profile/{user}` and
+//! `POST /api/v1/profiles:batchGet`, an [`axum::Router`] the binary merges into the server.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sinks::Reader;
+
+use crate::query::{ProfileReader, Selection, MAX_BATCH_USERS};
+use crate::Error;
+
+/// What the profile handlers share.
+struct Api {
+    reader: ProfileReader,
+    store: Reader,
+    /// Turns to read the store, as the server's own routes take them.
+    reads: Arc<tokio::sync::Semaphore>,
+}
+
+/// The profile routes over `store` (the tables `hourglass serve` opened), reading through
+/// `reader`, at most `store_reads` reads at once (each on the blocking pool).
+///
+/// - `GET /api/v1/profile/{user}[?versions=N][&at=T][&tags=a,b][&families=f,g]`: the user's
+///   profile as `hourglass profile get` prints it; 404 for a user with no tag, 400 for a bad
+///   user id, argument or unknown tag.
+/// - `POST /api/v1/profiles:batchGet` with `{"users": [...], "tags": [...], "families": [...]}`
+///   (`tags` and `families` optional): `{"profiles": [...]}` in the order asked, a user with
+///   no tag with `"tags": {}`; 400 for more than [`MAX_BATCH_USERS`] users or a bad body.
+///
+/// A failing store answers 503, a failing Redis nothing: the store answers instead.
+pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize) -> Router {
+    let api = Arc::new(Api {
+        reader,
+        store,
+        reads: Arc::new(tokio::sync::Semaphore::new(store_reads.max(1))),
+    });
+    Router::new()
+        .route("/api/v1/profile/{user}", get(one))
+        .route("/api/v1/profiles:batchGet", post(batch))
+        .with_state(api)
+}
+
+/// An error answer: `{"error": message}` with a status.
+struct ApiError(StatusCode, String);
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let status = match &e {
+            Error::Invalid(_) | Error::UnknownTag(_) => StatusCode::BAD_REQUEST,
+            Error::Store(_) | Error::Redis { .. } | Error::Sqlite { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, message.into())
+}
+
+/// Runs `f` on the blocking pool once a turn to read is free.
+async fn blocking<T, F>(api: &Arc<Api>, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Api) -> crate::Result<T> + Send + 'static,
+{
+    let api = api.clone();
+    let turn = api.reads.clone().acquire_owned().await;
+    tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        f(&api).map_err(ApiError::from)
+    })
+    .await
+    .unwrap_or_else(|join| {
+        Err(ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("profile read failed ({join}); please report it"),
+        ))
+    })
+}
+
+/// Query parameters of `GET /api/v1/profile/{user}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OneParams {
+    versions: Option<u32>,
+    at: Option<String>,
+    tags: Option<String>,
+    families: Option<String>,
+}
+
+fn list(text: Option<&str>) -> Vec<String> {
+    text.map(|t| {
+        t.split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+async fn one(
+    State(api): State<Arc<Api>>,
+    Path(user): Path<String>,
+    params: Result<Query<OneParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(p) = params.map_err(|e| bad_request(e.body_text()))?;
+    let at_ms =
+        p.at.as_deref()
+            .map(pipeline::time::parse_time)
+            .transpose()
+            .map_err(|e| bad_request(format!("at: {e}")))?
+            .map(|secs| secs.saturating_mul(1000));
+    if p.versions.is_some() && at_ms.is_some() {
+        return Err(bad_request("give versions or at, not both"));
+    }
+    let (tags, families) = (list(p.tags.as_deref()), list(p.families.as_deref()));
+    let versions = p.versions;
+    let shown = user.clone();
+    let answer = blocking(&api, move |api| {
+        let now_ms = pipeline::time::now_ms();
+        match (at_ms, versions) {
+            (Some(at), _) => api.reader.at(&api.store, &user, at),
+            (None, Some(n)) => api.reader.versions(&api.store, &user, n, now_ms),
+            (None, None) => {
+                let selection = Selection::new(api.reader.defs(), &tags, &families)?;
+                api.reader.get(&api.store, &user, &selection, now_ms)
+            }
+        }
+    })
+    .await?;
+    answer
+        .map(Json)
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("user {shown:?} has no tags")))
+}
+
+/// The body of `POST /api/v1/profiles:batchGet`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    users: Vec<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    families: Vec<String>,
+}
+
+async fn batch(State(api): State<Arc<Api>>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let body: BatchBody = serde_json::from_slice(&body).map_err(|e| {
+        bad_request(format!(
+            "body: {e}; expected {{\"users\": [...], \"tags\": [...], \"families\": [...]}}"
+        ))
+    })?;
+    if body.users.len() > MAX_BATCH_USERS {
+        return Err(bad_request(format!(
+            "{} users in one batch: at most {MAX_BATCH_USERS}; split the request",
+            body.users.len()
+        )));
+    }
+    let profiles = blocking(&api, move |api| {
+        let selection = Selection::new(api.reader.defs(), &body.tags, &body.families)?;
+        let now_ms = pipeline::time::now_ms();
+        api.reader
+            .get_many(&api.store, &body.users, &selection, now_ms)
+    })
+    .await?;
+    Ok(Json(json!({ "profiles": profiles })))
+}
