@@ -33,8 +33,8 @@ pub(crate) struct UserBuffer {
     pub(crate) merge: UserMerge,
     /// Where the registry is, to open it again.
     pub(crate) url: RegistryUrl,
-    /// The registry, read once per flush; `None` if it could not be opened (the job is
-    /// failing, and its events are not written).
+    /// The registry, checked for changes at each flush; `None` if it could not be opened (the
+    /// job is failing, and its events are not written).
     pub(crate) registry: Option<Box<dyn TagRegistry>>,
     /// Users gray tags are written for.
     pub(crate) gray: Arc<HashSet<String>>,

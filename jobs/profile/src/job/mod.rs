@@ -162,7 +162,7 @@ impl Dataflow for ProfileJob {
             .exchange_in_order(|e: &ProfileEvent| operators::key_hash(&e.user_id))
             .probe_with(&exchanged);
 
-        // Each worker its own connections: the registry's, read once per flush, and the
+        // Each worker its own connections: the registry's, checked at each flush, and the
         // short-term store's. A failure fails the job; the dataflow is built all the same, as
         // every worker must build the same one.
         let registry = self

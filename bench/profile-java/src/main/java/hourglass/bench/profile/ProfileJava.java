@@ -88,9 +88,9 @@ public final class ProfileJava {
             return;
         }
         if (!((mode.equals("write") && args.length == 3) || (mode.equals("digest") && args.length == 1)
-                || (mode.equals("truncate") && args.length == 1))) {
+                || (mode.equals("truncate") && args.length == 1) || (mode.equals("settle") && args.length == 1))) {
             System.err.println("usage: ProfileJava write EVENTS.jsonl TAGS.csv | plan EVENTS.jsonl TAGS.csv "
-                    + "| digest | truncate | float X... "
+                    + "| digest | truncate | settle | float X... "
                     + "(-Dzk=HOST:PORT of HBase's ZooKeeper, default 127.0.0.1:2181; -Dbuffer.mb=N "
                     + "write buffer, default 8; -Dmax.users=N, default 500; -Dflush.ms=N, default 5000; "
                     + "-Dgray.users=a,b, default none)");
@@ -101,6 +101,7 @@ public final class ProfileJava {
                 case "write" -> System.out.println(
                         write(new HbaseSink(conn, Long.getLong("buffer.mb", 8) << 20), args[1], Path.of(args[2])));
                 case "digest" -> digest(conn);
+                case "settle" -> settle(conn);
                 default -> truncate(conn);
             }
         }
@@ -396,6 +397,39 @@ public final class ProfileJava {
         md.update((byte) (length >>> 8));
         md.update((byte) length);
         md.update(array, offset, length);
+    }
+
+    /**
+     * Flushes the two tables' memstores and major-compacts them, waiting for the compactions to
+     * end (at most ten minutes), so that their files on disk hold every cell once, compressed:
+     * what "bytes on disk per stored value" measures. Prints each table's store files' size.
+     */
+    private static void settle(Connection conn) throws IOException, InterruptedException {
+        try (Admin admin = conn.getAdmin()) {
+            for (String name : TABLES) {
+                TableName table = TableName.valueOf(name);
+                admin.flush(table);
+                admin.majorCompact(table);
+            }
+            long deadline = System.nanoTime() + 600_000_000_000L;
+            for (String name : TABLES) {
+                TableName table = TableName.valueOf(name);
+                // The request is queued: wait for it to start, then to end.
+                Thread.sleep(2000);
+                while (admin.getCompactionState(table) != org.apache.hadoop.hbase.client.CompactionState.NONE) {
+                    if (System.nanoTime() > deadline) {
+                        throw new IOException("the major compaction of " + name + " did not end in ten minutes");
+                    }
+                    Thread.sleep(1000);
+                }
+                long bytes = 0;
+                for (org.apache.hadoop.hbase.RegionMetrics m : admin.getRegionMetrics(
+                        admin.getRegionServers().iterator().next(), table)) {
+                    bytes += (long) m.getStoreFileSize().get(org.apache.hadoop.hbase.Size.Unit.BYTE);
+                }
+                System.out.println(name + " store_file_bytes=" + bytes);
+            }
+        }
     }
 
     /** Empties the two tables, keeping their region boundaries (missing tables are skipped). */
