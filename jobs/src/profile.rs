@@ -281,7 +281,7 @@ fn get(args: &GetArgs) -> Result<ExitCode> {
         }
         (None, Some(n)) => reader.versions(&store, &args.user, n, now_ms)?,
         (None, None) => {
-            let selection = Selection::new(reader.defs(), &args.tags, &args.families)?;
+            let selection = Selection::new(&reader.defs(), &args.tags, &args.families)?;
             reader.get(&store, &args.user, &selection, now_ms)?
         }
     };

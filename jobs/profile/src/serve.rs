@@ -138,7 +138,7 @@ async fn one(
             (Some(at), _) => api.reader.at(&api.store, &user, at),
             (None, Some(n)) => api.reader.versions(&api.store, &user, n, now_ms),
             (None, None) => {
-                let selection = Selection::new(api.reader.defs(), &tags, &families)?;
+                let selection = Selection::new(&api.reader.defs(), &tags, &families)?;
                 api.reader.get(&api.store, &user, &selection, now_ms)
             }
         }
@@ -173,7 +173,7 @@ async fn batch(State(api): State<Arc<Api>>, body: Bytes) -> Result<Json<Value>, 
         )));
     }
     let profiles = blocking(&api, move |api| {
-        let selection = Selection::new(api.reader.defs(), &body.tags, &body.families)?;
+        let selection = Selection::new(&api.reader.defs(), &body.tags, &body.families)?;
         let now_ms = pipeline::time::now_ms();
         api.reader
             .get_many(&api.store, &body.users, &selection, now_ms)

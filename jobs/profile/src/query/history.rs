@@ -48,10 +48,11 @@ impl ProfileReader {
         if newest.is_empty() {
             return Ok(None);
         }
+        let defs = self.defs();
         let tags: Map<String, Value> = newest
             .into_iter()
             .map(|(code, (_, value))| {
-                let typed = self.typed(&code, None, &value);
+                let typed = super::typed(&defs, &code, None, &value);
                 (code, typed)
             })
             .collect();

@@ -11,8 +11,8 @@
 mod history;
 mod selection;
 
-use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use sinks::table::{Cell, Row, TableReader};
@@ -20,6 +20,7 @@ use sinks::table::{Cell, Row, TableReader};
 use crate::cache::{bump, entry_key, gen_key, Entry, RedisCache};
 use crate::event::CellValue;
 use crate::key::{profile_row, validate_user_id};
+use crate::registry::TagRegistry;
 use crate::short_term::{self, ShortTermStore};
 use crate::tables::{family_of, BEHAVIOR_FAMILY, PROFILE_TABLE};
 use crate::tag::TagDef;
@@ -55,15 +56,58 @@ impl Source {
 /// Reads profiles: the registry's definitions (to type the values), the cache (with `[redis]`)
 /// or the short-term SQLite file (without). Shared by the server's request threads.
 pub struct ProfileReader {
-    defs: Vec<TagDef>,
+    defs: Mutex<Registered>,
     cache: Option<RedisCache>,
     short_term: Option<Mutex<Box<dyn ShortTermStore>>>,
+}
+
+/// How often a reader asks its registry whether the definitions changed: a server started
+/// before a `tags import` types the new tags' values within a second, not after a restart.
+const REGISTRY_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The definitions a reader types values by, and where they come from.
+struct Registered {
+    current: Arc<Vec<TagDef>>,
+    /// `None`: fixed definitions ([`ProfileReader::new`]).
+    registry: Option<Box<dyn TagRegistry>>,
+    /// [`TagRegistry::version`] when `current` was read.
+    version: Option<u64>,
+    checked_at: Instant,
+}
+
+impl Registered {
+    /// The definitions, read again first if the registry changed (asked at most once per
+    /// [`REGISTRY_CHECK_EVERY`]). A registry that cannot be read keeps the last ones (logged):
+    /// a read of a profile does not fail for it.
+    fn refreshed(&mut self) -> Arc<Vec<TagDef>> {
+        if let Some(registry) = self.registry.as_mut() {
+            if self.checked_at.elapsed() >= REGISTRY_CHECK_EVERY {
+                self.checked_at = Instant::now();
+                let read = registry.version().and_then(|version| {
+                    if version.is_some() && version == self.version {
+                        return Ok(None);
+                    }
+                    Ok(Some((registry.list()?, version)))
+                });
+                match read {
+                    Ok(Some((defs, version))) => {
+                        self.current = Arc::new(defs);
+                        self.version = version;
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(registry = %registry.location(), error = %e,
+                        "reading the tag registry failed; typing values by the last definitions read"),
+                }
+            }
+        }
+        self.current.clone()
+    }
 }
 
 impl std::fmt::Debug for ProfileReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProfileReader")
-            .field("tags", &self.defs.len())
+            .field("tags", &self.defs().len())
             .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
@@ -86,13 +130,19 @@ impl ProfileReader {
         short_term: Option<Box<dyn ShortTermStore>>,
     ) -> Self {
         ProfileReader {
-            defs,
+            defs: Mutex::new(Registered {
+                current: Arc::new(defs),
+                registry: None,
+                version: None,
+                checked_at: Instant::now(),
+            }),
             cache,
             short_term: short_term.map(Mutex::new),
         }
     }
 
-    /// The reader `cfg` describes: the registry's definitions read now, the cache in the Redis
+    /// The reader `cfg` describes: the registry's definitions (read now, and again whenever
+    /// the registry changed, asked at most once a second), the cache in the Redis
     /// of `[redis]` (which holds the short-term tags; connected lazily, so a Redis down only
     /// sends reads to the store), else the short-term SQLite file. Counts into `stats`.
     ///
@@ -103,8 +153,10 @@ impl ProfileReader {
         cfg: &crate::ProfileConfig,
         stats: std::sync::Arc<crate::cache::CacheStats>,
     ) -> Result<Self> {
-        let defs = crate::registry::open(&cfg.registry.url)?.list()?;
-        Ok(match cfg.redis_url() {
+        let mut registry = crate::registry::open(&cfg.registry.url)?;
+        let version = registry.version()?;
+        let defs = registry.list()?;
+        let mut reader = match cfg.redis_url() {
             Some(url) => {
                 ProfileReader::new(defs, Some(RedisCache::new(url, &cfg.cache, stats)?), None)
             }
@@ -112,12 +164,22 @@ impl ProfileReader {
                 let st = short_term::SqliteStore::open(&cfg.short_term.path)?;
                 ProfileReader::new(defs, None, Some(Box::new(st)))
             }
-        })
+        };
+        let registered = reader
+            .defs
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        registered.registry = Some(registry);
+        registered.version = version;
+        Ok(reader)
     }
 
     /// The tag definitions it types values by.
-    pub fn defs(&self) -> &[TagDef] {
-        &self.defs
+    pub fn defs(&self) -> Arc<Vec<TagDef>> {
+        self.defs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .refreshed()
     }
 
     /// The cache, if any.
@@ -188,8 +250,9 @@ impl ProfileReader {
         for user in users {
             validate_user_id(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
         }
-        let short_codes = selection.short_term_codes(&self.defs);
-        let stored = selection.stored_codes(&self.defs);
+        let defs = self.defs();
+        let short_codes = selection.short_term_codes(&defs);
+        let stored = selection.stored_codes(&defs);
         let read_at = Instant::now();
         let (cached, short_ok) = self.read_redis(users, &short_codes, now_ms)?;
         let core = self.cache.as_ref().map(|c| &c.config().core_tags);
@@ -215,7 +278,7 @@ impl ProfileReader {
                 (entry.tags, Source::Cache)
             } else {
                 let row = rows.next().flatten();
-                let tags = self.stored_tags(row.as_ref().map_or(&[][..], |r| &r.cells));
+                let tags = stored_tags(&defs, row.as_ref().map_or(&[][..], |r| &r.cells));
                 // Only after a Redis read that worked: it gave the generation to check.
                 if short_ok {
                     self.maybe_backfill(user, &tags, row.as_ref(), (c.generation, read_at), now_ms);
@@ -348,33 +411,6 @@ impl ProfileReader {
         }
     }
 
-    /// The typed tags of a row's cells (each column's newest version).
-    fn stored_tags(&self, cells: &[Cell]) -> Map<String, Value> {
-        let mut tags = Map::new();
-        for cell in cells {
-            let code = String::from_utf8_lossy(&cell.qualifier).into_owned();
-            if !tags.contains_key(&code) {
-                let value = self.typed(&code, Some(&cell.family), &cell.value);
-                tags.insert(code, value);
-            }
-        }
-        tags
-    }
-
-    /// A stored value typed by its tag's `data_type` (the definition of that family, if
-    /// `family` is given); a cell whose tag the registry no longer defines, or whose text does
-    /// not read as its type, is given as its text: what is stored is shown, never dropped.
-    fn typed(&self, code: &str, family: Option<&str>, value: &[u8]) -> Value {
-        self.defs
-            .iter()
-            .find(|d| {
-                d.tag_code == code && family.is_none_or(|f| family_of(d.value_type) == Some(f))
-            })
-            .and_then(|d| CellValue::from_cell(d.data_type, value))
-            .and_then(|v| serde_json::from_str(&v.to_json()).ok())
-            .unwrap_or_else(|| Value::String(String::from_utf8_lossy(value).into()))
-    }
-
     /// `user`'s tags as [`ProfileReader::get`] gives them from the store (`"source": "store"`),
     /// plus `"versions": {code: [{"value", "ts_ms"}, …]}`: each behaviour tag's last `n` values
     /// (at most the 3 the table keeps), newest first, with their event times.
@@ -390,15 +426,16 @@ impl ProfileReader {
     ) -> Result<Option<Value>> {
         validate_user_id(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
         let selection = Selection::all();
-        let codes = selection.short_term_codes(&self.defs);
+        let defs = self.defs();
+        let codes = selection.short_term_codes(&defs);
         let (cached, short_ok) = self.read_redis(&[user.to_string()], &codes, now_ms)?;
         let row = store.get_versions(PROFILE_TABLE, &profile_row(user), None, n.max(1))?;
         let cells = row.as_ref().map_or(&[][..], |r| &r.cells);
-        let mut tags = self.stored_tags(cells);
+        let mut tags = stored_tags(&defs, cells);
         let mut versions = Map::new();
         for cell in cells.iter().filter(|c| c.family == BEHAVIOR_FAMILY) {
             let code = String::from_utf8_lossy(&cell.qualifier).into_owned();
-            let value = self.typed(&code, Some(BEHAVIOR_FAMILY), &cell.value);
+            let value = typed(&defs, &code, Some(BEHAVIOR_FAMILY), &cell.value);
             if let Value::Array(list) = versions.entry(code).or_insert_with(|| json!([])) {
                 list.push(json!({ "value": value, "ts_ms": cell.ts_ms }));
             }
@@ -420,6 +457,30 @@ impl ProfileReader {
         }
         Ok(Some(answer))
     }
+}
+
+/// The typed tags of a row's cells (each column's newest version).
+fn stored_tags(defs: &[TagDef], cells: &[Cell]) -> Map<String, Value> {
+    let mut tags = Map::new();
+    for cell in cells {
+        let code = String::from_utf8_lossy(&cell.qualifier).into_owned();
+        if !tags.contains_key(&code) {
+            let value = typed(defs, &code, Some(&cell.family), &cell.value);
+            tags.insert(code, value);
+        }
+    }
+    tags
+}
+
+/// A stored value typed by its tag's `data_type` (the definition of that family, if
+/// `family` is given); a cell whose tag the registry no longer defines, or whose text does
+/// not read as its type, is given as its text: what is stored is shown, never dropped.
+pub(super) fn typed(defs: &[TagDef], code: &str, family: Option<&str>, value: &[u8]) -> Value {
+    defs.iter()
+        .find(|d| d.tag_code == code && family.is_none_or(|f| family_of(d.value_type) == Some(f)))
+        .and_then(|d| CellValue::from_cell(d.data_type, value))
+        .and_then(|v| serde_json::from_str(&v.to_json()).ok())
+        .unwrap_or_else(|| Value::String(String::from_utf8_lossy(value).into()))
 }
 
 fn empty() -> Entry {

@@ -315,3 +315,38 @@ fn a_disabled_cache_without_short_term_codes_asks_redis_nothing() {
     assert_eq!(answers[1]["tags"], json!({"dim_city": "hz-u2"}));
     assert_eq!(stats.redis_errors.load(Ordering::Relaxed), 0);
 }
+
+/// A reader opened before a tag is defined types its values once the registry has it: it asks
+/// the registry whether it changed (at most once a second), not only at start.
+#[test]
+fn a_tag_defined_after_the_reader_opened_is_typed() {
+    let dir = TempDir::new().unwrap();
+    let (store, _) = setup(&dir);
+    let registry_path = dir.path().join("tags.sqlite");
+    let mut registry = crate::registry::SqliteRegistry::open(&registry_path).unwrap();
+    registry.upsert(&defs()[..1]).unwrap();
+    let toml = format!(
+        "[registry]\nurl = \"sqlite://{}\"\n[short_term]\npath = \"{}\"\n",
+        registry_path.display(),
+        dir.path().join("st.sqlite").display()
+    );
+    let cfg = crate::ProfileConfig::parse("p.toml", &toml).unwrap();
+    let reader = ProfileReader::open(&cfg, Arc::default()).unwrap();
+    let all = Selection::all();
+    let tags = |reader: &ProfileReader| {
+        reader
+            .get(&store.reader(), "u1", &all, now_ms())
+            .unwrap()
+            .unwrap()["tags"]
+            .clone()
+    };
+    assert_eq!(
+        tags(&reader)["beh_buy"],
+        json!("4"),
+        "not defined: its text"
+    );
+    registry.upsert(&defs()[1..]).unwrap();
+    std::thread::sleep(REGISTRY_CHECK_EVERY + Duration::from_millis(100));
+    assert_eq!(tags(&reader)["beh_buy"], json!(4), "defined since: an INT");
+    assert_eq!(tags(&reader)["rt_cat"], json!("shoes"));
+}
