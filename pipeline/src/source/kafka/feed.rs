@@ -26,9 +26,10 @@
 //! `max_future_skew_secs` ahead of the wall clock is rejected (kind `future`) before it can move
 //! its partition's newest event time: one device with a clock in the future would otherwise make
 //! every later reading of the partition late. A job without a window (the profile job), which
-//! no record can be late for, moves its watermark past the newest event time read whenever it
-//! has nothing to read, so that the offsets of a burst's last records are committed as soon as
-//! they are durable (see `KafkaFeed::pass_what_was_read`).
+//! no record can be late for, moves its watermark past the newest event time read, and past the
+//! time its last record was emitted at, whenever it has nothing to read, so that the offsets of
+//! a burst's last records (an older one among them too) are committed as soon as they are
+//! durable (see `KafkaFeed::pass_what_was_read`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -139,6 +140,8 @@ pub struct KafkaFeed<D: LineDecoder> {
     parts: Vec<PartState>,
     arrivals: Arc<Mutex<VecDeque<i64>>>,
     watermark: u64,
+    /// The timely time the last record was emitted at (the watermark then), if any.
+    last_emitted: Option<u64>,
     idle_timeout: Duration,
     commit_every: Duration,
     next_commit: Instant,
@@ -271,6 +274,7 @@ impl<D: LineDecoder> KafkaFeed<D> {
             parts,
             arrivals: Arc::new(Mutex::new(VecDeque::new())),
             watermark,
+            last_emitted: None,
             clock: Clock::start(),
             errors: 0,
             error_note: ErrorNote::default(),
@@ -356,9 +360,17 @@ impl<D: LineDecoder> KafkaFeed<D> {
             return;
         }
         // A worker that has read nothing follows the others, as an idle one does.
-        let past = self.parts.iter().filter_map(|p| p.newest).max();
-        if let Some(newest) = past {
-            let past = (newest.max(0) as u64).saturating_add(1);
+        let read = self
+            .parts
+            .iter()
+            .filter_map(|p| p.newest)
+            .max()
+            .map(|newest| (newest.max(0) as u64).saturating_add(1));
+        // Past the time the last record was emitted at, too: a record older than the newest
+        // event time read is emitted at the watermark, which moving past the newest event time
+        // alone leaves where it is, so its offset waited for a newer record.
+        let emitted = self.last_emitted.map(|at| at.saturating_add(1));
+        if let Some(past) = read.max(emitted) {
             self.shared
                 .fleet_watermark
                 .fetch_max(past, Ordering::Relaxed);
@@ -532,6 +544,7 @@ impl<D: LineDecoder> EventFeed for KafkaFeed<D> {
             Err(rejected) => rejected.partition = Some(partition),
         }
         let emitted_at = self.watermark;
+        self.last_emitted = Some(emitted_at);
         let part = &mut self.parts[local];
         part.last_seen = now;
         let before = part.newest;
@@ -742,6 +755,31 @@ mod tests {
             }
         }
         assert!(f.stopping_since.is_some());
+    }
+
+    /// A job without a window moves its watermark, when nothing is to be read, past every
+    /// record emitted: past the newest event time read, and past the time a record older than
+    /// it was emitted at (the watermark then), so the durable frontier passes that record and
+    /// its offset is committed without waiting for a newer one. And no further: it does not
+    /// creep while nothing comes.
+    #[test]
+    fn a_job_without_a_window_passes_every_record_emitted_when_idle() {
+        let shared = Arc::new(KafkaShared::new(1, 1));
+        let mut f = feed_with(&[(0, Some(1000), 0)], shared);
+        f.opts.window = None;
+        f.pass_what_was_read();
+        assert_eq!(f.watermark(), 1001);
+        // A record of event time 900 arrives: emitted at the watermark, 1001.
+        f.last_emitted = Some(f.watermark());
+        f.pass_what_was_read();
+        assert_eq!(f.watermark(), 1002, "past the late record's time");
+        f.pass_what_was_read();
+        assert_eq!(f.watermark(), 1002, "no creep");
+        // With a window, the bound holds: nothing is passed.
+        let mut w = feed_with(&[(0, Some(1000), 0)], Arc::new(KafkaShared::new(1, 1)));
+        w.last_emitted = Some(5000);
+        w.pass_what_was_read();
+        assert_eq!(w.watermark(), 0);
     }
 
     #[test]
