@@ -3,6 +3,7 @@
 //! tags' store (Redis or SQLite), tag purges and a generator of realistic tag traffic.
 #![deny(missing_docs)]
 
+pub mod audience;
 pub mod cache;
 pub mod config;
 pub mod event;
