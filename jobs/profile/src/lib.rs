@@ -90,6 +90,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An audience query that is not valid or asks too much; the message says where and why.
+    #[error(transparent)]
+    Query(#[from] audience::QueryError),
     /// The tag store (the profile tables) failed; the message says what to do.
     #[error(transparent)]
     Store(#[from] sinks::Error),
