@@ -1,6 +1,7 @@
 //! The `hourglass` binary: replay recordings into the tables, generate traffic, answer
 //! dashboard queries, manage tables and measure throughput.
 
+mod audience;
 mod landing;
 mod profile;
 mod purge;

@@ -10,6 +10,7 @@
 pub mod check;
 pub mod eval;
 pub mod index;
+pub mod maintain;
 pub mod parse;
 
 use std::fmt;
@@ -65,20 +66,66 @@ impl fmt::Display for QueryError {
 
 impl std::error::Error for QueryError {}
 
-/// How much work one query may do (`[audience]` in the profile config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// How much work one query may do (the query keys of `[index]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Most predicates in a query (default 32).
-    #[serde(default = "default_max_terms")]
     pub max_terms: usize,
     /// Most index entries one predicate may match (default 10,000,000): a predicate that
     /// matches more is refused, not read to the end.
-    #[serde(default = "default_max_term_users")]
     pub max_term_users: usize,
     /// Most users read for a `NOT` that stands alone (default 10,000,000).
+    pub max_universe_users: usize,
+}
+
+/// `[index]`: whether the profile job maintains `user_tag_index`, and the audience queries'
+/// limits.
+///
+/// On by default: the index is what `profile audience` reads, and one left off while the job
+/// writes goes stale without a sign (`profile reconcile` would have to rebuild it). Its cost
+/// is one batched read of the written users' rows per table write of the job and the index
+/// rows of the changed values; turn it off for an ingest that no audience query reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexConfig {
+    /// Whether the job writes and retracts index entries (default true).
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+    /// [`Limits::max_terms`].
+    #[serde(default = "default_max_terms")]
+    pub max_terms: usize,
+    /// [`Limits::max_term_users`].
+    #[serde(default = "default_max_term_users")]
+    pub max_term_users: usize,
+    /// [`Limits::max_universe_users`].
     #[serde(default = "default_max_term_users")]
     pub max_universe_users: usize,
+}
+
+const fn default_enabled() -> bool {
+    true
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            enabled: default_enabled(),
+            max_terms: default_max_terms(),
+            max_term_users: default_max_term_users(),
+            max_universe_users: default_max_term_users(),
+        }
+    }
+}
+
+impl IndexConfig {
+    /// The query limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_terms: self.max_terms,
+            max_term_users: self.max_term_users,
+            max_universe_users: self.max_universe_users,
+        }
+    }
 }
 
 const fn default_max_terms() -> usize {
