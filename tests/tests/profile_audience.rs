@@ -14,6 +14,10 @@ use std::process::Output;
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+// Its scenario (registry, config, replays) and `hourglass serve`; not every helper is used here.
+#[allow(dead_code)]
+mod profile_read_common;
+
 use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, ok_stdout};
 use profile::{DataType, TagDef, ValueType};
@@ -493,4 +497,70 @@ fn value_changes_retract_on_hbase() {
     // Decimal ids, as phone numbers are, unique to this run.
     let run_id = format!("{}", 100_000_000 + nanos % 800_000_000);
     value_changes_retract(&["--hbase", THRIFT1, "--thrift2", THRIFT2], &run_id);
+}
+
+#[test]
+fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
+    let s = profile_read_common::Scenario::new("", &["--store", "store"]);
+    let now = profile_read_common::now();
+    let events: Vec<(String, i64, Value)> = (0..30)
+        .map(|i| {
+            let city = ["hz", "sh", "bj"][i % 3];
+            (
+                format!("1380000{i:04}"),
+                now - 60,
+                json!({"dim_city": city, "beh_buy": i}),
+            )
+        })
+        .collect();
+    let text: String = events
+        .iter()
+        .map(|(u, ts, t)| format!("{}\n", json!({"user_id": u, "ts": ts, "tags": t})))
+        .collect();
+    std::fs::write(s.path().join("ev.jsonl"), text).unwrap();
+    profile_read_common::ok(
+        s.path(),
+        &[
+            "profile", "replay", "ev.jsonl", "--config", "p.toml", "--store", "store", "--quiet",
+        ],
+    );
+    let q = "dim_city = hz AND beh_buy >= 10";
+    let want: Vec<String> = events
+        .iter()
+        .filter(|(_, _, t)| t["dim_city"] == "hz" && t["beh_buy"].as_i64().unwrap() >= 10)
+        .map(|(u, _, _)| u.clone())
+        .collect();
+    assert_eq!(want.len(), 6);
+    let server = s.serve();
+    let encoded = q
+        .replace(' ', "%20")
+        .replace('=', "%3D")
+        .replace('>', "%3E");
+    let (status, body) = server.get(&format!("/api/v1/audience?q={encoded}&limit=3"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["count"], json!(want.len()));
+    assert_eq!(body["truncated"], json!(true));
+    assert_eq!(body["users"], json!(want[..3]));
+    let cli = profile_read_common::ok(
+        s.path(),
+        &[
+            "profile", "audience", q, "--config", "p.toml", "--store", "store", "--format", "ids",
+        ],
+    );
+    assert_eq!(cli.lines().collect::<Vec<_>>(), want);
+    for (q, text) in [
+        ("dim_city%20%3D", "at position 10: expected a value"),
+        ("dim_town%20%3D%20hz", "unknown tag 'dim_town'"),
+        ("beh_buy%20%3D%20many", "'many' is not an integer"),
+        ("dim_city%20%3E%20hz", "operator > is not valid"),
+    ] {
+        let (status, body) = server.get(&format!("/api/v1/audience?q={q}"));
+        assert_eq!(status, 400, "{q}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(text),
+            "{q}: {body}"
+        );
+    }
+    let (status, _) = server.get("/api/v1/audience");
+    assert_eq!(status, 400);
 }
