@@ -80,3 +80,47 @@ pub fn audience(args: &AudienceArgs, cfg: &ProfileConfig) -> Result<ExitCode> {
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// Arguments of `hourglass profile reconcile`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReconcileArgs {
+    /// Put the missing entries and delete the stale ones.
+    #[arg(long)]
+    pub repair: bool,
+    /// Profile job configuration (TOML): registry, store.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where the tables are: `--store DIR` (embedded) or `--hbase HOST:PORT`.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// Prints what `profile reconcile` found as JSON; exits 1 when the index does not match and
+/// was not repaired.
+pub fn reconcile(args: &ReconcileArgs, cfg: &ProfileConfig) -> Result<ExitCode> {
+    // Writable only to repair: a check leaves an embedded store untouched.
+    let backend = pipeline::store::open(
+        &cfg.store,
+        &profile::tables(),
+        &args.backend,
+        true,
+        args.repair,
+    )?;
+    let defs = profile::registry::open(&cfg.registry.url)?.list()?;
+    let reader = backend.reader();
+    let found = if args.repair {
+        let mut writer = backend.writer();
+        profile::audience::reconcile::reconcile(&reader, Some(writer.as_mut()), &defs)?
+    } else {
+        profile::audience::reconcile::reconcile(&reader, None, &defs)?
+    };
+    if args.repair {
+        backend.persist()?;
+    }
+    println!("{}", serde_json::to_string(&found)?);
+    Ok(if found.consistent() || found.repaired {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

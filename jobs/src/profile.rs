@@ -33,6 +33,9 @@ pub enum ProfileCommand {
     /// Count or list the users a tag condition selects, from the index `user_tag_index`:
     /// `hourglass profile audience 'dim_city = hz AND beh_buy_30d >= 3 AND NOT vip = true'`.
     Audience(crate::audience::AudienceArgs),
+    /// Compare the index `user_tag_index` with `user_profile_tag`: prints the missing and stale
+    /// entries' counts as JSON, exits 1 when they do not match; `--repair` fixes them.
+    Reconcile(crate::audience::ReconcileArgs),
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
     Generate(GenerateArgs),
@@ -138,6 +141,9 @@ pub fn run(cmd: ProfileCommand) -> Result<ExitCode> {
         ProfileCommand::Replay(args) => replay(&args).map(|_| ExitCode::SUCCESS),
         ProfileCommand::Run(args) => run_job(&args).map(|_| ExitCode::SUCCESS),
         ProfileCommand::Get(args) => get(&args),
+        ProfileCommand::Reconcile(args) => {
+            crate::audience::reconcile(&args, &load(args.config.as_deref())?)
+        }
         ProfileCommand::Audience(args) => {
             crate::audience::audience(&args, &load(args.config.as_deref())?)
         }

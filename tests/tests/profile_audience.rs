@@ -11,23 +11,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Output;
-use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+mod profile_audience_common;
 // Its scenario (registry, config, replays) and `hourglass serve`; not every helper is used here.
 #[allow(dead_code)]
 mod profile_read_common;
 
 use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, ok_stdout};
-use profile::{DataType, TagDef, ValueType};
-use serde_json::{json, Map, Value};
+use profile::ValueType;
+use profile_audience_common::conditions;
+use serde_json::{json, Value};
 
 /// "Now" of every command of the generated scenario: after the last event time (the
 /// generator's events start at 1796500000 and span a day).
 const NOW: &str = "1796600000";
-
-type Tags = Map<String, Value>;
 
 fn run(dir: &Path, now: &str, args: &[&str]) -> Output {
     hourglass_command(dir, now, args)
@@ -37,148 +36,6 @@ fn run(dir: &Path, now: &str, args: &[&str]) -> Output {
 
 fn ok(dir: &Path, now: &str, args: &[&str]) -> String {
     ok_stdout(args, run(dir, now, args))
-}
-
-/// A condition as query text and as a predicate over a user's tags.
-#[derive(Clone)]
-struct Cond {
-    text: String,
-    holds: Rc<dyn Fn(&Tags) -> bool>,
-}
-
-impl Cond {
-    fn pred(text: String, code: &str, f: impl Fn(&Value) -> bool + 'static) -> Self {
-        let code = code.to_string();
-        Cond {
-            text,
-            holds: Rc::new(move |tags| tags.get(&code).is_some_and(&f)),
-        }
-    }
-
-    fn and(&self, other: &Cond) -> Self {
-        let (a, b) = (self.holds.clone(), other.holds.clone());
-        Cond {
-            text: format!("({} AND {})", self.text, other.text),
-            holds: Rc::new(move |t| a(t) && b(t)),
-        }
-    }
-
-    fn or(&self, other: &Cond) -> Self {
-        let (a, b) = (self.holds.clone(), other.holds.clone());
-        Cond {
-            text: format!("({} OR {})", self.text, other.text),
-            holds: Rc::new(move |t| a(t) || b(t)),
-        }
-    }
-
-    fn not(&self) -> Self {
-        let a = self.holds.clone();
-        Cond {
-            text: format!("NOT {}", self.text),
-            holds: Rc::new(move |t| !a(t)),
-        }
-    }
-}
-
-/// The code of `data_type` (dimension or statistic) most users hold, and its values.
-fn busiest<'a>(
-    defs: &'a [TagDef],
-    users: &BTreeMap<String, Tags>,
-    data_type: DataType,
-) -> (&'a str, Vec<Value>) {
-    defs.iter()
-        .filter(|d| d.data_type == data_type && d.value_type != ValueType::ShortTerm)
-        .map(|d| {
-            let values: Vec<Value> = users
-                .values()
-                .filter_map(|t| t.get(&d.tag_code).cloned())
-                .collect();
-            (d.tag_code.as_str(), values)
-        })
-        .max_by_key(|(_, v)| v.len())
-        .expect("a code of the type")
-}
-
-/// The conditions to check: each type's operators on its busiest code, and their combinations.
-fn conditions(defs: &[TagDef], users: &BTreeMap<String, Tags>) -> Vec<Cond> {
-    let mut preds = Vec::new();
-    let (s, values) = busiest(defs, users, DataType::String);
-    let mut texts: Vec<String> = values
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .filter(|v| !v.contains('\''))
-        .collect();
-    texts.sort();
-    texts.dedup();
-    let (v, w) = (texts[0].clone(), texts[texts.len() - 1].clone());
-    let (v1, v2, w2) = (v.clone(), v.clone(), w.clone());
-    preds.push(Cond::pred(format!("{s} = '{v}'"), s, move |x| {
-        x == &json!(v1)
-    }));
-    preds.push(Cond::pred(format!("{s} != '{v}'"), s, move |x| {
-        x != &json!(v2)
-    }));
-    let (v3, w3) = (v.clone(), w.clone());
-    preds.push(Cond::pred(format!("{s} IN ('{v}', '{w2}')"), s, move |x| {
-        x == &json!(v3) || x == &json!(w3)
-    }));
-
-    let (i, values) = busiest(defs, users, DataType::Int);
-    let mut ints: Vec<i64> = values.iter().filter_map(Value::as_i64).collect();
-    ints.sort_unstable();
-    let m = ints[ints.len() / 2];
-    preds.push(Cond::pred(format!("{i} >= {m}"), i, move |x| {
-        x.as_i64().unwrap() >= m
-    }));
-    preds.push(Cond::pred(format!("{i} < {m}"), i, move |x| {
-        x.as_i64().unwrap() < m
-    }));
-    preds.push(Cond::pred(format!("{i} = {m}"), i, move |x| {
-        x.as_i64() == Some(m)
-    }));
-
-    let (f, values) = busiest(defs, users, DataType::Float);
-    let mut floats: Vec<f64> = values.iter().filter_map(Value::as_f64).collect();
-    floats.sort_by(f64::total_cmp);
-    let fm = floats[floats.len() / 2];
-    preds.push(Cond::pred(format!("{f} > {fm:?}"), f, move |x| {
-        x.as_f64().unwrap() > fm
-    }));
-    preds.push(Cond::pred(format!("{f} <= {fm:?}"), f, move |x| {
-        x.as_f64().unwrap() <= fm
-    }));
-
-    let (b, _) = busiest(defs, users, DataType::Boolean);
-    preds.push(Cond::pred(format!("{b} = true"), b, |x| x == &json!(true)));
-    preds.push(Cond::pred(format!("{b} != true"), b, |x| {
-        x == &json!(false)
-    }));
-
-    let (mv, values) = busiest(defs, users, DataType::MultiValue);
-    let mut elems: Vec<String> = values
-        .iter()
-        .flat_map(|v| v.as_array().cloned().unwrap_or_default())
-        .filter_map(|e| e.as_str().map(str::to_string))
-        .filter(|e| !e.contains('\''))
-        .collect();
-    elems.sort();
-    elems.dedup();
-    let e = elems[0].clone();
-    let e1 = e.clone();
-    preds.push(Cond::pred(format!("{mv} CONTAINS '{e}'"), mv, move |x| {
-        x.as_array().unwrap().contains(&json!(e1))
-    }));
-
-    let mut all = preds.clone();
-    for (n, p) in preds.iter().enumerate() {
-        let q = &preds[(n + 3) % preds.len()];
-        let r = &preds[(n + 7) % preds.len()];
-        all.push(p.and(q));
-        all.push(p.or(&r.not()));
-        all.push(p.and(q).not());
-        all.push(p.and(&q.not()).or(&r.and(p)));
-    }
-    all
 }
 
 /// `profile audience QUERY --format ids` as a set.
@@ -563,4 +420,81 @@ fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
     }
     let (status, _) = server.get("/api/v1/audience");
     assert_eq!(status, 400);
+}
+
+#[test]
+fn reconcile_finds_missing_and_stale_entries_and_repairs_them() {
+    let s = profile_read_common::Scenario::new("", &["--store", "store"]);
+    let now = profile_read_common::now();
+    let (u1, u2) = ("13800000001", "13800000002");
+    s.replay(&[
+        (u1, now - 60, json!({"dim_city": "hz", "beh_buy": 4})),
+        (u2, now - 60, json!({"dim_city": "sh", "beh_buy": 1})),
+    ]);
+    let reconcile = |repair: bool| -> (bool, Value) {
+        let mut args = vec![
+            "profile",
+            "reconcile",
+            "--config",
+            "p.toml",
+            "--store",
+            "store",
+        ];
+        if repair {
+            args.push("--repair");
+        }
+        let out = profile_read_common::run(s.path(), &args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.success(),
+            serde_json::from_str(&text).expect(&text),
+        )
+    };
+    let (ok_, found) = reconcile(false);
+    assert!(ok_, "{found}");
+    assert_eq!(
+        (found["missing"].clone(), found["stale"].clone()),
+        (json!(0), json!(0))
+    );
+    assert_eq!(found["index_rows"], json!(4));
+
+    // u1 moves to gz in the profile table alone, as a job with the index off writes it: its
+    // gz entry is missing, its hz entry stale.
+    {
+        use sinks::table::{Cell, Mutation};
+        let cfg = sinks::config::StoreConfig {
+            dir: s.path().join("store"),
+            ..sinks::config::StoreConfig::default()
+        };
+        let store = sinks::open(&cfg, &profile::tables(), &sinks::OpenOptions::default()).unwrap();
+        let mut w = store.writer();
+        w.write(vec![Mutation::Put {
+            table: profile::PROFILE_TABLE,
+            row: profile::profile_row(u1),
+            cells: vec![Cell {
+                family: "dimension".into(),
+                qualifier: b"dim_city".to_vec(),
+                ts_ms: (now - 30) * 1000,
+                value: b"gz".to_vec(),
+            }],
+        }])
+        .unwrap();
+        w.flush().unwrap();
+        store.persist().unwrap();
+    }
+    let who = |q: &str| audience(s.path(), NOW, &["--store", "store"], q);
+    assert_eq!(who("dim_city = hz").len(), 1);
+    assert!(who("dim_city = gz").is_empty());
+    let (ok_, found) = reconcile(false);
+    assert!(!ok_, "a mismatch exits 1");
+    assert_eq!(
+        (found["missing"].clone(), found["stale"].clone()),
+        (json!(1), json!(1))
+    );
+    let (ok_, found) = reconcile(true);
+    assert!(ok_ && found["repaired"] == json!(true), "{found}");
+    let (ok_, found) = reconcile(false);
+    assert!(ok_, "{found}");
+    assert_eq!(who("dim_city = gz").into_iter().collect::<Vec<_>>(), [u1]);
+    assert!(who("dim_city = hz").is_empty());
 }

@@ -12,6 +12,7 @@ pub mod eval;
 pub mod index;
 pub mod maintain;
 pub mod parse;
+pub mod reconcile;
 
 use std::fmt;
 
