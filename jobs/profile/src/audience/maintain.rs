@@ -13,6 +13,10 @@
 //!   of that value), and the new value's entries that the old one did not have are put,
 //!   stamped with the new event time;
 //! - the same value again changes nothing.
+//!
+//! One case the rule cannot serve on HBase: a value that comes back stamped exactly at the
+//! bound of an earlier delete of its entry stays hidden until a major compaction (HBase masks
+//! puts at or below a delete's stamp); `profile reconcile` reports it as missing.
 
 use sinks::table::{Cell, Mutation, ScanSpec, TableReader, TableWriter};
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! feed ─ event_source ─ ok_err_in_order ─┬─ events ─ exchange_in_order (user) ─ merge_users ─┬─ puts ─ write_batches (tables) ─────┬─ probe
-//!                                        │                                                  │  (then invalidates the users' cache entries)
+//!                                        │                                                  │  (index entries added first, job/index.rs; then invalidates the users' cache entries)
 //!                                        │                                                  ├─ short-term ─ write_batches (store) ┤
 //!                                        │                                                  └─ refused tags ─┐                    │
 //!                                        └─ rejected lines ──────────────────────────────────────────────────┴─ write_batches (dead letters)
