@@ -1,6 +1,7 @@
 //! The `hourglass` binary: replay recordings into the tables, generate traffic, answer
 //! dashboard queries, manage tables and measure throughput.
 
+mod audience;
 mod landing;
 mod profile;
 mod purge;
@@ -132,10 +133,11 @@ fn serve(cmd: &ServeCommand) -> anyhow::Result<()> {
             let cfg = ::profile::ProfileConfig::load(path)?;
             let stats = std::sync::Arc::new(::profile::cache::CacheStats::default());
             let reader = ::profile::ProfileReader::open(&cfg, stats.clone())?;
+            let limits = cfg.index.limits();
             Some(sensor::serve::Extension {
                 tables: ::profile::tables(),
                 routes: Box::new(move |store, reads| {
-                    ::profile::serve::routes(reader, store, reads)
+                    ::profile::serve::routes(reader, store, reads, limits)
                 }),
                 metrics: Some(sensor::serve::ExtraMetrics(std::sync::Arc::new(
                     move || stats.exposition(),

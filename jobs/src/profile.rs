@@ -1,4 +1,4 @@
-//! `hourglass profile`: the profile job (`replay`, `run`), its query (`get`) and its test
+//! `hourglass profile`: the profile job (`replay`, `run`), its queries (`get`, `audience`) and its test
 //! traffic (`generate`). Flags and config here; the job is `profile::job`.
 
 use std::io::{BufWriter, Write};
@@ -30,6 +30,12 @@ pub enum ProfileCommand {
     /// `{"user_id": …, "tags": {code: value}, "source": "cache"|"store"}`. Exits 1 for a user
     /// with none.
     Get(GetArgs),
+    /// Count or list the users a tag condition selects, from the index `user_tag_index`:
+    /// `hourglass profile audience 'dim_city = hz AND beh_buy_30d >= 3 AND NOT vip = true'`.
+    Audience(crate::audience::AudienceArgs),
+    /// Compare the index `user_tag_index` with `user_profile_tag`: prints the missing and stale
+    /// entries' counts as JSON, exits 1 when they do not match; `--repair` fixes them.
+    Reconcile(crate::audience::ReconcileArgs),
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
     Generate(GenerateArgs),
@@ -135,6 +141,12 @@ pub fn run(cmd: ProfileCommand) -> Result<ExitCode> {
         ProfileCommand::Replay(args) => replay(&args).map(|_| ExitCode::SUCCESS),
         ProfileCommand::Run(args) => run_job(&args).map(|_| ExitCode::SUCCESS),
         ProfileCommand::Get(args) => get(&args),
+        ProfileCommand::Reconcile(args) => {
+            crate::audience::reconcile(&args, &load(args.config.as_deref())?)
+        }
+        ProfileCommand::Audience(args) => {
+            crate::audience::audience(&args, &load(args.config.as_deref())?)
+        }
         ProfileCommand::Generate(args) => generate(&args).map(|()| ExitCode::SUCCESS),
     }
 }
@@ -263,7 +275,10 @@ where
     S::Feed: EventFeed<Item = profile::job::Item>,
 {
     job.metrics().attach_counters(counters.clone());
-    let profile = ProfileJob::new(cfg, Pace::of(&source), counters)?;
+    let mut profile = ProfileJob::new(cfg, Pace::of(&source), counters)?;
+    if cfg.index.enabled {
+        profile = profile.with_index(backend.reader());
+    }
     Ok(job.run(source, profile, &cfg.window, &cfg.store, backend)?)
 }
 

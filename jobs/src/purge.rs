@@ -82,8 +82,9 @@ pub fn run(
 
 fn summary(c: &PurgeCounts) -> String {
     format!(
-        "{} profile rows held it, {} columns deleted; {} history rows scanned, {} deleted",
-        c.profile_rows, c.columns_deleted, c.history_rows, c.history_deleted
+        "{} profile rows held it, {} columns deleted; {} history rows scanned, {} deleted; {} \
+         index entries deleted",
+        c.profile_rows, c.columns_deleted, c.history_rows, c.history_deleted, c.index_deleted
     )
 }
 

@@ -311,12 +311,13 @@ fn absent_table(table: &str, location: &str) -> String {
 
 fn unknown_table(table: &str) -> String {
     format!(
-        "unknown table {table}: use {}, {}, {}, {} or {}",
+        "unknown table {table}: use {}, {}, {}, {}, {} or {}",
         tables::NARROW_TABLE,
         tables::HOURLY_TABLE,
         tables::ROOM_TABLE,
         profile::PROFILE_TABLE,
-        profile::HISTORY_TABLE
+        profile::HISTORY_TABLE,
+        profile::audience::INDEX_TABLE
     )
 }
 

@@ -9,6 +9,7 @@ use pipeline::config::{
 };
 use serde::Deserialize;
 
+use crate::audience::IndexConfig;
 use crate::cache::CacheConfig;
 use crate::event::EventLimits;
 use crate::merge::MergeConfig;
@@ -40,6 +41,9 @@ pub struct ProfileConfig {
     /// The profile cache of the read path, in the Redis of `[redis]`.
     #[serde(default)]
     pub cache: CacheConfig,
+    /// The audience index: maintained by the job or not, and the queries' limits.
+    #[serde(default)]
+    pub index: IndexConfig,
     /// When the job's per-user merge flushes.
     #[serde(default)]
     pub merge: MergeConfig,
@@ -86,6 +90,7 @@ impl Default for ProfileConfig {
             redis: None,
             short_term: ShortTermConfig::default(),
             cache: CacheConfig::default(),
+            index: IndexConfig::default(),
             merge: MergeConfig::default(),
             limits: EventLimits::default(),
             gray: GrayConfig::default(),

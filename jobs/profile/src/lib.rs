@@ -3,6 +3,7 @@
 //! tags' store (Redis or SQLite), tag purges and a generator of realistic tag traffic.
 #![deny(missing_docs)]
 
+pub mod audience;
 pub mod cache;
 pub mod config;
 pub mod event;
@@ -89,6 +90,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An audience query that is not valid or asks too much; the message says where and why.
+    #[error(transparent)]
+    Query(#[from] audience::QueryError),
     /// The tag store (the profile tables) failed; the message says what to do.
     #[error(transparent)]
     Store(#[from] sinks::Error),

@@ -1,6 +1,6 @@
 //! Purging an offline tag: its column deleted from every `user_profile_tag` row, its
-//! `user_tag_history` rows deleted, page by page from a checkpoint file, then both tables
-//! major-compacted.
+//! `user_tag_history` rows deleted, page by page from a checkpoint file, its `user_tag_index`
+//! entries deleted, then the tables major-compacted.
 //!
 //! A purge runs while the tag is `offline`, so no job writes the column meanwhile. It scans
 //! each table in pages of [`PurgeOptions::page_rows`] rows, deletes what it found, flushes, and
@@ -49,6 +49,9 @@ pub struct PurgeCounts {
     pub history_rows: u64,
     /// History rows of the tag deleted.
     pub history_deleted: u64,
+    /// `user_tag_index` entries of the tag deleted.
+    #[serde(default)]
+    pub index_deleted: u64,
 }
 
 /// How far one table's scan has gone.
@@ -232,7 +235,11 @@ pub fn purge(
     if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
         return Ok(Outcome::Stopped(checkpoint.counts));
     }
-    for table in [PROFILE_TABLE, HISTORY_TABLE] {
+    let page = options.page_rows;
+    let code = options.code;
+    checkpoint.counts.index_deleted +=
+        crate::audience::maintain::delete_code(&run.reader, run.writer.as_mut(), code, page)?;
+    for table in [PROFILE_TABLE, HISTORY_TABLE, crate::audience::INDEX_TABLE] {
         progress(Progress::Compacting { table });
         store.admin().major_compact(table)?;
     }
@@ -547,6 +554,7 @@ mod tests {
             columns_deleted: 5,
             history_rows: 20,
             history_deleted: 10,
+            index_deleted: 0,
         };
         assert_eq!(outcome, Outcome::Purged(want));
         let (columns, codes) = codes_left(&store);

@@ -1,5 +1,6 @@
-//! The profile routes of `hourglass serve`: `GET /api/v1/profile/{user}` and
-//! `POST /api/v1/profiles:batchGet`, an [`axum::Router`] the binary merges into the server.
+//! The profile routes of `hourglass serve`: `GET /api/v1/profile/{user}`,
+//! `POST /api/v1/profiles:batchGet` and `GET /api/v1/audience`, an [`axum::Router`] the binary
+//! merges into the server.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sinks::Reader;
 
+use crate::audience::Limits;
 use crate::query::{ProfileReader, Selection, MAX_BATCH_USERS};
 use crate::Error;
 
@@ -22,7 +24,14 @@ struct Api {
     store: Reader,
     /// Turns to read the store, as the server's own routes take them.
     reads: Arc<tokio::sync::Semaphore>,
+    /// Audience queries' limits (`[index]`).
+    limits: Limits,
 }
+
+/// Ids an audience answer lists by default (`limit`), and at most.
+pub const AUDIENCE_IDS: usize = 1000;
+/// Most ids an audience answer may list.
+pub const MAX_AUDIENCE_IDS: usize = 100_000;
 
 /// The profile routes over `store` (the tables `hourglass serve` opened), reading through
 /// `reader`, at most `store_reads` reads at once (each on the blocking pool).
@@ -34,16 +43,23 @@ struct Api {
 ///   (`tags` and `families` optional): `{"profiles": [...]}` in the order asked, a user with
 ///   no tag with `"tags": {}`; 400 for more than [`MAX_BATCH_USERS`] users or a bad body.
 ///
+/// - `GET /api/v1/audience?q=EXPR[&limit=N]`: `{"query", "count", "truncated", "users"}` as
+///   `hourglass profile audience --format json` prints it, at most `limit` ids (default
+///   [`AUDIENCE_IDS`], at most [`MAX_AUDIENCE_IDS`]) within `limits`; 400 for a bad expression,
+///   an unknown tag, a type mismatch or a limit passed, naming the position.
+///
 /// A failing store answers 503, a failing Redis nothing: the store answers instead.
-pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize) -> Router {
+pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize, limits: Limits) -> Router {
     let api = Arc::new(Api {
         reader,
         store,
         reads: Arc::new(tokio::sync::Semaphore::new(store_reads.max(1))),
+        limits,
     });
     Router::new()
         .route("/api/v1/profile/{user}", get(one))
         .route("/api/v1/profiles:batchGet", post(batch))
+        .route("/api/v1/audience", get(audience))
         .with_state(api)
 }
 
@@ -53,7 +69,7 @@ struct ApiError(StatusCode, String);
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let status = match &e {
-            Error::Invalid(_) | Error::UnknownTag(_) => StatusCode::BAD_REQUEST,
+            Error::Invalid(_) | Error::UnknownTag(_) | Error::Query(_) => StatusCode::BAD_REQUEST,
             Error::Store(_) | Error::Redis { .. } | Error::Sqlite { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -180,4 +196,39 @@ async fn batch(State(api): State<Arc<Api>>, body: Bytes) -> Result<Json<Value>, 
     })
     .await?;
     Ok(Json(json!({ "profiles": profiles })))
+}
+
+/// Query parameters of `GET /api/v1/audience`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AudienceParams {
+    q: String,
+    limit: Option<usize>,
+}
+
+async fn audience(
+    State(api): State<Arc<Api>>,
+    params: Result<Query<AudienceParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(p) =
+        params.map_err(|e| bad_request(format!("{}; expected ?q=EXPR", e.body_text())))?;
+    let limit = p.limit.unwrap_or(AUDIENCE_IDS);
+    if limit > MAX_AUDIENCE_IDS {
+        return Err(bad_request(format!(
+            "limit {limit}: at most {MAX_AUDIENCE_IDS} ids; use `hourglass profile audience \
+             --format ids` for more"
+        )));
+    }
+    let answer = blocking(&api, move |api| {
+        let found = crate::audience::select(&api.store, &p.q, api.reader.defs(), api.limits)?;
+        let users: Vec<String> = found.user_ids(Some(limit)).collect();
+        Ok(json!({
+            "query": p.q,
+            "count": found.len(),
+            "truncated": (users.len() as u64) < found.len(),
+            "users": users,
+        }))
+    })
+    .await?;
+    Ok(Json(answer))
 }

@@ -111,14 +111,20 @@ pub fn history_table_ttl(ttl_secs: u64) -> TableSpec {
     }
 }
 
-/// Every table the profile job writes, with the default history TTL.
+/// Every table the profile job writes, with the default history TTL: the profile, its history
+/// and the audience index (`crate::audience::index`, whose codec declares it).
 pub fn tables() -> Vec<TableSpec> {
-    vec![profile_table(), history_table()]
+    vec![
+        profile_table(),
+        history_table(),
+        crate::audience::index::index_table(),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audience::INDEX_TABLE;
     use crate::key::{history_row, profile_row, salt, user_history_prefix};
 
     #[test]
@@ -165,7 +171,16 @@ mod tests {
             Some(60)
         );
         let names: Vec<_> = tables().iter().map(|t| t.name).collect();
-        assert_eq!(names, [PROFILE_TABLE, HISTORY_TABLE]);
+        assert_eq!(names, [PROFILE_TABLE, HISTORY_TABLE, INDEX_TABLE]);
+        assert_eq!(
+            crate::audience::index::index_table().hbase_shell_ddl(),
+            format!(
+                "create 'user_tag_index', \
+                 {{NAME => 'i', VERSIONS => 1, TTL => FOREVER, COMPRESSION => 'SNAPPY', BLOOMFILTER => 'ROW'}}, \
+                 SPLITS => [{}]",
+                ('b'..='z').map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ")
+            )
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! feed ─ event_source ─ ok_err_in_order ─┬─ events ─ exchange_in_order (user) ─ merge_users ─┬─ puts ─ write_batches (tables) ─────┬─ probe
-//!                                        │                                                  │  (then invalidates the users' cache entries)
+//!                                        │                                                  │  (index entries added first, job/index.rs; then invalidates the users' cache entries)
 //!                                        │                                                  ├─ short-term ─ write_batches (store) ┤
 //!                                        │                                                  └─ refused tags ─┐                    │
 //!                                        └─ rejected lines ──────────────────────────────────────────────────┴─ write_batches (dead letters)
@@ -18,6 +18,7 @@
 
 mod decoder;
 mod flush;
+mod index;
 mod invalidate;
 mod source;
 mod stats;
@@ -45,6 +46,7 @@ use crate::merge::{MergeConfig, UserMerge};
 use crate::registry::RegistryUrl;
 use crate::Result;
 use flush::{merge_users, FlushTimes, UserBuffer};
+use index::IndexingWriter;
 use invalidate::InvalidatingWriter;
 use writers::{DeadLetterSink, ShortTermSink};
 
@@ -87,6 +89,8 @@ pub struct ProfileJob {
     gray: Arc<HashSet<String>>,
     pace: Pace,
     profile: Arc<ProfileStats>,
+    /// The store's reader, for the index's read before write (`None`: no index).
+    index: Option<sinks::Reader>,
 }
 
 impl ProfileJob {
@@ -108,7 +112,15 @@ impl ProfileJob {
             gray: Arc::new(cfg.gray.test_users.clone()),
             pace,
             profile,
+            index: None,
         })
+    }
+
+    /// The job maintaining `user_tag_index` (`[index] enabled`), reading the stored rows it
+    /// replaces through `reader`, a reader of the store the job writes.
+    pub fn with_index(mut self, reader: sinks::Reader) -> Self {
+        self.index = Some(reader);
+        self
     }
 
     /// Where the short-term tags go, for messages.
@@ -132,6 +144,7 @@ impl Dataflow for ProfileJob {
             ("profile.merge".into(), format!("{:?}", self.merge)),
             ("profile.limits".into(), format!("{:?}", self.limits)),
             ("profile.gray".into(), format!("{gray:?}")),
+            ("profile.index".into(), self.index.is_some().to_string()),
         ]
     }
 
@@ -218,8 +231,14 @@ impl Dataflow for ProfileJob {
                 .map_err(|e| control.fail(format!("opening the profile cache {url}: {e}")))
                 .ok()
         });
-        let tables = InvalidatingWriter::new(
+        let indexing = IndexingWriter::new(
             CountingWriter::new(writer, stats),
+            self.index.clone(),
+            self.registry.clone(),
+            control.clone(),
+        );
+        let tables = InvalidatingWriter::new(
+            indexing,
             invalidator,
             self.cache.as_ref().map_or(0, |(_, ttl)| *ttl),
             self.profile.clone(),
