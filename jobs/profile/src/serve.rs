@@ -220,7 +220,7 @@ async fn audience(
         )));
     }
     let answer = blocking(&api, move |api| {
-        let found = crate::audience::select(&api.store, &p.q, api.reader.defs(), api.limits)?;
+        let found = crate::audience::select(&api.store, &p.q, &api.reader.defs(), api.limits)?;
         let users: Vec<String> = found.user_ids(Some(limit)).collect();
         Ok(json!({
             "query": p.q,

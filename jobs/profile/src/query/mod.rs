@@ -107,7 +107,15 @@ impl Registered {
 impl std::fmt::Debug for ProfileReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProfileReader")
-            .field("tags", &self.defs().len())
+            .field(
+                "tags",
+                &self
+                    .defs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .current
+                    .len(),
+            )
             .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
