@@ -166,6 +166,7 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
         pipeline::config::check_workers("--workers", workers)?;
     }
     profile::job::check_registry(&cfg)?;
+    profile::job::prepare_short_term(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let backend = open_store(&cfg, args.job.recover)?;
     drop(pipeline::source::replay::input::open(&args.file, None)?);
@@ -203,6 +204,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         .map(pipeline::time::parse_duration)
         .transpose()?;
     profile::job::check_registry(&cfg)?;
+    profile::job::prepare_short_term(&cfg)?;
     let cluster = Cluster::from_config(&cfg.cluster, &cfg.store)?;
     let job = Job::start(JobOptions::run(
         &args.job,

@@ -82,7 +82,7 @@ pub enum Error {
         reason: String,
     },
     /// Reading or creating a file or directory failed.
-    #[error("i/o error on {path}")]
+    #[error("i/o error on {path}: {source}")]
     Io {
         /// The file or directory.
         path: String,
@@ -97,7 +97,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] sinks::Error),
     /// A SQLite file failed: the registry's, or the embedded short-term tags'.
-    #[error("SQLite database {path}")]
+    #[error("SQLite database {path}: {source}")]
     Sqlite {
         /// The database file.
         path: String,
@@ -106,7 +106,7 @@ pub enum Error {
         source: rusqlite::Error,
     },
     /// The MySQL registry failed.
-    #[error("MySQL registry {url}")]
+    #[error("MySQL registry {url}: {source}")]
     Mysql {
         /// The URL, its password hidden.
         url: String,
@@ -116,7 +116,7 @@ pub enum Error {
     },
     /// The short-term tags' Redis failed ([`short_term::is_retriable`] tells whether to try
     /// again).
-    #[error("Redis {url}")]
+    #[error("Redis {url}: {source}")]
     Redis {
         /// The URL, its password hidden.
         url: String,

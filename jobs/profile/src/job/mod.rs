@@ -75,6 +75,20 @@ pub fn check_registry(cfg: &ProfileConfig) -> Result<()> {
     Ok(())
 }
 
+/// Creates the embedded short-term store's file (without `[redis]`) before any worker opens
+/// it: two workers setting up a new SQLite file at once (WAL mode, the schema) could fail with
+/// "database is locked" (seen once in 25 replays with 2 workers), where opening a file already
+/// set up only reads its schema.
+///
+/// # Errors
+/// The file cannot be created or opened as a database.
+pub fn prepare_short_term(cfg: &ProfileConfig) -> Result<()> {
+    if cfg.redis_url().is_none() {
+        crate::short_term::SqliteStore::open(&cfg.short_term.path)?;
+    }
+    Ok(())
+}
+
 /// The profile job: its configuration, as each worker's dataflow needs it.
 #[derive(Debug)]
 pub struct ProfileJob {
