@@ -71,7 +71,7 @@ fn generated_traffic_audiences_match_brute_force() {
     );
     std::fs::write(
         dir.join("p.toml"),
-        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n",
+        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n[index]\nenabled = true\n",
     )
     .unwrap();
     ok(
@@ -181,7 +181,7 @@ fn value_changes_retract(flags: &[&str], run_id: &str) {
     std::fs::write(dir.join("reg.csv"), csv).unwrap();
     std::fs::write(
         dir.join("p.toml"),
-        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n",
+        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n[index]\nenabled = true\n",
     )
     .unwrap();
     ok(
@@ -358,7 +358,7 @@ fn value_changes_retract_on_hbase() {
 
 #[test]
 fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
-    let s = profile_read_common::Scenario::new("", &["--store", "store"]);
+    let s = profile_read_common::Scenario::new("[index]\nenabled = true\n", &["--store", "store"]);
     let now = profile_read_common::now();
     let events: Vec<(String, i64, Value)> = (0..30)
         .map(|i| {
@@ -424,7 +424,7 @@ fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
 
 #[test]
 fn reconcile_finds_missing_and_stale_entries_and_repairs_them() {
-    let s = profile_read_common::Scenario::new("", &["--store", "store"]);
+    let s = profile_read_common::Scenario::new("[index]\nenabled = true\n", &["--store", "store"]);
     let now = profile_read_common::now();
     let (u1, u2) = ("13800000001", "13800000002");
     s.replay(&[
