@@ -26,10 +26,9 @@
 //! `max_future_skew_secs` ahead of the wall clock is rejected (kind `future`) before it can move
 //! its partition's newest event time: one device with a clock in the future would otherwise make
 //! every later reading of the partition late. A job without a window (the profile job), which
-//! no record can be late for, moves its watermark past the newest event time read, and past the
-//! time its last record was emitted at, whenever it has nothing to read, so that the offsets of
-//! a burst's last records (an older one among them too) are committed as soon as they are
-//! durable (see `KafkaFeed::pass_what_was_read`).
+//! no record can be late for, moves its watermark past every record emitted whenever it has
+//! nothing to read, so that the offsets of a burst's last records are committed as soon as they
+//! are durable (see `KafkaFeed::pass_what_was_read`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -351,29 +350,20 @@ impl<D: LineDecoder> KafkaFeed<D> {
     }
 
     /// For a job without a window, which no record can be late for: with nothing to read now,
-    /// moves the watermark past the newest event time read, so that the durable frontier can
-    /// pass every record emitted so far and their offsets are committed at once, not when
-    /// later records move event time on. A job with a window keeps the bound, or the records
-    /// that follow would be late.
+    /// moves the watermark past the newest event time read and past the time the last record
+    /// was emitted at (a record older than the newest is emitted at the watermark), so that the
+    /// durable frontier can pass every record emitted so far and their offsets are committed at
+    /// once, not when later records move event time on. A job with a window keeps the bound.
     fn pass_what_was_read(&mut self) {
         if self.opts.window.is_some() {
             return;
         }
         // A worker that has read nothing follows the others, as an idle one does.
-        let read = self
-            .parts
-            .iter()
-            .filter_map(|p| p.newest)
-            .max()
-            .map(|newest| (newest.max(0) as u64).saturating_add(1));
-        // Past the time the last record was emitted at, too: a record older than the newest
-        // event time read is emitted at the watermark, which moving past the newest event time
-        // alone leaves where it is, so its offset waited for a newer record.
-        let emitted = self.last_emitted.map(|at| at.saturating_add(1));
-        if let Some(past) = read.max(emitted) {
-            self.shared
-                .fleet_watermark
-                .fetch_max(past, Ordering::Relaxed);
+        let read = self.parts.iter().filter_map(|p| p.newest).max();
+        let read = read.map(|newest| (newest.max(0) as u64).saturating_add(1));
+        if let Some(past) = read.max(self.last_emitted.map(|at| at.saturating_add(1))) {
+            let fleet = &self.shared.fleet_watermark;
+            fleet.fetch_max(past, Ordering::Relaxed);
         }
         let fleet = self.shared.fleet_watermark.load(Ordering::Relaxed);
         self.watermark = self.watermark.max(fleet);
