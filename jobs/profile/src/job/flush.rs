@@ -1,6 +1,6 @@
 //! The merge operator: a worker's events buffered per user and flushed, each flush checking
-//! the buffered tags against the registry read once for it, into table puts, short-term values
-//! and dead letters.
+//! the buffered tags against the registry as it is at that flush, into table puts, short-term
+//! values and dead letters.
 
 use std::collections::HashSet;
 use std::sync::Arc;
