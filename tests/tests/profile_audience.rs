@@ -22,6 +22,14 @@ use e2e::services::{hbase_up, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, ok_stdout};
 use profile::ValueType;
 use profile_audience_common::conditions;
+
+/// The job's index is off by default: every test here queries it.
+const INDEX_ON: &str = "[index]\nenabled = true\n";
+/// A registry and short-term file beside the store, the index on.
+const CONFIG: &str = concat!(
+    "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n",
+    "[index]\nenabled = true\n"
+);
 use serde_json::{json, Value};
 
 /// "Now" of every command of the generated scenario: after the last event time (the
@@ -69,11 +77,7 @@ fn generated_traffic_audiences_match_brute_force() {
             "reg.csv",
         ],
     );
-    std::fs::write(
-        dir.join("p.toml"),
-        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n[index]\nenabled = true\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
     ok(
         dir,
         NOW,
@@ -179,11 +183,7 @@ fn value_changes_retract(flags: &[&str], run_id: &str) {
                dim_likes,Likes,MULTI_VALUE,dimension,online,,geo,crm,daily\n\
                rt_cat,Cat,STRING,short_term,online,3600,rt,dp,realtime\n";
     std::fs::write(dir.join("reg.csv"), csv).unwrap();
-    std::fs::write(
-        dir.join("p.toml"),
-        "[registry]\nurl = \"sqlite://tags.sqlite\"\n[short_term]\npath = \"st.sqlite\"\n[index]\nenabled = true\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
     ok(
         dir,
         &now_s,
@@ -358,7 +358,7 @@ fn value_changes_retract_on_hbase() {
 
 #[test]
 fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
-    let s = profile_read_common::Scenario::new("[index]\nenabled = true\n", &["--store", "store"]);
+    let s = profile_read_common::Scenario::new(INDEX_ON, &["--store", "store"]);
     let now = profile_read_common::now();
     let events: Vec<(String, i64, Value)> = (0..30)
         .map(|i| {
@@ -424,7 +424,7 @@ fn the_audience_route_answers_as_the_cli_and_refuses_bad_queries() {
 
 #[test]
 fn reconcile_finds_missing_and_stale_entries_and_repairs_them() {
-    let s = profile_read_common::Scenario::new("[index]\nenabled = true\n", &["--store", "store"]);
+    let s = profile_read_common::Scenario::new(INDEX_ON, &["--store", "store"]);
     let now = profile_read_common::now();
     let (u1, u2) = ("13800000001", "13800000002");
     s.replay(&[

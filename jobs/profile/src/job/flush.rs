@@ -22,7 +22,7 @@ use super::writers::DeadLetter;
 use crate::event::{check_tag, EventLimits};
 use crate::merge::{FastMap, FastSet};
 use crate::merge::{Flushed, ShortTermValue, UserMerge};
-use crate::registry::{RegistryUrl, TagRegistry};
+use crate::registry::{read_if_changed, RegistryUrl, TagRegistry};
 use crate::tables::PROFILE_TABLE;
 use crate::tag::TagDef;
 
@@ -115,7 +115,7 @@ impl UserBuffer {
         let Some(registry) = self.registry.as_mut() else {
             return false;
         };
-        let first = match read_changed(registry.as_mut(), self.defs_version) {
+        let first = match read_if_changed(registry.as_mut(), self.defs_version) {
             Ok(read) => {
                 self.hold(read);
                 return true;
@@ -125,7 +125,7 @@ impl UserBuffer {
         let location = registry.location();
         tracing::warn!(registry = %location, error = %first, "reading the tag registry failed; reconnecting");
         let again = self.url.open().and_then(|mut r| {
-            let read = read_changed(r.as_mut(), None)?;
+            let read = read_if_changed(r.as_mut(), None)?;
             Ok((r, read))
         });
         match again {
@@ -219,20 +219,6 @@ impl UserBuffer {
             out(Out::Short(v));
         }
     }
-}
-
-/// The definitions of `registry` with its version, if they changed since `held` (`None`: they
-/// must be read).
-fn read_changed(
-    registry: &mut dyn TagRegistry,
-    held: Option<u64>,
-) -> crate::Result<Option<(Vec<TagDef>, Option<u64>)>> {
-    // The version before the list: a change committed in between is read again next time.
-    let version = registry.version()?;
-    if version.is_some() && version == held {
-        return Ok(None);
-    }
-    Ok(Some((registry.list()?, version)))
 }
 
 /// When a worker's merge flushes besides when it is full.

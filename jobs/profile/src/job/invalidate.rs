@@ -11,15 +11,11 @@ use pipeline::stats::add;
 use sinks::table::Mutation;
 
 use super::stats::ProfileStats;
+use super::writers::{FIRST_BACKOFF, MAX_BACKOFF};
 use crate::cache::{Invalidator, INVALIDATION_GRACE};
 use crate::key::parse_profile_row;
 use crate::short_term::is_retriable;
 use crate::tables::PROFILE_TABLE;
-
-/// First wait before an invalidation is tried again; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest wait between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Wraps the table writer: remembers the users of the `user_profile_tag` puts it passes on,
 /// and after each successful flush (the rows durable) invalidates their cache entries, so the

@@ -103,10 +103,11 @@ impl BatchWriter<Box<DeadLetter>> for DeadLetterSink {
     }
 }
 
-/// First wait before a short-term batch is written again; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// First wait before a short-term batch (or a cache invalidation, `invalidate.rs`) is tried
+/// again; it doubles up to [`MAX_BACKOFF`].
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a batch is retried before the job fails: a Redis restart or failover takes
 /// seconds; ten minutes without it is an outage for people to look at.
 const RETRY_FOR: Duration = Duration::from_secs(600);

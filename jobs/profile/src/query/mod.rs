@@ -83,13 +83,7 @@ impl Registered {
         if let Some(registry) = self.registry.as_mut() {
             if self.checked_at.elapsed() >= REGISTRY_CHECK_EVERY {
                 self.checked_at = Instant::now();
-                let read = registry.version().and_then(|version| {
-                    if version.is_some() && version == self.version {
-                        return Ok(None);
-                    }
-                    Ok(Some((registry.list()?, version)))
-                });
-                match read {
+                match crate::registry::read_if_changed(registry.as_mut(), self.version) {
                     Ok(Some((defs, version))) => {
                         self.current = Arc::new(defs);
                         self.version = version;

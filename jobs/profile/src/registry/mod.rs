@@ -91,6 +91,23 @@ pub trait TagRegistry: fmt::Debug + Send {
     }
 }
 
+/// The definitions of `registry` with its [`TagRegistry::version`], if they may have changed
+/// since the version `held` (`None` held, or a backend without versions: always read). The
+/// version is taken before the list, so a change committed in between is read again next time.
+///
+/// # Errors
+/// As [`TagRegistry::version`] and [`TagRegistry::list`].
+pub fn read_if_changed(
+    registry: &mut dyn TagRegistry,
+    held: Option<u64>,
+) -> Result<Option<(Vec<TagDef>, Option<u64>)>> {
+    let version = registry.version()?;
+    if version.is_some() && version == held {
+        return Ok(None);
+    }
+    Ok(Some((registry.list()?, version)))
+}
+
 /// A registry's address: `sqlite://PATH` or `mysql://user:pass@host:port/db`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum RegistryUrl {

@@ -78,6 +78,7 @@ impl SqliteStore {
 impl ShortTermStore for SqliteStore {
     fn write_batch(&mut self, values: &[ShortTermValue], now: i64) -> Result<Written> {
         let err = crate::sqlite::error(&self.path);
+        let sweep = now - self.swept_at >= SWEEP_EVERY_SECS;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -96,14 +97,14 @@ impl ShortTermStore for SqliteStore {
                 done.written += 1;
             }
             // Expired values are never read; deleting them now and then bounds the file.
-            if now - self.swept_at >= SWEEP_EVERY_SECS {
+            if sweep {
                 tx.prepare_cached("DELETE FROM short_term_tag WHERE expires_at <= ?1")
                     .and_then(|mut d| d.execute([now]))
                     .map_err(&err)?;
             }
         }
         tx.commit().map_err(&err)?;
-        if now - self.swept_at >= SWEEP_EVERY_SECS {
+        if sweep {
             self.swept_at = now;
         }
         Ok(done)
