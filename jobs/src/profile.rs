@@ -279,7 +279,7 @@ where
     job.metrics().attach_counters(counters.clone());
     let mut profile = ProfileJob::new(cfg, Pace::of(&source), counters)?;
     if cfg.index.enabled {
-        profile = profile.with_index(backend.reader());
+        profile = profile.with_index(backend.reader(), cfg.index.cache_bytes());
     }
     Ok(job.run(source, profile, &cfg.window, &cfg.store, backend)?)
 }

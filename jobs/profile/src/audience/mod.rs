@@ -103,6 +103,14 @@ pub struct IndexConfig {
     /// [`Limits::max_universe_users`].
     #[serde(default = "default_max_term_users")]
     pub max_universe_users: usize,
+    /// MiB of users' values each worker of the job remembers, so that it reads a user's row
+    /// once rather than at each write (default 32, at least 1).
+    #[serde(default = "default_cache_mib")]
+    pub cache_mib: u64,
+}
+
+const fn default_cache_mib() -> u64 {
+    32
 }
 
 const fn default_enabled() -> bool {
@@ -116,11 +124,17 @@ impl Default for IndexConfig {
             max_terms: default_max_terms(),
             max_term_users: default_max_term_users(),
             max_universe_users: default_max_term_users(),
+            cache_mib: default_cache_mib(),
         }
     }
 }
 
 impl IndexConfig {
+    /// Bytes of users' values each worker of the job remembers.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_mib.max(1).saturating_mul(1 << 20)
+    }
+
     /// The query limits.
     pub fn limits(&self) -> Limits {
         Limits {

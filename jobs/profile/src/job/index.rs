@@ -1,11 +1,27 @@
 //! The table sink's index maintenance: each `user_profile_tag` put brings the index entries
 //! of its changed values, and the retraction of the old ones (`crate::audience::maintain`).
+//!
+//! The values a put replaces are read from the store once per user, then remembered: a user is
+//! always on the same worker (the job exchanges events by user), so no other writer of the job
+//! changes its row, and what this writer wrote last is what the store holds. A bounded cache
+//! ([`IndexConfig::cache_mib`](crate::audience::IndexConfig::cache_mib), by bytes, quick_cache's
+//! S3-FIFO eviction) keeps the values of recently written users; a user it evicted is read
+//! again. Reading a row per put was the index's cost: a read of the embedded store ranges over
+//! every table file and version a row may be in.
+//!
+//! One writer outside the job changes rows: `hourglass tags purge`, which deletes an offline
+//! tag's cells and entries. A remembered value may so be one the store no longer holds. Such
+//! a value can only make the writer skip an entry it must write (the same value written
+//! again), never keep one it must retract (retracting a missing entry changes nothing), so a
+//! remembered value equal to the written one puts its entry again.
 
 use std::sync::Arc;
 
 use operators::BatchWriter;
 use pipeline::control::JobControl;
-use sinks::table::{Mutation, TableReader};
+use quick_cache::unsync::Cache;
+use quick_cache::Weighter;
+use sinks::table::{Mutation, Row, TableReader};
 
 use crate::audience::maintain::changes;
 use crate::key::parse_profile_row;
@@ -14,51 +30,113 @@ use crate::registry::{RegistryUrl, TagRegistry};
 use crate::tables::PROFILE_TABLE;
 use crate::tag::DataType;
 
-/// Wraps the table writer: before a batch with profile puts is written, reads the stored rows
-/// of its users with one multi-get ([`TableReader::get_many`]), and adds to the batch the index
-/// entries of the values that change and the deletes of the entries they replace.
+/// A user's values as the store holds them: (code id, stamp, value), sorted by code id. A
+/// tag with no value has no entry.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    cells: Vec<(u32, i64, Box<[u8]>)>,
+    /// Bytes it takes, as [`Known::weigh`] found when it was last changed.
+    bytes: u64,
+    /// Taken from the cache: a purge may have deleted some of its values since.
+    remembered: bool,
+}
+
+/// Bytes a remembered user takes beside its values: its id's heap and the cache's slot.
+const USER_OVERHEAD: u64 = 96;
+/// Bytes a remembered value takes beside its own: its tuple and its allocation.
+const CELL_OVERHEAD: u64 = 48;
+
+impl Known {
+    fn get(&self, code: u32) -> Option<(i64, &[u8])> {
+        let i = self.cells.binary_search_by_key(&code, |c| c.0).ok()?;
+        let (_, ts, value) = &self.cells[i];
+        Some((*ts, value))
+    }
+
+    fn set(&mut self, code: u32, ts: i64, value: &[u8]) {
+        let cell = (code, ts, Box::from(value));
+        match self.cells.binary_search_by_key(&code, |c| c.0) {
+            Ok(i) => self.cells[i] = cell,
+            Err(i) => self.cells.insert(i, cell),
+        }
+    }
+
+    /// Sets [`Known::bytes`] (before it goes into the cache, whose weights must not change).
+    fn weigh(&mut self, user: &str) {
+        self.bytes = USER_OVERHEAD
+            + user.len() as u64
+            + self
+                .cells
+                .iter()
+                .map(|c| CELL_OVERHEAD + c.2.len() as u64)
+                .sum::<u64>();
+    }
+}
+
+/// The cache's weight of a user: the bytes it takes.
+#[derive(Debug, Clone, Copy)]
+struct ByBytes;
+
+impl Weighter<String, Known> for ByBytes {
+    fn weight(&self, _user: &String, known: &Known) -> u64 {
+        known.bytes
+    }
+}
+
+/// Wraps the table writer: before a batch with profile puts is written, adds to it the index
+/// entries of the values that change and the deletes of the entries they replace, comparing
+/// with the values each user's row holds (remembered, or read with one multi-get,
+/// [`TableReader::get_many`], for the users not remembered).
 ///
-/// What this writer passed on since the last flush is not yet readable: it remembers the
-/// values it wrote, per user and tag, until its inner writer flushes. A user is always on the
-/// same worker (the job exchanges events by user), so no other writer changes its row between
-/// the read and the write. Tag types come from the registry, read again when a code is new to
-/// this writer (a code's type never changes once written, `TagDef::check_change`).
+/// What this writer passed on since the last flush is not yet readable, so the users written
+/// since then are held apart from the cache ([`IndexingWriter::pending`]), and go into it at
+/// the flush. Tag types come from the registry; a code's type never changes once written
+/// (`TagDef::check_change`).
 pub(crate) struct IndexingWriter<W> {
     inner: W,
     /// `None`: the index is off (`[index] enabled = false`), batches pass as they are.
     reader: Option<sinks::Reader>,
     url: RegistryUrl,
     registry: Option<Box<dyn TagRegistry>>,
-    types: FastMap<String, DataType>,
-    /// (user, code) → (stamp, value) written since the last flush.
-    pending: FastMap<(String, String), (i64, Vec<u8>)>,
+    /// Each code's id in [`Known`] and type.
+    codes: FastMap<String, (u32, DataType)>,
+    /// Users written since the last flush.
+    pending: FastMap<String, Known>,
+    /// Users written before it, most recently used kept.
+    cache: Cache<String, Known, ByBytes>,
     control: Arc<JobControl>,
 }
 
 impl<W> IndexingWriter<W> {
-    /// `inner`, reading stored rows through `reader` (`None`: no index) and tag types from
-    /// the registry at `url`.
+    /// `inner`, reading stored rows through `reader` (`None`: no index), tag types from the
+    /// registry at `url`, remembering up to `cache_bytes` of users' values.
     pub(crate) fn new(
         inner: W,
         reader: Option<sinks::Reader>,
         url: RegistryUrl,
+        cache_bytes: u64,
         control: Arc<JobControl>,
     ) -> Self {
+        // quick_cache sizes its table from the estimate: a user of ten short values.
+        let estimate = usize::try_from(cache_bytes / 700)
+            .unwrap_or(usize::MAX)
+            .max(16);
         IndexingWriter {
             inner,
             reader,
             url,
             registry: None,
-            types: FastMap::default(),
+            codes: FastMap::default(),
             pending: FastMap::default(),
+            cache: Cache::with_weighter(estimate, cache_bytes.max(1), ByBytes),
             control,
         }
     }
 
-    /// The type of `code`, reading the registry again if the code is new.
-    fn type_of(&mut self, code: &str) -> Option<DataType> {
-        if let Some(t) = self.types.get(code) {
-            return Some(*t);
+    /// The id and type of `code`, reading the registry again if the code is new.
+    fn code(&mut self, code: &str) -> Option<(u32, DataType)> {
+        if let Some(c) = self.codes.get(code) {
+            return Some(*c);
         }
         if self.registry.is_none() {
             match self.url.open() {
@@ -70,11 +148,11 @@ impl<W> IndexingWriter<W> {
                 }
             }
         }
-        let listed = self.registry.as_mut().map(|r| r.list());
-        match listed {
+        match self.registry.as_mut().map(|r| r.list()) {
             Some(Ok(defs)) => {
                 for d in defs {
-                    self.types.insert(d.tag_code, d.data_type);
+                    let id = u32::try_from(self.codes.len()).unwrap_or(u32::MAX);
+                    self.codes.entry(d.tag_code).or_insert((id, d.data_type));
                 }
             }
             Some(Err(e)) => {
@@ -85,7 +163,21 @@ impl<W> IndexingWriter<W> {
             }
             None => {}
         }
-        self.types.get(code).copied()
+        self.codes.get(code).copied()
+    }
+
+    /// The values of a stored row (`None`: no row) as [`Known`].
+    fn known_of(&mut self, row: Option<&Row>) -> Known {
+        let mut known = Known::default();
+        for cell in row.map_or(&[][..], |r| &r.cells[..]) {
+            let Ok(code) = std::str::from_utf8(&cell.qualifier) else {
+                continue;
+            };
+            if let Some((id, _)) = self.code(code) {
+                known.set(id, cell.ts_ms, &cell.value);
+            }
+        }
+        known
     }
 
     /// The index mutations of `batch`'s profile puts.
@@ -100,34 +192,99 @@ impl<W> IndexingWriter<W> {
             })
             .collect();
         let mut out = Vec::new();
-        let Some(reader) = self.reader.as_ref().filter(|_| !puts.is_empty()) else {
+        let Some(reader) = self.reader.clone().filter(|_| !puts.is_empty()) else {
             return Ok(out);
         };
-        let rows: Vec<Vec<u8>> = puts.iter().map(|(_, row, _)| row.to_vec()).collect();
-        let stored = reader.get_many(PROFILE_TABLE, &rows, None)?;
-        for ((user, _, cells), stored) in puts.into_iter().zip(stored) {
+        // The users neither written since the flush nor remembered: read, once each.
+        let mut unknown: Vec<(&str, Vec<u8>)> = Vec::new();
+        for (user, row, _) in &puts {
+            if self.pending.contains_key(*user) {
+                continue;
+            }
+            match self.cache.remove(*user) {
+                Some((user, mut known)) => {
+                    known.remembered = true;
+                    self.pending.insert(user, known);
+                }
+                None if unknown.iter().any(|(u, _)| u == user) => {}
+                None => unknown.push((user, row.to_vec())),
+            }
+        }
+        if !unknown.is_empty() {
+            let rows: Vec<Vec<u8>> = unknown.iter().map(|(_, row)| row.clone()).collect();
+            let stored = reader.get_many(PROFILE_TABLE, &rows, None)?;
+            for ((user, _), row) in unknown.iter().zip(stored) {
+                let known = self.known_of(row.as_ref());
+                self.pending.insert((*user).to_string(), known);
+            }
+        }
+        for (user, _, cells) in puts {
             for cell in cells {
                 let Ok(code) = std::str::from_utf8(&cell.qualifier) else {
                     continue;
                 };
-                let Some(data_type) = self.type_of(code) else {
+                let Some((id, data_type)) = self.code(code) else {
                     continue;
                 };
-                let key = (user.to_string(), code.to_string());
-                let old = match self.pending.get(&key) {
-                    Some((ts, value)) => Some((*ts, value.as_slice())),
-                    None => stored
-                        .as_ref()
-                        .and_then(|r| r.cell(&cell.family, &cell.qualifier))
-                        .map(|c| (c.ts_ms, c.value.as_slice())),
-                };
+                let known = self.pending.entry(user.to_string()).or_default();
+                // A remembered value written again, newest: its entry is put again.
+                let stored = known.get(id);
+                let again = known.remembered
+                    && stored.is_some_and(|(ts, v)| v == cell.value.as_slice() && cell.ts_ms >= ts);
+                let old = if again { None } else { stored };
                 if changes(user, code, data_type, cell, old, &mut out) {
-                    self.pending.insert(key, (cell.ts_ms, cell.value.clone()));
+                    known.set(id, cell.ts_ms, &cell.value);
                 }
             }
         }
-        Ok(out)
+        Ok(net(out))
     }
+}
+
+/// `changes`'s mutations of a batch as their net effect per index row, the deletes first: an
+/// entry put then retracted in one batch is not written (the retraction's bound is the put's
+/// stamp or later), an entry retracted then put again is deleted, then put. The deletes of
+/// distinct rows, together, are one commit of the embedded store's writer, where interleaved
+/// with puts each was one.
+fn net(out: Vec<Mutation>) -> Vec<Mutation> {
+    // Per row: the bound of its delete, its last put.
+    let mut rows: FastMap<Vec<u8>, (Option<i64>, Option<Mutation>)> = FastMap::default();
+    let mut order: Vec<Vec<u8>> = Vec::new();
+    for m in out {
+        let row = match &m {
+            Mutation::Put { row, .. } | Mutation::DeleteRow { row, .. } => row.clone(),
+            Mutation::DeleteColumn { row, .. } => row.clone(),
+        };
+        let slot = rows.entry(row).or_insert_with_key(|row| {
+            order.push(row.clone());
+            (None, None)
+        });
+        match m {
+            Mutation::DeleteRow { ts_ms, .. } => {
+                slot.0 = Some(slot.0.map_or(ts_ms, |b| b.max(ts_ms)));
+                slot.1 = None;
+            }
+            // A put (`changes` makes puts and row deletes only).
+            put => slot.1 = Some(put),
+        }
+    }
+    let mut deletes = Vec::new();
+    let mut puts = Vec::new();
+    for row in order {
+        let Some((bound, put)) = rows.remove(&row) else {
+            continue;
+        };
+        if let Some(ts_ms) = bound {
+            deletes.push(Mutation::DeleteRow {
+                table: crate::audience::INDEX_TABLE,
+                row,
+                ts_ms,
+            });
+        }
+        puts.extend(put);
+    }
+    deletes.extend(puts);
+    deletes
 }
 
 impl<W: BatchWriter<Mutation, Error = sinks::Error>> BatchWriter<Mutation> for IndexingWriter<W> {
@@ -144,7 +301,220 @@ impl<W: BatchWriter<Mutation, Error = sinks::Error>> BatchWriter<Mutation> for I
 
     fn flush(&mut self) -> sinks::Result<()> {
         self.inner.flush()?;
-        self.pending.clear();
+        for (user, mut known) in self.pending.drain() {
+            known.remembered = false;
+            known.weigh(&user);
+            self.cache.insert(user, known);
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sinks::config::StoreConfig;
+    use sinks::table::{Cell, ScanSpec, TableWriter};
+    use sinks::OpenOptions;
+
+    use super::*;
+    use crate::audience::INDEX_TABLE;
+    use crate::key::profile_row;
+    use crate::registry::SqliteRegistry;
+    use crate::tables::DIMENSION_FAMILY;
+    use crate::tag::{TagDef, TagStatus, ValueType};
+
+    /// The store's writer as the job's sinks see it.
+    struct Direct(Box<dyn TableWriter>);
+
+    impl BatchWriter<Mutation> for Direct {
+        type Error = sinks::Error;
+        fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
+            self.0.write(batch)
+        }
+        fn flush(&mut self) -> sinks::Result<()> {
+            self.0.flush()
+        }
+    }
+
+    fn city(status: TagStatus) -> TagDef {
+        TagDef {
+            tag_code: "dim_city".into(),
+            name: "city".into(),
+            data_type: DataType::String,
+            value_type: ValueType::Dimension,
+            status,
+            ttl_secs: None,
+            category: String::new(),
+            owner: String::new(),
+            update_frequency: String::new(),
+        }
+    }
+
+    fn put(user: &str, ts_ms: i64, value: &str) -> Mutation {
+        Mutation::Put {
+            table: PROFILE_TABLE,
+            row: profile_row(user),
+            cells: vec![Cell {
+                family: DIMENSION_FAMILY.into(),
+                qualifier: b"dim_city".to_vec(),
+                ts_ms,
+                value: value.as_bytes().to_vec(),
+            }],
+        }
+    }
+
+    /// The index's rows, as text.
+    fn entries(store: &sinks::Store) -> Vec<String> {
+        let rows = store
+            .reader()
+            .scan(INDEX_TABLE, &ScanSpec::default())
+            .unwrap();
+        rows.iter()
+            .map(|r| String::from_utf8_lossy(&r.key).into_owned())
+            .collect()
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        registry: std::path::PathBuf,
+        store: sinks::Store,
+        control: Arc<JobControl>,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = dir.path().join("tags.sqlite");
+        SqliteRegistry::open(&registry)
+            .unwrap()
+            .upsert(&[city(TagStatus::Online)])
+            .unwrap();
+        let cfg = StoreConfig {
+            dir: dir.path().join("store"),
+            ..StoreConfig::default()
+        };
+        let options = OpenOptions {
+            newest_timestamp_wins: true,
+            ..OpenOptions::default()
+        };
+        let store = sinks::open(&cfg, &crate::tables::tables(), &options).unwrap();
+        Fixture {
+            _dir: dir,
+            registry,
+            store,
+            control: Arc::new(JobControl::default()),
+        }
+    }
+
+    fn writer(f: &Fixture, cache_bytes: u64) -> IndexingWriter<Direct> {
+        IndexingWriter::new(
+            Direct(f.store.writer()),
+            Some(f.store.reader()),
+            RegistryUrl::Sqlite(f.registry.clone()),
+            cache_bytes,
+            f.control.clone(),
+        )
+    }
+
+    /// Remembered or read again (a cache too small to hold a user), a user's changes retract
+    /// the entry of the value they replace, across flushes, and a late value changes nothing.
+    #[test]
+    fn values_replaced_after_a_flush_are_retracted_remembered_or_read_again() {
+        for cache_bytes in [1, 1 << 20] {
+            let f = fixture();
+            let mut w = writer(&f, cache_bytes);
+            w.write(vec![put("u1", 10, "hz"), put("u2", 10, "sh")])
+                .unwrap();
+            w.flush().unwrap();
+            w.write(vec![put("u1", 20, "bj")]).unwrap();
+            w.flush().unwrap();
+            w.write(vec![put("u1", 15, "gz"), put("u2", 30, "hz")])
+                .unwrap();
+            w.flush().unwrap();
+            assert_eq!(
+                entries(&f.store),
+                ["dim_city_Sbj_u1", "dim_city_Shz_u2"],
+                "cache of {cache_bytes} bytes"
+            );
+            assert_eq!(f.control.error(), None);
+        }
+    }
+
+    /// A purge (the column and its entries deleted while the tag is offline) is not hidden by
+    /// what the writer remembers: once the tag is back online, the same value is indexed again.
+    #[test]
+    fn a_purged_value_written_again_is_indexed_again() {
+        let f = fixture();
+        let mut w = writer(&f, 1 << 20);
+        w.write(vec![put("u1", 10, "hz")]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(entries(&f.store), ["dim_city_Shz_u1"]);
+        let mut registry = SqliteRegistry::open(&f.registry).unwrap();
+        registry.set_status("dim_city", TagStatus::Offline).unwrap();
+        let mut purge = f.store.writer();
+        purge
+            .write(vec![
+                Mutation::DeleteColumn {
+                    table: PROFILE_TABLE,
+                    row: profile_row("u1"),
+                    family: DIMENSION_FAMILY.into(),
+                    qualifier: b"dim_city".to_vec(),
+                    ts_ms: i64::MAX,
+                },
+                Mutation::DeleteRow {
+                    table: INDEX_TABLE,
+                    row: b"dim_city_Shz_u1".to_vec(),
+                    ts_ms: i64::MAX,
+                },
+            ])
+            .unwrap();
+        purge.flush().unwrap();
+        assert!(entries(&f.store).is_empty());
+        registry.set_status("dim_city", TagStatus::Online).unwrap();
+        w.write(vec![put("u1", 20, "hz")]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(entries(&f.store), ["dim_city_Shz_u1"]);
+    }
+
+    fn entry(row: &str, ts_ms: i64) -> Mutation {
+        Mutation::Put {
+            table: INDEX_TABLE,
+            row: row.as_bytes().to_vec(),
+            cells: vec![Cell {
+                family: "i".into(),
+                qualifier: b"u".to_vec(),
+                ts_ms,
+                value: b"1".to_vec(),
+            }],
+        }
+    }
+
+    fn retract(row: &str, ts_ms: i64) -> Mutation {
+        Mutation::DeleteRow {
+            table: INDEX_TABLE,
+            row: row.as_bytes().to_vec(),
+            ts_ms,
+        }
+    }
+
+    #[test]
+    fn a_batch_nets_to_its_deletes_then_its_puts() {
+        let got = net(vec![
+            retract("a", 5),
+            entry("b", 10),
+            entry("c", 10),
+            retract("b", 12),
+            entry("a", 20),
+            retract("d", 3),
+        ]);
+        assert_eq!(
+            got,
+            [
+                retract("a", 5),
+                retract("b", 12),
+                retract("d", 3),
+                entry("a", 20),
+                entry("c", 10)
+            ]
+        );
     }
 }

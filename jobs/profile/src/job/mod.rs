@@ -103,8 +103,9 @@ pub struct ProfileJob {
     gray: Arc<HashSet<String>>,
     pace: Pace,
     profile: Arc<ProfileStats>,
-    /// The store's reader, for the index's read before write (`None`: no index).
-    index: Option<sinks::Reader>,
+    /// The store's reader, for the index's read before write (`None`: no index), and the
+    /// bytes of users' values each worker remembers.
+    index: Option<(sinks::Reader, u64)>,
 }
 
 impl ProfileJob {
@@ -131,9 +132,10 @@ impl ProfileJob {
     }
 
     /// The job maintaining `user_tag_index` (`[index] enabled`), reading the stored rows it
-    /// replaces through `reader`, a reader of the store the job writes.
-    pub fn with_index(mut self, reader: sinks::Reader) -> Self {
-        self.index = Some(reader);
+    /// replaces through `reader`, a reader of the store the job writes, each worker
+    /// remembering up to `cache_bytes` of the users' values (`[index] cache_mib`).
+    pub fn with_index(mut self, reader: sinks::Reader, cache_bytes: u64) -> Self {
+        self.index = Some((reader, cache_bytes));
         self
     }
 
@@ -247,8 +249,9 @@ impl Dataflow for ProfileJob {
         });
         let indexing = IndexingWriter::new(
             CountingWriter::new(writer, stats),
-            self.index.clone(),
+            self.index.as_ref().map(|(reader, _)| reader.clone()),
             self.registry.clone(),
+            self.index.as_ref().map_or(0, |(_, bytes)| *bytes),
             control.clone(),
         );
         let tables = InvalidatingWriter::new(
