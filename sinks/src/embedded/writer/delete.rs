@@ -33,6 +33,20 @@ impl EmbeddedWriter {
         // The scan below reads written cells only, so write the puts buffered before it; the
         // removals are committed at once, so that a later put of the row is not removed.
         self.write_all()?;
+        self.remove_row(table_index, table, row, ts_ms)?;
+        self.commit()
+    }
+
+    /// What [`EmbeddedWriter::delete_row`] does between writing what the writer buffers and
+    /// committing: the row's cells stamped at most `ts_ms` found (among the written ones) and
+    /// their removal queued in the batch.
+    pub(super) fn remove_row(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        ts_ms: i64,
+    ) -> Result<()> {
         codec::encode_row_prefix(&mut self.key, row);
         let at = RowDelete {
             table_index,
@@ -67,10 +81,10 @@ impl EmbeddedWriter {
                 cell.hidden || cell.ts <= ts_ms
             })?;
         }
-        // Committed at once in either mode, as a column delete is: a later put of a removed key
-        // must not share its batch.
+        // Committed by the caller before any later put: a later put of a removed key must not
+        // share its batch.
         self.leases.extend(at.generations);
-        self.commit()
+        Ok(())
     }
 
     /// Removes the versions of the column `family:qualifier` of `row` stamped at most `ts_ms`,

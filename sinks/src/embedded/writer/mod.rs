@@ -14,7 +14,7 @@ use crate::table::{Mutation, TableWriter};
 use crate::{Error, Result};
 use buffer::Pending;
 use fjall::{OwnedWriteBatch, PersistMode};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// Mutations buffered before the writer commits them as one fjall batch, in the mode that reads
@@ -229,7 +229,10 @@ impl TableWriter for EmbeddedWriter {
     /// (with `newest_timestamp_wins`: a batch whenever 4096 mutations are queued).
     ///
     /// A `DeleteRow` or `DeleteColumn` writes the mutations queued before it, then removes the
-    /// cells the row (the column) holds at that point.
+    /// cells the row (the column) holds at that point, committed before the next mutation. A
+    /// run of `DeleteRow`s of distinct rows in tables without a packed family is one delete
+    /// run: what is queued before it is written once, and its removals are committed together
+    /// (an index's retractions, one commit instead of one per row).
     ///
     /// # Errors
     /// `Error::Invalid`, with nothing of this call queued, if a mutation names an unknown table
@@ -240,10 +243,32 @@ impl TableWriter for EmbeddedWriter {
             validate(&self.store, mutation, self.queued_ts.is_some())?;
         }
         let store = self.store.clone();
+        // The rows of the run of row deletes being queued (see above).
+        let mut run: Option<HashSet<(usize, &[u8])>> = None;
         for mutation in &mutations {
             let (table_index, table) = store.inner.table(mutation.table())?;
+            let joins = match mutation {
+                Mutation::DeleteRow { row, .. } if table.packed.is_empty() => run
+                    .as_ref()
+                    .is_none_or(|r| !r.contains(&(table_index, &row[..]))),
+                _ => false,
+            };
+            if !joins && run.take().is_some() {
+                self.commit()?;
+            }
             match mutation {
                 Mutation::Put { row, cells, .. } => self.put(table_index, table, row, cells)?,
+                Mutation::DeleteRow { row, ts_ms, .. } if joins => {
+                    let rows = match &mut run {
+                        Some(rows) => rows,
+                        None => {
+                            self.write_all()?;
+                            run.insert(HashSet::new())
+                        }
+                    };
+                    rows.insert((table_index, &row[..]));
+                    self.remove_row(table_index, table, row, *ts_ms)?;
+                }
                 Mutation::DeleteRow { row, ts_ms, .. } => {
                     self.delete_row(table_index, table, row, *ts_ms)?;
                 }
@@ -263,6 +288,9 @@ impl TableWriter for EmbeddedWriter {
                     self.commit()?;
                 }
             }
+        }
+        if run.is_some() {
+            self.commit()?;
         }
         Ok(())
     }
