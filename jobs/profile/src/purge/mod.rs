@@ -1,6 +1,7 @@
-//! Purging an offline tag: its column deleted from every `user_profile_tag` row, its
-//! `user_tag_history` rows deleted, page by page from a checkpoint file, its `user_tag_index`
-//! entries deleted, then the tables major-compacted.
+//! Purging an offline tag: its column deleted from every `user_profile_tag` row (and the
+//! cached profiles of those users invalidated, with a cache), its `user_tag_history` rows
+//! deleted, page by page from a checkpoint file, its `user_tag_index` entries deleted, then the
+//! tables major-compacted.
 //!
 //! A purge runs while the tag is `offline`, so no job writes the column meanwhile. It scans
 //! each table in pages of [`PurgeOptions::page_rows`] rows, deletes what it found, flushes, and
@@ -13,6 +14,15 @@
 //! needs no change to the registry's schema in two databases, and is deleted with the store's
 //! working directory. Its path is the caller's (the CLI's default:
 //! `hourglass-data/purge-CODE.json`).
+//!
+//! With [`PurgeOptions::cache_url`], each page's users are invalidated in the profile cache
+//! after the page's deletes are durable and before its checkpoint is written ([`cache`]): a
+//! reader's backfill of a row read before the deletes is then refused by the generation check.
+//! Redis failing does not stop the purge: those users are counted
+//! ([`PurgeCounts::cache_not_invalidated`]) and their entries expire by their TTL, as do those
+//! of a page whose deletes were durable when the purge was killed.
+
+mod cache;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -52,6 +62,13 @@ pub struct PurgeCounts {
     /// `user_tag_index` entries of the tag deleted.
     #[serde(default)]
     pub index_deleted: u64,
+    /// Users whose cached profile was invalidated (their row lost the column).
+    #[serde(default)]
+    pub cache_invalidated: u64,
+    /// Users whose cached profile could not be invalidated (Redis failing): it shows the tag
+    /// until it expires (`[cache] ttl_secs`).
+    #[serde(default)]
+    pub cache_not_invalidated: u64,
 }
 
 /// How far one table's scan has gone.
@@ -144,6 +161,9 @@ pub struct PurgeOptions<'a> {
     /// Stop after this many pages, as a kill would, and return [`Outcome::Stopped`] (default
     /// `None`: to the end). For tests of resuming, and for purging in slices.
     pub max_pages: Option<u64>,
+    /// The Redis of the profile cache (`[redis] url` with `[cache] enabled`), whose entries of
+    /// the users a page changed are invalidated (default `None`: no cache).
+    pub cache_url: Option<&'a str>,
 }
 
 impl<'a> PurgeOptions<'a> {
@@ -154,6 +174,7 @@ impl<'a> PurgeOptions<'a> {
             checkpoint,
             page_rows: PAGE_ROWS,
             max_pages: None,
+            cache_url: None,
         }
     }
 }
@@ -196,13 +217,16 @@ pub enum Outcome {
 /// Purges the tag `options.code`: deletes its column (family `dimension` or `behavior`,
 /// qualifier = the code) from every `user_profile_tag` row, deletes its `user_tag_history`
 /// rows, then asks `store` to major-compact both tables. Resumes from `options.checkpoint` and
-/// writes it after every page; reports each page to `progress`.
+/// writes it after every page; reports each page to `progress`. With `options.cache_url`,
+/// invalidates the cached profiles of the users whose column it deleted, page by page; Redis
+/// failing is no error (the users are counted).
 ///
 /// # Errors
 /// [`Error::UnknownTag`]; [`Error::Refused`] unless the tag is `offline` (saying to run
 /// `hourglass tags set-status CODE offline`), also when it was purged and set online since;
 /// [`Error::Invalid`] for a checkpoint of another tag or store; [`Error::Store`] when the
-/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file.
+/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file;
+/// [`Error::Redis`] for a cache URL that is not one.
 pub fn purge(
     store: &Store,
     registry: &mut dyn TagRegistry,
@@ -231,6 +255,7 @@ pub fn purge(
         writer: store.writer(),
         options,
         pages: 0,
+        cache: options.cache_url.map(cache::PurgeCache::new).transpose()?,
     };
     if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
         return Ok(Outcome::Stopped(checkpoint.counts));
@@ -295,6 +320,7 @@ struct Run<'a> {
     writer: Box<dyn sinks::table::TableWriter>,
     options: &'a PurgeOptions<'a>,
     pages: u64,
+    cache: Option<cache::PurgeCache>,
 }
 
 impl Run<'_> {
@@ -327,9 +353,16 @@ impl Run<'_> {
             };
             let rows = self.reader.scan(table, &spec)?;
             let deletes = page(&rows, &mut checkpoint.counts);
+            let users = match &self.cache {
+                Some(_) => cache::PurgeCache::changed_users(&deletes),
+                None => Vec::new(),
+            };
             self.writer.write(deletes)?;
             self.writer.flush()?;
             self.store.persist()?;
+            if let Some(cache) = &mut self.cache {
+                cache.invalidate(&users, &mut checkpoint.counts);
+            }
             let state = at(checkpoint);
             if let Some(last) = rows.last() {
                 state.after = Some(last.key.clone());

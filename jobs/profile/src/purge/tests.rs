@@ -134,7 +134,7 @@ fn a_stopped_purge_resumes_and_a_finished_one_is_not_run_again() {
         columns_deleted: 5,
         history_rows: 20,
         history_deleted: 10,
-        index_deleted: 0,
+        ..PurgeCounts::default()
     };
     assert_eq!(outcome, Outcome::Purged(want));
     let (columns, codes) = codes_left(&store);
