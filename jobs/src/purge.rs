@@ -29,17 +29,21 @@ pub fn default_checkpoint(code: &str) -> PathBuf {
     Path::new("hourglass-data").join(format!("purge-{code}.json"))
 }
 
-/// Runs a purge of `code`; a refusal is an error, so the exit status is non-zero.
+/// Runs a purge of `code`, invalidating the cached profiles of `cache` (its Redis URL and
+/// entry TTL) as it goes; a refusal is an error, so the exit status is non-zero. Users whose
+/// cached profile could not be invalidated are said on stderr, and are no failure.
 pub fn run(
     code: &str,
     registry: &mut dyn TagRegistry,
     backend: &BackendArgs,
     checkpoint: Option<&Path>,
     page_rows: Option<usize>,
+    cache: Option<(String, u64)>,
 ) -> Result<ExitCode> {
     let checkpoint = checkpoint.map_or_else(|| default_checkpoint(code), Path::to_path_buf);
     let options = PurgeOptions {
         page_rows: page_rows.unwrap_or(PAGE_ROWS),
+        cache_url: cache.as_ref().map(|(url, _)| url.as_str()),
         ..PurgeOptions::new(code, &checkpoint)
     };
     // Asked first, so that a refused purge opens no store (nor creates an embedded one).
@@ -55,37 +59,60 @@ pub fn run(
             checkpoint.display()
         )
     })?;
-    match outcome {
+    let cached = cache.is_some();
+    let counts = match outcome {
         PurgeOutcome::Purged(counts) => {
             println!(
                 "purged tag {code} from {}: {}; major compaction asked for both tables",
                 store.location(),
-                summary(&counts)
+                summary(&counts, cached)
             );
+            counts
         }
         PurgeOutcome::AlreadyPurged(counts) => {
             println!(
                 "tag {code} was already purged ({}; checkpoint {}): nothing to do",
-                summary(&counts),
+                summary(&counts, cached),
                 checkpoint.display()
             );
+            return Ok(ExitCode::SUCCESS);
         }
         PurgeOutcome::Stopped(counts) => {
             println!(
                 "purge of tag {code} stopped: {}; run it again to go on",
-                summary(&counts)
+                summary(&counts, cached)
             );
+            counts
         }
+    };
+    if let Some((_, ttl)) = cache.filter(|_| counts.cache_not_invalidated > 0) {
+        eprintln!(
+            "warning: {} users' cached profiles could not be invalidated (the profile cache's \
+             Redis failed): they show tag {code} until they expire, at most {ttl} s ([cache] \
+             ttl_secs) after they were cached",
+            counts.cache_not_invalidated
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(c: &PurgeCounts) -> String {
-    format!(
+/// The counts in words; the cache's only when the purge has one (`cached`).
+fn summary(c: &PurgeCounts, cached: bool) -> String {
+    let mut text = format!(
         "{} profile rows held it, {} columns deleted; {} history rows scanned, {} deleted; {} \
          index entries deleted",
         c.profile_rows, c.columns_deleted, c.history_rows, c.history_deleted, c.index_deleted
-    )
+    );
+    if cached {
+        text.push_str(&format!(
+            "; {} users' cached profiles invalidated",
+            c.cache_invalidated
+        ));
+        if c.cache_not_invalidated > 0 {
+            text.push_str(&format!(", {} could not be", c.cache_not_invalidated));
+        }
+    }
+    text
 }
 
 /// The profile tables' store as the flags name it (the embedded store by default, in

@@ -32,6 +32,17 @@ impl RegistryArgs {
         };
         Ok(profile::open(&url)?)
     }
+
+    /// The profile cache of the `--config` file: its `[redis] url` and `[cache] ttl_secs`, when
+    /// it has `[redis]` and the cache is enabled.
+    fn cache(&self) -> Result<Option<(String, u64)>> {
+        let Some(path) = &self.config else {
+            return Ok(None);
+        };
+        let cfg = ProfileConfig::load(path)?;
+        let url = cfg.redis_url().filter(|_| cfg.cache.enabled);
+        Ok(url.map(|url| (url.to_string(), cfg.cache.ttl_secs)))
+    }
 }
 
 /// Output format of `tags list`.
@@ -99,7 +110,9 @@ pub enum TagsCommand {
     /// Delete an offline tag's stored values: its column from every user_profile_tag row and
     /// its user_tag_history rows, then ask the store to major-compact both tables. Refused
     /// unless the tag is offline. A killed purge resumes from its checkpoint; a finished one
-    /// is not run again.
+    /// is not run again. With a --config that has [redis] (and the cache enabled), the cached
+    /// profiles of the users it changed are invalidated as it goes; with Redis down the purge
+    /// completes and counts those left to expire.
     Purge {
         /// The tag code.
         code: String,
@@ -159,6 +172,7 @@ pub fn run(cmd: TagsCommand) -> Result<ExitCode> {
                 &backend,
                 checkpoint.as_deref(),
                 page_rows,
+                registry.cache()?,
             )
         }
     }

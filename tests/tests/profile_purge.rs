@@ -6,13 +6,19 @@
 //! Against the embedded store always; against a live HBase (`scripts/services.sh up hbase`)
 //! too, which fails when HBase is not reachable on 127.0.0.1:9090/9091, unless
 //! `HOURGLASS_SKIP_HBASE=1` outside CI. The HBase run drops and recreates the profile tables.
+//!
+//! With `[redis]`, a purge invalidates the cached profiles (`profile:{user}`) of the users it
+//! changed, and with Redis away it completes, counting those it could not; against the real
+//! Redis of `scripts/services.sh up redis` (skipped without it, failing in CI).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use e2e::services::{hbase_up, THRIFT1, THRIFT2};
+use serde_json::json;
+
+use e2e::services::{hbase_up, redis_up, THRIFT1, THRIFT2};
 use e2e::{hourglass_command, ok_stdout};
 use profile::event::CellValue;
 use profile::key::parse_history_row;
@@ -24,6 +30,10 @@ use profile::{
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::table::{ScanSpec, TableReader};
 use sinks::{OpenOptions, Store};
+
+// Its scenario (registry, config, replays), Redis helpers and proxy; not every one is used here.
+#[allow(dead_code)]
+mod profile_read_common;
 
 /// The tag purged; `dim_city` and `beh_buy` stay.
 const GONE: &str = "dim_old";
@@ -299,4 +309,130 @@ fn purge_on_hbase() {
     }
     let dir = tempfile::tempdir().unwrap();
     purge_scenario(dir.path(), &hbase(), &hbase);
+}
+
+/// A scenario whose cache is in the Redis at `url`, with three users cached: two with a city,
+/// one without; their ids.
+fn cached_scenario(url: &str) -> (profile_read_common::Scenario, [String; 3]) {
+    use profile_read_common::{now, user, Scenario};
+    // Reads wait for Redis up to 2 s: the proxy's added connection (on a loaded machine) must
+    // not turn a hit into a miss.
+    let config =
+        format!("[redis]\nurl = {url:?}\n[cache]\nretry_after_ms = 100\ntimeout_ms = 2000\n");
+    let s = Scenario::new(&config, &["--store", "store"]);
+    let users = [user("pa"), user("pb"), user("pc")];
+    let t = now() - 60;
+    s.replay(&[
+        (&users[0], t, json!({"dim_city": "hz", "beh_buy": 1})),
+        (&users[1], t, json!({"dim_city": "sh", "beh_buy": 2})),
+        (&users[2], t, json!({"beh_buy": 3})),
+    ]);
+    for u in &users {
+        assert_eq!(s.get(u, &[]).unwrap()["source"], "store", "{u}: a miss");
+        // The miss's backfill was written before its process exited.
+        assert_eq!(s.get(u, &[]).unwrap()["source"], "cache", "{u}: then a hit");
+    }
+    let set = [
+        "tags",
+        "set-status",
+        "dim_city",
+        "offline",
+        "--config",
+        "p.toml",
+    ];
+    profile_read_common::ok(s.path(), &set);
+    (s, users)
+}
+
+const PURGE_CITY: [&str; 7] = [
+    "tags", "purge", "dim_city", "--config", "p.toml", "--store", "store",
+];
+
+#[test]
+fn a_purge_invalidates_the_cached_profiles_it_changed() {
+    use profile_read_common::{cached, redis, redis_url};
+    if !redis_up() {
+        return;
+    }
+    let (s, users) = cached_scenario(&redis_url());
+    let mut conn = redis();
+    let gen = |conn: &mut redis::Connection, u: &str| -> Option<String> {
+        redis::cmd("GET")
+            .arg(profile::cache::gen_key(u))
+            .query(conn)
+            .unwrap()
+    };
+    let gens: Vec<Option<String>> = users.iter().map(|u| gen(&mut conn, u)).collect();
+    assert_eq!(
+        cached(&mut conn, &users[0]).unwrap()["tags"]["dim_city"],
+        "hz"
+    );
+
+    let out = profile_read_common::ok(s.path(), &PURGE_CITY);
+    assert!(out.contains("2 columns deleted"), "{out}");
+    assert!(
+        out.contains("2 users' cached profiles invalidated"),
+        "{out}"
+    );
+    for u in &users[..2] {
+        assert_eq!(cached(&mut conn, u), None, "{u}: the entry is deleted");
+        let now = gen(&mut conn, u);
+        assert!(now.is_some(), "{u}: a new generation");
+        assert_ne!(now, gens[users.iter().position(|x| x == u).unwrap()]);
+    }
+    let kept = cached(&mut conn, &users[2]).expect("an unchanged user's entry stays");
+    assert_eq!(kept["tags"], json!({"beh_buy": 3}));
+    assert_eq!(gen(&mut conn, &users[2]), gens[2]);
+
+    // Read again: from the store without the city, then from the refilled cache, still without.
+    for (u, buys) in users[..2].iter().zip([1, 2]) {
+        let fresh = s.get(u, &[]).unwrap();
+        assert_eq!(
+            (fresh["source"].clone(), fresh["tags"].clone()),
+            (json!("store"), json!({"beh_buy": buys}))
+        );
+        let hit = s.get(u, &[]).unwrap();
+        assert_eq!(
+            (hit["source"].clone(), hit["tags"].clone()),
+            (json!("cache"), json!({"beh_buy": buys}))
+        );
+    }
+}
+
+#[test]
+fn a_purge_with_redis_away_completes_and_counts_the_users_left_cached() {
+    use profile_read_common::{cached, redis, Proxy};
+    if !redis_up() {
+        return;
+    }
+    let proxy = Proxy::start();
+    let (s, users) = cached_scenario(&format!("redis://{}/0", proxy.addr));
+    proxy.set_up(false);
+    let out = profile_read_common::run(s.path(), &PURGE_CITY);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("2 columns deleted"), "{stdout}");
+    assert!(
+        stdout.contains("0 users' cached profiles invalidated, 2 could not be"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("2 users' cached profiles could not be invalidated")
+            && stderr.contains("until they expire"),
+        "{stderr}"
+    );
+    // Still cached (Redis was away): the entries expire by their TTL.
+    let mut conn = redis();
+    assert_eq!(
+        cached(&mut conn, &users[0]).unwrap()["tags"]["dim_city"],
+        "hz"
+    );
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(profile::cache::entry_key(&users[0]))
+        .query(&mut conn)
+        .unwrap();
+    assert!((1..=600).contains(&ttl), "{ttl}");
 }

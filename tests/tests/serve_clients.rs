@@ -9,45 +9,10 @@
 
 mod serve_common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use e2e::services::in_ci;
 use serde_json::Value;
-use serve_common::{cli_points_per_step, start, H};
-
-/// Whether these tests are skipped: only outside CI, and only when asked to.
-fn skipped() -> bool {
-    let skip = !in_ci() && std::env::var("HOURGLASS_SKIP_CLIENTS").is_ok_and(|v| v == "1");
-    if skip {
-        eprintln!("HOURGLASS_SKIP_CLIENTS=1: skipping a test with a real client");
-    }
-    skip
-}
-
-/// The tool named by the environment variable `env`, else `default` (a path, or a command on
-/// `PATH`); a panic saying how to install it when it is missing.
-fn tool(env: &str, default: PathBuf, what: &str) -> PathBuf {
-    let path = std::env::var_os(env).map_or(default, PathBuf::from);
-    let found = if path.components().count() == 1 {
-        // A bare command name: look it up on PATH.
-        std::env::var_os("PATH")
-            .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| d.join(&path).is_file()))
-    } else {
-        path.is_file()
-    };
-    assert!(
-        found,
-        "{what} not found at {} ({env}): run `scripts/test-tools.sh` (`make test` does){}",
-        path.display(),
-        if in_ci() {
-            ""
-        } else {
-            ", or set HOURGLASS_SKIP_CLIENTS=1 to skip these tests"
-        }
-    );
-    path
-}
+use serve_common::{chromium, cli_points_per_step, skipped, start, tool, H};
 
 #[test]
 fn prometheus_api_client_gets_the_cli_points() {
@@ -94,29 +59,6 @@ fn prometheus_api_client_gets_the_cli_points() {
         assert!(want.len() >= 8, "{want:?}");
         assert_eq!(got, want, "{device} at step {step}");
     }
-}
-
-/// Runs headless Chromium on `url` with `args`, after the page's scripts had 10 s of virtual
-/// time (they wait for the API's answers).
-fn chromium(args: &[&str], url: &str) -> std::process::Output {
-    let bin = tool("HOURGLASS_CHROMIUM", "chromium".into(), "Chromium");
-    let profile = tempfile::tempdir().expect("profile dir");
-    Command::new(&bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=1200,900",
-            "--virtual-time-budget=10000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(args)
-        .arg(url)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
 }
 
 #[test]

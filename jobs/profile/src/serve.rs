@@ -46,7 +46,10 @@ pub const MAX_AUDIENCE_IDS: usize = 100_000;
 /// - `GET /api/v1/audience?q=EXPR[&limit=N]`: `{"query", "count", "truncated", "users"}` as
 ///   `hourglass profile audience --format json` prints it, at most `limit` ids (default
 ///   [`AUDIENCE_IDS`], at most [`MAX_AUDIENCE_IDS`]) within `limits`; 400 for a bad expression,
-///   an unknown tag, a type mismatch or a limit passed, naming the position.
+///   an unknown tag, a type mismatch or a limit passed, naming the position in the message and,
+///   when one place is at fault, as `"position"` (a byte offset in `q`). Without `q` it is a
+///   400 too: the built-in page asks so to learn whether these routes are served (a 404 says
+///   they are not).
 ///
 /// A failing store answers 503, a failing Redis nothing: the store answers instead.
 pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize, limits: Limits) -> Router {
@@ -63,11 +66,16 @@ pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize, limits: 
         .with_state(api)
 }
 
-/// An error answer: `{"error": message}` with a status.
-struct ApiError(StatusCode, String);
+/// An error answer: `{"error": message}` with a status, and `"position"` for an audience query
+/// wrong at one place.
+struct ApiError(StatusCode, String, Option<usize>);
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
+        let position = match &e {
+            Error::Query(q) => q.pos,
+            _ => None,
+        };
         let status = match &e {
             Error::Invalid(_) | Error::UnknownTag(_) | Error::Query(_) => StatusCode::BAD_REQUEST,
             Error::Store(_) | Error::Redis { .. } | Error::Sqlite { .. } => {
@@ -75,18 +83,22 @@ impl From<Error> for ApiError {
             }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError(status, e.to_string())
+        ApiError(status, e.to_string(), position)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({ "error": self.1 }))).into_response()
+        let mut body = json!({ "error": self.1 });
+        if let Some(position) = self.2 {
+            body["position"] = json!(position);
+        }
+        (self.0, Json(body)).into_response()
     }
 }
 
 fn bad_request(message: impl Into<String>) -> ApiError {
-    ApiError(StatusCode::BAD_REQUEST, message.into())
+    ApiError(StatusCode::BAD_REQUEST, message.into(), None)
 }
 
 /// Runs `f` on the blocking pool once a turn to read is free.
@@ -106,6 +118,7 @@ where
         Err(ApiError(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("profile read failed ({join}); please report it"),
+            None,
         ))
     })
 }
@@ -160,9 +173,13 @@ async fn one(
         }
     })
     .await?;
-    answer
-        .map(Json)
-        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("user {shown:?} has no tags")))
+    answer.map(Json).ok_or_else(|| {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            format!("user {shown:?} has no tags"),
+            None,
+        )
+    })
 }
 
 /// The body of `POST /api/v1/profiles:batchGet`.

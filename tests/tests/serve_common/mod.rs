@@ -5,9 +5,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use e2e::services::in_ci;
 use e2e::{data, hourglass_command, hourglass_ok, NOW};
 
 /// The recording's first hour, 2024-08-19T21:00:00Z; the scenario spans two hours.
@@ -232,4 +233,61 @@ pub fn error_of(v: &serde_json::Value) -> &str {
     v["error"]
         .as_str()
         .unwrap_or_else(|| panic!("no error message in {v}"))
+}
+
+/// Whether a test with a real client (Chromium, a Python client) is skipped: only outside CI,
+/// and only when asked to (`HOURGLASS_SKIP_CLIENTS=1`).
+pub fn skipped() -> bool {
+    let skip = !in_ci() && std::env::var("HOURGLASS_SKIP_CLIENTS").is_ok_and(|v| v == "1");
+    if skip {
+        eprintln!("HOURGLASS_SKIP_CLIENTS=1: skipping a test with a real client");
+    }
+    skip
+}
+
+/// The tool named by the environment variable `env`, else `default` (a path, or a command on
+/// `PATH`); a panic saying how to install it when it is missing.
+pub fn tool(env: &str, default: PathBuf, what: &str) -> PathBuf {
+    let path = std::env::var_os(env).map_or(default, PathBuf::from);
+    let found = if path.components().count() == 1 {
+        // A bare command name: look it up on PATH.
+        std::env::var_os("PATH")
+            .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| d.join(&path).is_file()))
+    } else {
+        path.is_file()
+    };
+    assert!(
+        found,
+        "{what} not found at {} ({env}): run `scripts/test-tools.sh` (`make test` does){}",
+        path.display(),
+        if in_ci() {
+            ""
+        } else {
+            ", or set HOURGLASS_SKIP_CLIENTS=1 to skip these tests"
+        }
+    );
+    path
+}
+
+/// Runs headless Chromium on `url` with `args`, after the page's scripts had 10 s of virtual
+/// time (they wait for the API's answers).
+pub fn chromium(args: &[&str], url: &str) -> std::process::Output {
+    let bin = tool("HOURGLASS_CHROMIUM", "chromium".into(), "Chromium");
+    let profile = tempfile::tempdir().expect("profile dir");
+    Command::new(&bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
 }

@@ -1,6 +1,7 @@
-//! Purging an offline tag: its column deleted from every `user_profile_tag` row, its
-//! `user_tag_history` rows deleted, page by page from a checkpoint file, its `user_tag_index`
-//! entries deleted, then the tables major-compacted.
+//! Purging an offline tag: its column deleted from every `user_profile_tag` row (and the
+//! cached profiles of those users invalidated, with a cache), its `user_tag_history` rows
+//! deleted, page by page from a checkpoint file, its `user_tag_index` entries deleted, then the
+//! tables major-compacted.
 //!
 //! A purge runs while the tag is `offline`, so no job writes the column meanwhile. It scans
 //! each table in pages of [`PurgeOptions::page_rows`] rows, deletes what it found, flushes, and
@@ -13,6 +14,15 @@
 //! needs no change to the registry's schema in two databases, and is deleted with the store's
 //! working directory. Its path is the caller's (the CLI's default:
 //! `hourglass-data/purge-CODE.json`).
+//!
+//! With [`PurgeOptions::cache_url`], each page's users are invalidated in the profile cache
+//! after the page's deletes are durable and before its checkpoint is written ([`cache`]): a
+//! reader's backfill of a row read before the deletes is then refused by the generation check.
+//! Redis failing does not stop the purge: those users are counted
+//! ([`PurgeCounts::cache_not_invalidated`]) and their entries expire by their TTL, as do those
+//! of a page whose deletes were durable when the purge was killed.
+
+mod cache;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -52,6 +62,13 @@ pub struct PurgeCounts {
     /// `user_tag_index` entries of the tag deleted.
     #[serde(default)]
     pub index_deleted: u64,
+    /// Users whose cached profile was invalidated (their row lost the column).
+    #[serde(default)]
+    pub cache_invalidated: u64,
+    /// Users whose cached profile could not be invalidated (Redis failing): it shows the tag
+    /// until it expires (`[cache] ttl_secs`).
+    #[serde(default)]
+    pub cache_not_invalidated: u64,
 }
 
 /// How far one table's scan has gone.
@@ -144,6 +161,9 @@ pub struct PurgeOptions<'a> {
     /// Stop after this many pages, as a kill would, and return [`Outcome::Stopped`] (default
     /// `None`: to the end). For tests of resuming, and for purging in slices.
     pub max_pages: Option<u64>,
+    /// The Redis of the profile cache (`[redis] url` with `[cache] enabled`), whose entries of
+    /// the users a page changed are invalidated (default `None`: no cache).
+    pub cache_url: Option<&'a str>,
 }
 
 impl<'a> PurgeOptions<'a> {
@@ -154,6 +174,7 @@ impl<'a> PurgeOptions<'a> {
             checkpoint,
             page_rows: PAGE_ROWS,
             max_pages: None,
+            cache_url: None,
         }
     }
 }
@@ -196,13 +217,16 @@ pub enum Outcome {
 /// Purges the tag `options.code`: deletes its column (family `dimension` or `behavior`,
 /// qualifier = the code) from every `user_profile_tag` row, deletes its `user_tag_history`
 /// rows, then asks `store` to major-compact both tables. Resumes from `options.checkpoint` and
-/// writes it after every page; reports each page to `progress`.
+/// writes it after every page; reports each page to `progress`. With `options.cache_url`,
+/// invalidates the cached profiles of the users whose column it deleted, page by page; Redis
+/// failing is no error (the users are counted).
 ///
 /// # Errors
 /// [`Error::UnknownTag`]; [`Error::Refused`] unless the tag is `offline` (saying to run
 /// `hourglass tags set-status CODE offline`), also when it was purged and set online since;
 /// [`Error::Invalid`] for a checkpoint of another tag or store; [`Error::Store`] when the
-/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file.
+/// store fails (the checkpoint keeps the pages done); [`Error::Io`] for the checkpoint file;
+/// [`Error::Redis`] for a cache URL that is not one.
 pub fn purge(
     store: &Store,
     registry: &mut dyn TagRegistry,
@@ -231,6 +255,7 @@ pub fn purge(
         writer: store.writer(),
         options,
         pages: 0,
+        cache: options.cache_url.map(cache::PurgeCache::new).transpose()?,
     };
     if !run.profile(&mut checkpoint, progress)? || !run.history(&mut checkpoint, progress)? {
         return Ok(Outcome::Stopped(checkpoint.counts));
@@ -295,6 +320,7 @@ struct Run<'a> {
     writer: Box<dyn sinks::table::TableWriter>,
     options: &'a PurgeOptions<'a>,
     pages: u64,
+    cache: Option<cache::PurgeCache>,
 }
 
 impl Run<'_> {
@@ -327,9 +353,16 @@ impl Run<'_> {
             };
             let rows = self.reader.scan(table, &spec)?;
             let deletes = page(&rows, &mut checkpoint.counts);
+            let users = match &self.cache {
+                Some(_) => cache::PurgeCache::changed_users(&deletes),
+                None => Vec::new(),
+            };
             self.writer.write(deletes)?;
             self.writer.flush()?;
             self.store.persist()?;
+            if let Some(cache) = &mut self.cache {
+                cache.invalidate(&users, &mut checkpoint.counts);
+            }
             let state = at(checkpoint);
             if let Some(last) = rows.last() {
                 state.after = Some(last.key.clone());
@@ -420,161 +453,4 @@ impl Run<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::CellValue;
-    use crate::merge::{MergeConfig, TagUpdate, UserMerge};
-    use crate::registry::SqliteRegistry;
-    use crate::tag::{DataType, TagDef, ValueType};
-    use sinks::config::StoreConfig;
-    use sinks::OpenOptions;
-    use tempfile::TempDir;
-
-    /// Event time of the writes, epoch seconds; the store's clock is two seconds later.
-    const TS: i64 = 1_724_200_000;
-
-    fn def(code: &str, value_type: ValueType, status: TagStatus) -> TagDef {
-        TagDef {
-            tag_code: code.into(),
-            name: code.into(),
-            data_type: DataType::Int,
-            value_type,
-            status,
-            ttl_secs: None,
-            category: String::new(),
-            owner: String::new(),
-            update_frequency: String::new(),
-        }
-    }
-
-    /// A store holding `users` users with `dim_a` and `beh_b` (two changes each), a registry
-    /// with both tags, `beh_b` offline.
-    fn setup(dir: &TempDir, users: usize) -> (Store, SqliteRegistry) {
-        let cfg = StoreConfig {
-            dir: dir.path().join("store"),
-            ..StoreConfig::default()
-        };
-        let options = OpenOptions {
-            clock: std::sync::Arc::new(|| (TS + 2) * 1000),
-            ..OpenOptions::default()
-        };
-        let store = sinks::open(&cfg, &crate::tables::tables(), &options).unwrap();
-        let mut registry = SqliteRegistry::open(&dir.path().join("tags.sqlite")).unwrap();
-        let defs = [
-            def("dim_a", ValueType::Dimension, TagStatus::Online),
-            def("beh_b", ValueType::Statistic, TagStatus::Offline),
-        ];
-        for outcome in registry.upsert(&defs).unwrap() {
-            outcome.unwrap();
-        }
-        let mut merge = UserMerge::new(MergeConfig::default());
-        for u in 0..users {
-            for (i, d) in defs.iter().enumerate() {
-                for ts in [TS, TS + 1] {
-                    let value = CellValue::Int(i64::try_from(u + i).unwrap());
-                    merge.push(TagUpdate::new(d, &format!("u{u}"), ts, value));
-                }
-            }
-        }
-        let mut w = store.writer();
-        w.write(merge.flush().mutations).unwrap();
-        w.flush().unwrap();
-        (store, registry)
-    }
-
-    fn codes_left(store: &Store) -> (Vec<String>, Vec<String>) {
-        let reader = store.reader();
-        let profile = reader.scan(PROFILE_TABLE, &ScanSpec::default()).unwrap();
-        let columns = profile
-            .iter()
-            .flat_map(|r| &r.cells)
-            .map(|c| String::from_utf8(c.qualifier.clone()).unwrap())
-            .collect();
-        let history = reader.scan(HISTORY_TABLE, &ScanSpec::default()).unwrap();
-        let codes = history
-            .iter()
-            .map(|r| parse_history_row(&r.key).unwrap().1.to_string())
-            .collect();
-        (columns, codes)
-    }
-
-    #[test]
-    fn refuses_unknown_and_online_tags() {
-        let dir = TempDir::new().unwrap();
-        let (store, mut registry) = setup(&dir, 1);
-        let checkpoint = dir.path().join("purge.json");
-        let mut run = |code| {
-            purge(
-                &store,
-                &mut registry,
-                &PurgeOptions::new(code, &checkpoint),
-                &mut |_| {},
-            )
-        };
-        assert!(matches!(run("nope"), Err(Error::UnknownTag(_))));
-        let refused = run("dim_a").unwrap_err().to_string();
-        assert!(
-            refused.contains("hourglass tags set-status dim_a offline"),
-            "{refused}"
-        );
-        assert!(!checkpoint.exists(), "a refusal writes no checkpoint");
-    }
-
-    #[test]
-    fn a_stopped_purge_resumes_and_a_finished_one_is_not_run_again() {
-        let dir = TempDir::new().unwrap();
-        let (store, mut registry) = setup(&dir, 5);
-        let checkpoint = dir.path().join("purge.json");
-        let options = PurgeOptions {
-            page_rows: 2,
-            max_pages: Some(2),
-            ..PurgeOptions::new("beh_b", &checkpoint)
-        };
-        let mut pages = 0;
-        let outcome = purge(&store, &mut registry, &options, &mut |p| {
-            pages += u32::from(matches!(p, Progress::Page { .. }));
-        })
-        .unwrap();
-        assert!(
-            matches!(outcome, Outcome::Stopped(c) if c.profile_rows == 4),
-            "{outcome:?}"
-        );
-        assert_eq!(pages, 2);
-        let saved = Checkpoint::load(&checkpoint).unwrap().unwrap();
-        assert!(saved.profile.after.is_some() && !saved.profile.done);
-        // The rest, two pages a run.
-        let outcome = loop {
-            match purge(&store, &mut registry, &options, &mut |_| {}).unwrap() {
-                Outcome::Stopped(_) => continue,
-                done => break done,
-            }
-        };
-        let want = PurgeCounts {
-            profile_rows: 5,
-            columns_deleted: 5,
-            history_rows: 20,
-            history_deleted: 10,
-            index_deleted: 0,
-        };
-        assert_eq!(outcome, Outcome::Purged(want));
-        let (columns, codes) = codes_left(&store);
-        assert_eq!(columns, ["dim_a"; 5]);
-        assert_eq!(codes, ["dim_a"; 10]);
-        let again = purge(&store, &mut registry, &options, &mut |_| {}).unwrap();
-        assert_eq!(again, Outcome::AlreadyPurged(want));
-        // Another store: the checkpoint is not its purge's.
-        let other_dir = TempDir::new().unwrap();
-        let (other, _) = setup(&other_dir, 1);
-        let refused = purge(&other, &mut registry, &options, &mut |_| {}).unwrap_err();
-        assert!(refused.to_string().contains("not "), "{refused}");
-        // Set online again: refused, saying it was purged.
-        registry.set_status("beh_b", TagStatus::Online).unwrap();
-        let refused = purge(&store, &mut registry, &options, &mut |_| {}).unwrap_err();
-        assert!(refused.to_string().contains("it was purged"), "{refused}");
-        // Another tag's purge refuses this one's checkpoint.
-        registry.set_status("dim_a", TagStatus::Offline).unwrap();
-        let other = PurgeOptions::new("dim_a", &checkpoint);
-        let refused = purge(&store, &mut registry, &other, &mut |_| {}).unwrap_err();
-        assert!(matches!(refused, Error::Invalid(_)), "{refused}");
-    }
-}
+mod tests;
