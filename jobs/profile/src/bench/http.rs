@@ -54,7 +54,9 @@ impl Http {
 
 impl Client for Http {
     fn get(&self, user: &str) -> Result<Option<bool>> {
-        let mut request = self.agent.get(format!("{}/api/v1/profile/{user}", self.base));
+        let mut request = self
+            .agent
+            .get(format!("{}/api/v1/profile/{user}", self.base));
         if let Some(auth) = &self.auth {
             request = request.header("Authorization", auth);
         }

@@ -115,8 +115,7 @@ pub fn run(args: &BenchArgs) -> Result<Value> {
         None => ProfileConfig::default(),
     };
     args.backend.apply(&mut cfg.store);
-    let backend =
-        pipeline::store::open(&cfg.store, &crate::tables(), &args.backend, true, false)?;
+    let backend = pipeline::store::open(&cfg.store, &crate::tables(), &args.backend, true, false)?;
     let store = backend.reader();
     let location = backend.location();
     let load_before = load_average();
@@ -229,7 +228,12 @@ fn diff(before: &Map<String, Value>, after: &Map<String, Value>) -> Value {
     Value::Object(
         after
             .keys()
-            .map(|k| (k.clone(), json!(get(after, k).saturating_sub(get(before, k)))))
+            .map(|k| {
+                (
+                    k.clone(),
+                    json!(get(after, k).saturating_sub(get(before, k))),
+                )
+            })
             .collect(),
     )
 }
@@ -334,7 +338,8 @@ fn reads(
         selection: Selection::all(),
         now_ms: pipeline::time::now_ms(),
     };
-    result["read_path"] = json!("in-process: ProfileReader (Redis MGET, then one Get or multi-get)");
+    result["read_path"] =
+        json!("in-process: ProfileReader (Redis MGET, then one Get or multi-get)");
     if redis.ends_with("(answers)") {
         result["fill"] = fill_cache(&client, &ids[..cacheable])?;
     }
@@ -368,7 +373,8 @@ fn measure(
             args.seed + 1_000_000,
             "warm-up",
         )?;
-        result["warmup"] = json!({ "reads": warm.reads(), "hit_ratio": reads::round(warm.hit_ratio(), 4) });
+        result["warmup"] =
+            json!({ "reads": warm.reads(), "hit_ratio": reads::round(warm.hit_ratio(), 4) });
     }
     match args.batch {
         None => {
@@ -389,8 +395,7 @@ fn measure(
                     samples.reads()
                 )));
             }
-            if let (Value::Object(map), Value::Object(figures)) = (&mut result, samples.to_json())
-            {
+            if let (Value::Object(map), Value::Object(figures)) = (&mut result, samples.to_json()) {
                 map.extend(figures);
             }
         }
@@ -408,8 +413,10 @@ fn measure(
             result["batches"] = json!(b.samples.reads());
             result["secs"] = json!(reads::round(secs, 2));
             result["users_per_s"] = json!(reads::round((b.hits + b.misses) as f64 / secs, 0));
-            result["hit_ratio"] =
-                json!(reads::round(b.hits as f64 / (b.hits + b.misses).max(1) as f64, 4));
+            result["hit_ratio"] = json!(reads::round(
+                b.hits as f64 / (b.hits + b.misses).max(1) as f64,
+                4
+            ));
             result["batch_latency"] = latencies(b.samples.hits);
         }
     }

@@ -145,7 +145,10 @@ where
                         Ok((_, None)) => mine.empty += 1,
                         Err(e) => {
                             progress.stop.store(true, Ordering::Relaxed);
-                            failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                            failed
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e);
                             break;
                         }
                     }
@@ -155,7 +158,8 @@ where
             });
         }
         let mut last = (Instant::now(), 0u64);
-        while progress.done.load(Ordering::Relaxed) < total && !progress.stop.load(Ordering::Relaxed)
+        while progress.done.load(Ordering::Relaxed) < total
+            && !progress.stop.load(Ordering::Relaxed)
         {
             std::thread::sleep(Duration::from_millis(100));
             if last.0.elapsed() >= Duration::from_secs(5) {
@@ -253,7 +257,7 @@ mod tests {
 
     impl Client for Even {
         fn get(&self, user: &str) -> Result<Option<bool>> {
-            Ok(Some(user.len() % 2 == 0))
+            Ok(Some(user.len().is_multiple_of(2)))
         }
         fn batch(&self, users: &[String]) -> Result<(u64, u64)> {
             Ok((users.len() as u64, 0))
@@ -270,6 +274,9 @@ mod tests {
         let b = batch_reads(&Even, &ids, &zipf, (7, 5), 2, 1).unwrap();
         assert_eq!((b.samples.reads(), b.hits, b.misses), (7, 14, 0));
         let l = latencies(vec![1000, 3000, 2000]);
-        assert_eq!((l["p50_ms"].as_f64(), l["max_ms"].as_f64()), (Some(2.0), Some(3.0)));
+        assert_eq!(
+            (l["p50_ms"].as_f64(), l["max_ms"].as_f64()),
+            (Some(2.0), Some(3.0))
+        );
     }
 }

@@ -162,7 +162,11 @@ mod tests {
         // H(1e5, 1.1) / H(1e6, 1.1): the top tenth holds ~92 % of the draws.
         let top = z.mass_of_top(100_000);
         assert!((0.91..0.93).contains(&top), "{top}");
-        assert!((z.mass_of_top(1) - 1.0 / 8.08).abs() < 0.01, "{}", z.mass_of_top(1));
+        assert!(
+            (z.mass_of_top(1) - 1.0 / 8.08).abs() < 0.01,
+            "{}",
+            z.mass_of_top(1)
+        );
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let n = 200_000;
         let hot = (0..n).filter(|_| z.draw(&mut rng) < 100_000).count();
