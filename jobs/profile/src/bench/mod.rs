@@ -115,13 +115,25 @@ pub fn run(args: &BenchArgs) -> Result<Value> {
         None => ProfileConfig::default(),
     };
     args.backend.apply(&mut cfg.store);
-    let backend = pipeline::store::open(&cfg.store, &crate::tables(), &args.backend, true, false)?;
-    let store = backend.reader();
-    let location = backend.location();
     let load_before = load_average();
-    let mut result = match &args.audience {
-        Some(expr) => audience(&cfg, &store, expr, args.repeats)?,
-        None => reads(args, &mut cfg, &store, &location)?,
+    // With --http the server reads the store: it is opened here only to list the users.
+    let listed = args
+        .users_file
+        .as_deref()
+        .is_some_and(std::path::Path::exists);
+    let (mut result, location) = if args.http.is_some() && args.audience.is_none() && listed {
+        let url = args.http.clone().unwrap_or_default();
+        (reads(args, &mut cfg, None)?, url)
+    } else {
+        let backend =
+            pipeline::store::open(&cfg.store, &crate::tables(), &args.backend, true, false)?;
+        let store = backend.reader();
+        let location = backend.location();
+        let result = match &args.audience {
+            Some(expr) => audience(&cfg, &store, expr, args.repeats)?,
+            None => reads(args, &mut cfg, Some((&store, &location)))?,
+        };
+        (result, location)
     };
     result["command"] = json!(std::env::args().collect::<Vec<_>>().join(" "));
     result["store"] = json!(location);
@@ -144,10 +156,17 @@ fn load_average() -> Option<[f64; 3]> {
 }
 
 /// The users to draw from, hottest first.
-fn user_list(args: &BenchArgs, store: &Reader, location: &str) -> Result<Vec<String>> {
-    let mut ids = match &args.users_file {
-        Some(path) if path.exists() => read_users(path)?,
-        _ => {
+fn user_list(args: &BenchArgs, store: Option<(&Reader, &str)>) -> Result<Vec<String>> {
+    let mut ids = match (&args.users_file, store) {
+        (Some(path), _) if path.exists() => read_users(path)?,
+        (_, None) => {
+            return Err(Error::Invalid(
+                "no users to read: give --users-file FILE listing them, or --store/--hbase to \
+                 list them from the store"
+                    .into(),
+            ))
+        }
+        (_, Some((store, location))) => {
             let ids = scan_users(store, args.users, location)?;
             if let Some(path) = &args.users_file {
                 write_users(path, &ids)?;
@@ -286,11 +305,10 @@ fn fill_cache(client: &InProcess<'_>, cacheable: &[String]) -> Result<Value> {
 fn reads(
     args: &BenchArgs,
     cfg: &mut ProfileConfig,
-    store: &Reader,
-    location: &str,
+    store: Option<(&Reader, &str)>,
 ) -> Result<Value> {
     let listed = Instant::now();
-    let ids = user_list(args, store, location)?;
+    let ids = user_list(args, store)?;
     eprintln!(
         "bench profile: {} users in {:.1} s; Zipf({}) over their ranks",
         ids.len(),
@@ -314,6 +332,11 @@ fn reads(
         result["redis"] = json!("as the server's --profile-config says");
         return measure(args, &client, &ids, &zipf, result);
     }
+    let Some((store, _)) = store else {
+        return Err(Error::Invalid(
+            "reading in-process needs the store: --store DIR or --hbase HOST:PORT".into(),
+        ));
+    };
     let redis = match cfg.redis_url() {
         None => "none: the config has no [redis], every read goes to the store".to_string(),
         Some(url) => match redis_answers(url) {
