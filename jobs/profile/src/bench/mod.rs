@@ -435,7 +435,8 @@ fn measure(
             result["batch_users"] = json!(size);
             result["batches"] = json!(b.samples.reads());
             result["secs"] = json!(reads::round(secs, 2));
-            result["users_per_s"] = json!(reads::round((b.hits + b.misses) as f64 / secs, 0));
+            result["users_per_s"] =
+                json!(((b.hits + b.misses) as f64 / secs.max(1e-9)).round() as u64);
             result["hit_ratio"] = json!(reads::round(
                 b.hits as f64 / (b.hits + b.misses).max(1) as f64,
                 4

@@ -65,7 +65,7 @@ impl Samples {
         json!({
             "reads": self.reads(),
             "secs": round(secs, 2),
-            "reads_per_s": round(self.reads() as f64 / secs.max(1e-9), 0),
+            "reads_per_s": (self.reads() as f64 / secs.max(1e-9)).round() as u64,
             "hit_ratio": round(self.hit_ratio(), 4),
             "empty": self.empty,
             "hits": latencies(self.hits.clone()),
