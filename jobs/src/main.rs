@@ -98,7 +98,7 @@ enum Command {
     Tables(tables::TablesCommand),
     /// Measure throughput.
     #[command(subcommand)]
-    Bench(sensor::tools::bench::BenchCommand),
+    Bench(BenchCommand),
     /// Serve dashboards over HTTP: JSON API, Prometheus API for Grafana, a page, /metrics; with
     /// --profile-config, the profile read API too.
     Serve(ServeCommand),
@@ -112,6 +112,17 @@ enum Command {
     /// tags, generate tag traffic.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+}
+
+/// `hourglass bench`: the sensor job's benchmarks and the profile reads'.
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    #[command(flatten)]
+    Sensor(sensor::tools::bench::BenchCommand),
+    /// Profile reads through the read path (Redis cache, then the store), Zipf-distributed over
+    /// a populated store's users: reads/s, hit ratio, latencies of hits and misses; `--batch N`
+    /// times batch reads, `--audience EXPR` an audience query.
+    Profile(::profile::bench::BenchArgs),
 }
 
 /// Flags of `hourglass serve`: the sensor dashboards' and the profile API's.
@@ -213,7 +224,15 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Query(cmd) => query::run(cmd),
         Command::Tables(cmd) => tables::run(cmd),
-        Command::Bench(cmd) => sensor::tools::bench::run(cmd).map_err(Into::into),
+        Command::Bench(BenchCommand::Sensor(cmd)) => {
+            sensor::tools::bench::run(cmd).map_err(Into::into)
+        }
+        Command::Bench(BenchCommand::Profile(args)) => ::profile::bench::run(&args)
+            .map_err(Into::into)
+            .and_then(|result| {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+                Ok(ExitCode::SUCCESS)
+            }),
         Command::Serve(cmd) => serve(&cmd).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => sensor::report::run(&args).map_err(Into::into),
         Command::Tags(cmd) => tags::run(cmd),

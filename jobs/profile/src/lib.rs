@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod audience;
+pub mod bench;
 pub mod cache;
 pub mod config;
 pub mod event;
@@ -96,6 +97,9 @@ pub enum Error {
     /// The tag store (the profile tables) failed; the message says what to do.
     #[error(transparent)]
     Store(#[from] sinks::Error),
+    /// Opening the store failed (`hourglass bench profile`); the message says what to do.
+    #[error(transparent)]
+    Engine(#[from] pipeline::Error),
     /// A SQLite file failed: the registry's, or the embedded short-term tags'.
     #[error("SQLite database {path}: {source}")]
     Sqlite {
