@@ -145,13 +145,15 @@ fn serve(cmd: &ServeCommand) -> anyhow::Result<()> {
             let stats = std::sync::Arc::new(::profile::cache::CacheStats::default());
             let reader = ::profile::ProfileReader::open(&cfg, stats.clone())?;
             let limits = cfg.index.limits();
+            let metrics = ::profile::serve::ServeMetrics::new(stats);
+            let exposed = metrics.clone();
             Some(sensor::serve::Extension {
                 tables: ::profile::tables(),
                 routes: Box::new(move |store, reads| {
-                    ::profile::serve::routes(reader, store, reads, limits)
+                    ::profile::serve::routes(reader, store, reads, limits, metrics)
                 }),
                 metrics: Some(sensor::serve::ExtraMetrics(std::sync::Arc::new(
-                    move || stats.exposition(),
+                    move || exposed.exposition(),
                 ))),
             })
         }

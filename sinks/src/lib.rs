@@ -18,8 +18,8 @@ mod test_tables;
 
 pub use config::open;
 pub use seam::{
-    Admin, Clock, MetricsSource, OpenOptions, Reader, StatValue, Storage, StorageAdmin,
-    StorageConfig, StorageReader, Store, WriterFactory,
+    Admin, Clock, MetricsSource, OpenOptions, Reader, RegionReads, StatValue, Storage,
+    StorageAdmin, StorageConfig, StorageReader, Store, WriterFactory,
 };
 
 /// Errors of the storage crate.

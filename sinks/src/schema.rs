@@ -149,7 +149,17 @@ pub struct TableSpec {
     /// the table with them; the embedded store, one LSM tree per table with no regions, ignores
     /// them.
     pub split_keys: Vec<Vec<u8>>,
+    /// Rows one call of a multi-get asks for at most (HBase: rows per `getMultiple`, each call
+    /// holding rows of one region). Wide rows want few per call, so that one answer is not a
+    /// huge message; narrow rows want many, so that a batch is few calls
+    /// ([`DEFAULT_GET_ROWS_PER_CALL`] unless the table says otherwise). The embedded store,
+    /// which reads in-process, ignores it.
+    pub get_rows_per_call: usize,
 }
+
+/// Rows per multi-get call of a table that does not choose: 12, half a day of the sensors'
+/// wide hourly rows (up to 3,600 cells each).
+pub const DEFAULT_GET_ROWS_PER_CALL: usize = 12;
 
 impl TableSpec {
     /// The region (0-based, in split-key order) where the rows of `entity` start: the number of

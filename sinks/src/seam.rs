@@ -197,11 +197,35 @@ pub trait MetricsSource: fmt::Debug + Send + Sync {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.value())
     }
+
+    /// Rows a reader asked for by key (gets and multi-gets, not scans), by table and region, as
+    /// the reader counted them from the region boundaries it knows (default none: a backend
+    /// without regions, as the embedded store).
+    fn region_reads(&self) -> Vec<RegionReads> {
+        Vec::new()
+    }
+}
+
+/// Rows read from one region of a table since the reader was made ([`MetricsSource::region_reads`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionReads {
+    /// The table.
+    pub table: String,
+    /// The region's encoded name (the hash HBase names it by in its own metrics and UI);
+    /// `other` for the reads of regions past the first
+    /// [`MAX_COUNTED_REGIONS`](crate::hbase::MAX_COUNTED_REGIONS) of a table, `unknown` while
+    /// the boundaries could not be read.
+    pub region: String,
+    /// The region's start key as text, bytes outside printable ASCII as `\xNN`; empty for the
+    /// first region, `other` and `unknown`.
+    pub start: String,
+    /// Rows asked for.
+    pub rows: u64,
 }
 
 /// What a backend's reader is: a [`TableReader`] that may count its calls (HBase counts its
-/// gateway calls, so tests see that a multi-get was one call per
-/// [`GET_ROWS_CHUNK`](crate::hbase::GET_ROWS_CHUNK) rows).
+/// gateway calls, so tests see that a multi-get was one call per region and
+/// [`TableSpec::get_rows_per_call`] rows) and its reads per region.
 pub trait StorageReader: TableReader + MetricsSource {}
 
 impl<T: TableReader + MetricsSource> StorageReader for T {}
@@ -290,6 +314,12 @@ impl Reader {
     /// One of [`Reader::stats`], if this reader counts it.
     pub fn stat(&self, name: &str) -> Option<u64> {
         self.0.stat(name)
+    }
+
+    /// Rows read per table and region (see [`MetricsSource::region_reads`]; none for the
+    /// embedded store).
+    pub fn region_reads(&self) -> Vec<RegionReads> {
+        self.0.region_reads()
     }
 }
 

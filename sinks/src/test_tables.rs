@@ -34,6 +34,7 @@ pub(crate) fn narrow_table() -> TableSpec {
             ..family()
         }],
         split_keys: salt_split_keys(SALT_BUCKETS),
+        get_rows_per_call: crate::schema::DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 
@@ -50,12 +51,14 @@ pub(crate) fn all_tables() -> Vec<TableSpec> {
                 ..family()
             }],
             split_keys: Vec::new(),
+            get_rows_per_call: crate::schema::DEFAULT_GET_ROWS_PER_CALL,
         },
         TableSpec {
             key: crate::schema::KeyCodec::raw(),
             name: ROOM_TABLE,
             families: vec![family()],
             split_keys: Vec::new(),
+            get_rows_per_call: crate::schema::DEFAULT_GET_ROWS_PER_CALL,
         },
     ]
 }

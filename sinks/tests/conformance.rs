@@ -14,7 +14,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sinks::config::{StoreConfig, StoreKind};
-use sinks::hbase::GET_ROWS_CHUNK;
 use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
 use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader, TimeRange};
 use sinks::{OpenOptions, Store};
@@ -31,6 +30,12 @@ const TTL_SECS: u64 = 3600;
 const VERSIONED: &str = "v";
 /// Versions [`VERSIONED`] keeps.
 const VERSIONS: u32 = 3;
+
+/// Rows per multi-get call of the `data` table: few, so that a multi-get of a few dozen rows
+/// takes several calls per region.
+const ROWS_PER_CALL: usize = 4;
+/// Where the `data` table is split: the multi-get's `m/…` rows span its three regions.
+const DATA_SPLITS: [&str; 2] = ["m/010", "m/020"];
 
 /// The three tables of a run: `data` keeps cells forever, `ttl` for [`TTL_SECS`], `versions`
 /// has a family of each kind ([`VERSIONED`]).
@@ -72,6 +77,12 @@ impl Tables {
             name,
             families,
             split_keys: Vec::new(),
+            get_rows_per_call: sinks::schema::DEFAULT_GET_ROWS_PER_CALL,
+        };
+        let data = TableSpec {
+            split_keys: DATA_SPLITS.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            get_rows_per_call: ROWS_PER_CALL,
+            ..spec(self.data, vec![family(None)])
         };
         // A packed family keeps one version: only `FAMILY` follows `packed`.
         let versioned = FamilySpec {
@@ -82,7 +93,7 @@ impl Tables {
             ..family(Some(TTL_SECS))
         };
         vec![
-            spec(self.data, vec![family(None)]),
+            data,
             spec(self.ttl, vec![family(Some(TTL_SECS))]),
             spec(self.versions, vec![family(None), versioned]),
         ]
@@ -216,6 +227,16 @@ fn put_and_get(store: &Store, t: &Tables, now: i64) {
     );
 }
 
+/// `(start key, rows read)` of each region of the `data` table the reader counted.
+fn data_reads(reader: &sinks::Reader, t: &Tables) -> Vec<(String, u64)> {
+    reader
+        .region_reads()
+        .into_iter()
+        .filter(|r| r.table == t.data)
+        .map(|r| (r.start, r.rows))
+        .collect()
+}
+
 fn get_many(store: &Store, t: &Tables, now: i64) {
     write(
         store,
@@ -265,11 +286,9 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         .unwrap()
         .is_empty());
 
-    // More keys than one HBase call takes: the answers of its calls (made in parallel) come
-    // back in the order asked.
-    let many: Vec<String> = (0..2 * GET_ROWS_CHUNK + 5)
-        .map(|i| format!("m/{i:03}"))
-        .collect();
+    // More keys than one HBase call takes, over three regions: the answers of its calls (made
+    // in parallel) come back in the order asked.
+    let many: Vec<String> = (0..29).map(|i| format!("m/{i:03}")).collect();
     write(
         store,
         many.iter()
@@ -279,12 +298,39 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
     );
     let asked: Vec<Vec<u8>> = many.iter().rev().map(|k| k.as_bytes().to_vec()).collect();
     let before = calls(&reader);
+    let reads_before = data_reads(&reader, t);
     let got = reader.get_many(t.data, &asked, None).expect("get_many");
     if let (Some((gets, multi_gets)), Some(before)) = (calls(&reader), before) {
+        // 10, 10 and 9 rows in the three regions: three calls each, none holding two
+        // regions' rows.
         assert_eq!(
             (gets - before.0, multi_gets - before.1),
-            (0, asked.len().div_ceil(GET_ROWS_CHUNK) as u64),
-            "one multi-get call per {GET_ROWS_CHUNK} rows"
+            (0, 9),
+            "one multi-get call per region and {ROWS_PER_CALL} rows"
+        );
+        let reads: Vec<(String, u64)> = data_reads(&reader, t)
+            .into_iter()
+            .map(|(start, n)| {
+                let was = reads_before
+                    .iter()
+                    .find(|(s, _)| *s == start)
+                    .map_or(0, |r| r.1);
+                (start, n - was)
+            })
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                ("".to_string(), 10),
+                ("m/010".into(), 10),
+                ("m/020".into(), 9)
+            ],
+            "rows read per region, by start key"
+        );
+    } else {
+        assert!(
+            reader.region_reads().is_empty(),
+            "a store without regions counts none"
         );
     }
     let want: Vec<Option<String>> = many

@@ -406,9 +406,56 @@ fn hbase_reads_and_one_multi_get_per_batch() {
     assert_eq!(profiles[2]["tags"], json!({"beh_buy": 9}));
     let after = (reader.stat("get_row_calls"), reader.stat("get_rows_calls"));
     assert_eq!(after.0, before.0, "no Get per user");
+    // One getMultiple per region the three users' rows fall in (the table as `tables create`
+    // pre-splits it; a region holds up to `get_rows_per_call` of a batch's rows per call).
+    let spec = profile::tables::profile_table();
+    let mut regions: Vec<usize> = [&u, &v, &w].iter().map(|x| spec.region_of(x)).collect();
+    regions.sort_unstable();
+    regions.dedup();
     assert_eq!(
         after.1.zip(before.1).map(|(a, b)| a - b),
-        Some(1),
-        "one getMultiple"
+        Some(regions.len() as u64),
+        "one getMultiple per region"
+    );
+    let counted: u64 = reader
+        .region_reads()
+        .iter()
+        .filter(|r| r.table == profile::PROFILE_TABLE)
+        .map(|r| r.rows)
+        .sum();
+    assert_eq!(counted, 3, "each row counted in its region");
+
+    // The server's /metrics: the reads per region of the profile reads it served.
+    let server = s.serve();
+    let body = json!({"users": [u, v, w]}).to_string();
+    assert_eq!(server.post("/api/v1/profiles:batchGet", &body).0, 200);
+    let mut r = Server::agent()
+        .get(format!("{}/metrics", server.url))
+        .header("Authorization", "Bearer s3cret")
+        .call()
+        .unwrap();
+    let text = r.body_mut().read_to_string().unwrap();
+    let regions: Vec<(&str, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("hourglass_profile_store_region_reads_total{region=\"")?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            Some((labels, value.parse().ok()?))
+        })
+        .collect();
+    // The batch's rows are cache hits or misses; the misses were read, each in its region,
+    // labelled with its encoded name and start key.
+    assert!(!regions.is_empty(), "{text}");
+    assert!(
+        regions
+            .iter()
+            .all(|(labels, n)| labels.contains("\",start=\"") && *n >= 1.0),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "hourglass_profile_store_read_duration_seconds_count{call=\"multi_get\"} "
+        )),
+        "{text}"
     );
 }

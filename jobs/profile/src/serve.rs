@@ -1,6 +1,8 @@
 //! The profile routes of `hourglass serve`: `GET /api/v1/profile/{user}`,
 //! `POST /api/v1/profiles:batchGet` and `GET /api/v1/audience`, an [`axum::Router`] the binary
-//! merges into the server.
+//! merges into the server, and their lines of `/metrics` ([`ServeMetrics`]).
+
+mod metrics;
 
 use std::sync::Arc;
 
@@ -18,6 +20,8 @@ use crate::audience::Limits;
 use crate::query::{ProfileReader, Selection, MAX_BATCH_USERS};
 use crate::Error;
 
+pub use metrics::ServeMetrics;
+
 /// What the profile handlers share.
 struct Api {
     reader: ProfileReader,
@@ -26,6 +30,8 @@ struct Api {
     reads: Arc<tokio::sync::Semaphore>,
     /// Audience queries' limits (`[index]`).
     limits: Limits,
+    /// Times the store calls, and reads `store`'s region counts for `/metrics`.
+    metrics: ServeMetrics,
 }
 
 /// Ids an audience answer lists by default (`limit`), and at most.
@@ -52,12 +58,23 @@ pub const MAX_AUDIENCE_IDS: usize = 100_000;
 ///   they are not).
 ///
 /// A failing store answers 503, a failing Redis nothing: the store answers instead.
-pub fn routes(reader: ProfileReader, store: Reader, store_reads: usize, limits: Limits) -> Router {
+///
+/// Every store call is timed into `metrics`, which also reads `store`'s reads per region of
+/// `user_profile_tag` from now on.
+pub fn routes(
+    reader: ProfileReader,
+    store: Reader,
+    store_reads: usize,
+    limits: Limits,
+    metrics: ServeMetrics,
+) -> Router {
+    metrics.attach(&store);
     let api = Arc::new(Api {
         reader,
         store,
         reads: Arc::new(tokio::sync::Semaphore::new(store_reads.max(1))),
         limits,
+        metrics,
     });
     Router::new()
         .route("/api/v1/profile/{user}", get(one))
@@ -163,12 +180,13 @@ async fn one(
     let shown = user.clone();
     let answer = blocking(&api, move |api| {
         let now_ms = pipeline::time::now_ms();
+        let store = api.metrics.timed(&api.store);
         match (at_ms, versions) {
-            (Some(at), _) => api.reader.at(&api.store, &user, at),
-            (None, Some(n)) => api.reader.versions(&api.store, &user, n, now_ms),
+            (Some(at), _) => api.reader.at(&store, &user, at),
+            (None, Some(n)) => api.reader.versions(&store, &user, n, now_ms),
             (None, None) => {
                 let selection = Selection::new(&api.reader.defs(), &tags, &families)?;
-                api.reader.get(&api.store, &user, &selection, now_ms)
+                api.reader.get(&store, &user, &selection, now_ms)
             }
         }
     })
@@ -208,8 +226,12 @@ async fn batch(State(api): State<Arc<Api>>, body: Bytes) -> Result<Json<Value>, 
     let profiles = blocking(&api, move |api| {
         let selection = Selection::new(&api.reader.defs(), &body.tags, &body.families)?;
         let now_ms = pipeline::time::now_ms();
-        api.reader
-            .get_many(&api.store, &body.users, &selection, now_ms)
+        api.reader.get_many(
+            &api.metrics.timed(&api.store),
+            &body.users,
+            &selection,
+            now_ms,
+        )
     })
     .await?;
     Ok(Json(json!({ "profiles": profiles })))
@@ -237,7 +259,8 @@ async fn audience(
         )));
     }
     let answer = blocking(&api, move |api| {
-        let found = crate::audience::select(&api.store, &p.q, &api.reader.defs(), api.limits)?;
+        let store = api.metrics.timed(&api.store);
+        let found = crate::audience::select(&store, &p.q, &api.reader.defs(), api.limits)?;
         let users: Vec<String> = found.user_ids(Some(limit)).collect();
         Ok(json!({
             "query": p.q,

@@ -30,7 +30,7 @@
 //! peer writes too: longer than the one-letter names HBase advises (a family name is stored in
 //! every cell), a cost that block compression mostly takes back.
 
-use sinks::schema::{FamilySpec, TableSpec};
+use sinks::schema::{FamilySpec, TableSpec, DEFAULT_GET_ROWS_PER_CALL};
 
 use crate::key::salt_split_keys;
 use crate::tag::ValueType;
@@ -53,6 +53,11 @@ pub const HISTORY_QUALIFIER: &[u8] = b"v";
 pub const HISTORY_TTL_SECS: u64 = 180 * 24 * 3600;
 /// Regions both tables are pre-split into: 16, on hex boundaries of the salt.
 pub const REGIONS: u32 = 16;
+/// Rows of `user_profile_tag` per multi-get call (`TableSpec::get_rows_per_call`): a
+/// `profiles:batchGet` of 1,000 users is about 63 rows in each of the 16 regions, so one call
+/// per region. A profile row is a few dozen short cells, where the sensors' wide rows, 12 per
+/// call, hold up to 3,600; measured in docs/BENCHMARKS.md (batchGet).
+pub const PROFILE_GET_ROWS_PER_CALL: usize = 128;
 
 /// The family a tag of this value type is stored in, in `user_profile_tag`; `None` for
 /// short-term tags, which are not stored in HBase.
@@ -85,6 +90,7 @@ pub fn profile_table() -> TableSpec {
             family(BEHAVIOR_FAMILY, BEHAVIOR_VERSIONS, None),
         ],
         split_keys: salt_split_keys(REGIONS),
+        get_rows_per_call: PROFILE_GET_ROWS_PER_CALL,
     }
 }
 
@@ -108,6 +114,7 @@ pub fn history_table_ttl(ttl_secs: u64) -> TableSpec {
         key: crate::key::HISTORY_KEY_CODEC,
         families: vec![family(HISTORY_FAMILY, 1, Some(ttl_secs))],
         split_keys: salt_split_keys(REGIONS),
+        get_rows_per_call: DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 

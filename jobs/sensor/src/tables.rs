@@ -8,6 +8,7 @@
 use crate::codec::key::{id_prefix, salted_prefix, SALT_BUCKETS, SEPARATOR};
 use sinks::schema::{
     pattern_split_keys, quantile_split_keys, salt_split_keys, FamilySpec, KeyCodec, TableSpec,
+    DEFAULT_GET_ROWS_PER_CALL,
 };
 
 /// Name of the main table of narrow rows.
@@ -121,6 +122,7 @@ pub fn narrow_table() -> TableSpec {
             ..data_family()
         }],
         split_keys: salt_split_keys(SALT_BUCKETS),
+        get_rows_per_call: DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 
@@ -143,6 +145,8 @@ pub fn hourly_table_split(splits: &IdSplits) -> TableSpec {
             ..data_family()
         }],
         split_keys: splits.devices.clone(),
+        // Wide rows of up to 3,600 cells: half a day per call.
+        get_rows_per_call: DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 
@@ -160,6 +164,7 @@ pub fn room_table_split(splits: &IdSplits) -> TableSpec {
         key: ROOM_KEY,
         families: vec![data_family()],
         split_keys: splits.rooms.clone(),
+        get_rows_per_call: DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 

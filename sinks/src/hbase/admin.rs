@@ -149,6 +149,27 @@ pub fn schema_differences(want: &[FamilySpec], have: &[FamilyDescription]) -> Ve
     out
 }
 
+/// Thrift1's answer to `getTableRegions`, ordered by start key.
+pub(crate) fn region_descriptions(
+    regions: Vec<hbase_thrift::hbase::TRegionInfo>,
+) -> Vec<RegionDescription> {
+    let mut out: Vec<RegionDescription> = regions
+        .into_iter()
+        .map(|r| RegionDescription {
+            start: r.start_key.unwrap_or_default(),
+            end: r.end_key.unwrap_or_default(),
+            name: String::from_utf8_lossy(&r.name.unwrap_or_default()).into_owned(),
+            server: format!(
+                "{}:{}",
+                String::from_utf8_lossy(&r.server_name.unwrap_or_default()),
+                r.port.unwrap_or_default()
+            ),
+        })
+        .collect();
+    out.sort_by(|a, b| a.start.cmp(&b.start));
+    out
+}
+
 /// Admin connections to both gateways.
 struct Admin {
     cfg: HbaseConfig,
@@ -202,21 +223,7 @@ impl Admin {
                 c.get_table_regions(table.as_bytes().to_vec())
             })
         })?;
-        let mut out: Vec<RegionDescription> = regions
-            .into_iter()
-            .map(|r| RegionDescription {
-                start: r.start_key.unwrap_or_default(),
-                end: r.end_key.unwrap_or_default(),
-                name: String::from_utf8_lossy(&r.name.unwrap_or_default()).into_owned(),
-                server: format!(
-                    "{}:{}",
-                    String::from_utf8_lossy(&r.server_name.unwrap_or_default()),
-                    r.port.unwrap_or_default()
-                ),
-            })
-            .collect();
-        out.sort_by(|a, b| a.start.cmp(&b.start));
-        Ok(out)
+        Ok(region_descriptions(regions))
     }
 
     fn check_schema(&mut self, spec: &TableSpec) -> Result<()> {

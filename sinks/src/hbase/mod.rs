@@ -1,9 +1,11 @@
 //! The HBase backend: a batched Thrift2 writer, a Thrift2 reader, and table admin over both
-//! gateways (Thrift1 for table names and regions).
+//! gateways (Thrift1 for table names and regions, which the reader also reads to send each
+//! multi-get call one region's rows).
 
 pub mod admin;
 mod client;
 mod config;
+mod regions;
 mod retry;
 mod sink;
 mod storage;
@@ -15,10 +17,11 @@ mod wire;
 mod tests;
 
 pub use config::{HbaseConfig, RetryPolicy};
+pub use regions::{MAX_COUNTED_REGIONS, REGIONS_MAX_AGE};
 pub use retry::is_retriable;
 pub use sink::{HbaseWriter, WriterStats};
 pub use storage::HbaseStorage;
-pub use store::{HbaseStore, ReaderStats, GET_ROWS_CHUNK, PARALLEL_GETS};
+pub use store::{HbaseStore, ReaderStats, PARALLEL_GETS};
 
 /// Why a call to HBase failed; each message says what to do about it.
 #[derive(Debug, thiserror::Error)]

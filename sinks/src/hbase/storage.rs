@@ -53,9 +53,10 @@ impl Storage for HbaseStorage {
         Box::new(HbaseWriter::with_stats(&self.cfg, self.stats.clone()).for_tables(&self.tables))
     }
 
-    /// A reader with a connection pool of its own.
+    /// A reader with a connection pool and region boundaries of its own, its multi-gets cut
+    /// as the tables' specs say ([`TableSpec::get_rows_per_call`]).
     fn reader(&self) -> Arc<dyn StorageReader> {
-        Arc::new(HbaseStore::new(&self.cfg))
+        Arc::new(HbaseStore::for_tables(&self.cfg, &self.tables))
     }
 
     fn admin(&self) -> &dyn StorageAdmin {
@@ -177,7 +178,7 @@ impl MetricsSource for WriterMetrics {
 }
 
 /// The reader's [`ReaderStats`] by name: `get_row_calls`, `get_rows_calls`, `scans`,
-/// `scan_calls`.
+/// `scan_calls`, `region_lookups`; and its reads per region.
 impl MetricsSource for HbaseStore {
     fn stats(&self) -> Vec<(String, StatValue)> {
         let ReaderStats {
@@ -185,12 +186,14 @@ impl MetricsSource for HbaseStore {
             get_rows_calls,
             scans,
             scan_calls,
+            region_lookups,
         } = HbaseStore::stats(self);
         [
             ("get_row_calls", get_row_calls),
             ("get_rows_calls", get_rows_calls),
             ("scans", scans),
             ("scan_calls", scan_calls),
+            ("region_lookups", region_lookups),
         ]
         .into_iter()
         .map(|(name, c)| {
@@ -200,5 +203,9 @@ impl MetricsSource for HbaseStore {
             )
         })
         .collect()
+    }
+
+    fn region_reads(&self) -> Vec<crate::seam::RegionReads> {
+        HbaseStore::region_reads(self)
     }
 }

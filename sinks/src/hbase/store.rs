@@ -1,24 +1,26 @@
-//! The read side, on the Thrift2 gateway: `get` for a row, `getMultiple` for many, and
-//! `getScannerResults` (open, fetch, close in one call) for scans, with a scanner for long ones.
+//! The read side, on the Thrift2 gateway: `get` for a row, `getMultiple` for many (a call per
+//! region and [`TableSpec::get_rows_per_call`] rows, `regions.rs`), and `getScannerResults`
+//! (open, fetch, close in one call) for scans, with a scanner for long ones.
 //!
 //! Thrift1 took three to four round trips per scan (`scannerOpenWithScan`, `scannerGetList`
 //! until an empty answer, `scannerClose`) and answered rows as maps keyed by `family:qualifier`
 //! that had to be split and re-sorted; Thrift2 answers cells as a list in HBase's own order.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::client::{Connection, Thrift2};
 use super::config::HbaseConfig;
+use super::regions::{plan_calls, Regions};
 use super::retry::retrying;
 use super::thrift2::{TColumn, TGet, TResult, TScan, TTHBaseServiceSyncClient, TTimeRange};
 use super::Result;
+use crate::schema::{TableSpec, DEFAULT_GET_ROWS_PER_CALL};
+use crate::seam::RegionReads;
 use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
-
-/// Rows per `getMultiple` call: half a day of wide rows (up to 3,600 cells each).
-pub const GET_ROWS_CHUNK: usize = 12;
 
 /// `getMultiple` calls one multi-get makes at a time.
 pub const PARALLEL_GETS: usize = 4;
@@ -29,12 +31,15 @@ pub const PARALLEL_GETS: usize = 4;
 pub struct ReaderStats {
     /// Single-row gets that succeeded (`get`).
     pub get_row_calls: AtomicU64,
-    /// Multi-row gets that succeeded (`getMultiple` of up to [`GET_ROWS_CHUNK`] rows).
+    /// Multi-row gets that succeeded (`getMultiple` of up to the table's
+    /// [`TableSpec::get_rows_per_call`] rows of one region).
     pub get_rows_calls: AtomicU64,
     /// Scans made.
     pub scans: AtomicU64,
     /// Calls that fetched rows of a scan (`getScannerResults`, `getScannerRows`) and succeeded.
     pub scan_calls: AtomicU64,
+    /// Reads of a table's region boundaries (Thrift1 `getTableRegions`), made or attempted.
+    pub region_lookups: AtomicU64,
 }
 
 /// Reads hourglass tables from HBase through the Thrift2 gateway.
@@ -48,12 +53,21 @@ pub struct ReaderStats {
 /// callers (the HTTP server's requests, the room fan-out's 16 scans, a multi-get's parallel
 /// calls) each get a connection of their own from a pool of at most
 /// [`HbaseConfig::read_connections`], opened on first use and kept for the next caller.
+///
+/// Gets and multi-gets count the rows they ask for per region of their table
+/// ([`crate::MetricsSource::region_reads`]), from region boundaries the reader reads through
+/// the Thrift1 gateway and keeps for a minute
+/// ([`REGIONS_MAX_AGE`](super::regions::REGIONS_MAX_AGE)); without them (the gateway
+/// unreachable) it goes on, counting the rows under `unknown`.
 pub struct HbaseStore {
     cfg: HbaseConfig,
     pool: Mutex<Pool>,
     /// Signalled when a connection goes back to the pool.
     returned: Condvar,
     stats: ReaderStats,
+    /// Rows per `getMultiple` of each table the reader was made for.
+    rows_per_call: HashMap<String, usize>,
+    regions: Regions,
 }
 
 /// The connections not in use, and how many exist in all.
@@ -170,14 +184,49 @@ fn empty_in_hbase(time: Option<TimeRange>) -> bool {
 }
 
 impl HbaseStore {
-    /// A reader for the gateway of `cfg`; it connects on its first call.
+    /// A reader for the gateway of `cfg`; it connects on its first call. Multi-gets ask for
+    /// [`DEFAULT_GET_ROWS_PER_CALL`] rows per call (see [`HbaseStore::for_tables`]).
     pub fn new(cfg: &HbaseConfig) -> Self {
+        Self::for_tables(cfg, &[])
+    }
+
+    /// A reader whose multi-gets of a table of `tables` ask for its
+    /// [`TableSpec::get_rows_per_call`] rows per call ([`DEFAULT_GET_ROWS_PER_CALL`] for other
+    /// tables).
+    pub fn for_tables(cfg: &HbaseConfig, tables: &[TableSpec]) -> Self {
         HbaseStore {
             pool: Mutex::new(Pool::default()),
             returned: Condvar::new(),
             cfg: cfg.clone(),
             stats: ReaderStats::default(),
+            rows_per_call: tables
+                .iter()
+                .map(|t| (t.name.to_string(), t.get_rows_per_call.max(1)))
+                .collect(),
+            regions: Regions::new(cfg),
         }
+    }
+
+    /// Rows read so far per table and region.
+    pub fn region_reads(&self) -> Vec<RegionReads> {
+        self.regions.reads()
+    }
+
+    /// `table`'s regions, counting a read of them.
+    fn region_map(&self, table: &str) -> std::sync::Arc<super::regions::RegionMap> {
+        let (map, read) = self.regions.map(table);
+        if read {
+            self.stats.region_lookups.fetch_add(1, Ordering::Relaxed);
+        }
+        map
+    }
+
+    /// Counts one row of `key` read from `table`.
+    fn count_row(&self, table: &str, key: &[u8]) {
+        let map = self.region_map(table);
+        let mut rows = vec![0; map.len()];
+        rows[map.region_of(key)] = 1;
+        self.regions.count(table, &map, &rows);
     }
 
     /// The calls this reader made so far.
@@ -231,63 +280,103 @@ impl HbaseStore {
         if empty_in_hbase(time) {
             return Ok(None);
         }
+        self.count_row(table, row);
         let mut conn = self.conn();
         // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
         let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
             conn.call("get", table, |c| {
                 c.get(table.as_bytes().to_vec(), tget(row, time, versions))
             })
-        })?;
+        })
+        .inspect_err(|_| self.regions.invalidate(table))?;
         self.stats.get_row_calls.fetch_add(1, Ordering::Relaxed);
         Ok(row_from_thrift(result).filter(|r| r.key == row))
     }
 
     /// The rows with these keys in the order asked (`None` where a row has no visible cell),
-    /// fetched with `getMultiple`, [`GET_ROWS_CHUNK`] rows per call and up to
-    /// [`PARALLEL_GETS`] calls at a time, each on a connection of its own: the gateway and the
-    /// region server work on one chunk while this reader decodes another.
+    /// fetched with `getMultiple`: the keys are grouped by the region they fall in (the
+    /// boundaries the reader knows), each call asks for at most the table's
+    /// [`TableSpec::get_rows_per_call`] rows of one region, and up to [`PARALLEL_GETS`] calls
+    /// run at a time, each on a connection of its own, a call starting as soon as one ends.
+    /// One region's rows per call: the gateway's multi-get then makes one region server
+    /// request per call, and a region that turns hot shows in the counts of
+    /// [`HbaseStore::region_reads`].
     ///
     /// # Errors
-    /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
+    /// [`super::Error::TableNotFound`], or a failure retrying did not cure (the calls not yet
+    /// started are not made).
     pub fn get_rows(
         &self,
         table: &str,
         keys: &[Vec<u8>],
         time: Option<TimeRange>,
     ) -> Result<Vec<Option<Row>>> {
-        if empty_in_hbase(time) {
+        if empty_in_hbase(time) || keys.is_empty() {
             return Ok(vec![None; keys.len()]);
         }
-        let mut rows = Vec::with_capacity(keys.len());
-        let chunks: Vec<&[Vec<u8>]> = keys.chunks(GET_ROWS_CHUNK).collect();
-        for wave in chunks.chunks(PARALLEL_GETS) {
-            let answers: Vec<Result<Vec<Option<Row>>>> = match wave {
-                [one] => vec![self.get_chunk(table, one, time)],
-                _ => std::thread::scope(|s| {
-                    let rest: Vec<_> = wave[1..]
-                        .iter()
-                        .map(|chunk| s.spawn(move || self.get_chunk(table, chunk, time)))
-                        .collect();
-                    let mut answers = vec![self.get_chunk(table, wave[0], time)];
-                    answers.extend(rest.into_iter().map(|h| match h.join() {
-                        Ok(answer) => answer,
-                        Err(panic) => std::panic::resume_unwind(panic),
-                    }));
-                    answers
-                }),
-            };
-            for answer in answers {
-                rows.extend(answer?);
+        let per_call = self
+            .rows_per_call
+            .get(table)
+            .copied()
+            .unwrap_or(DEFAULT_GET_ROWS_PER_CALL);
+        let map = self.region_map(table);
+        let calls = plan_calls(keys, &map, per_call);
+        let mut per_region = vec![0u64; map.len()];
+        for call in &calls {
+            per_region[map.region_of(&keys[call[0]])] += call.len() as u64;
+        }
+        self.regions.count(table, &map, &per_region);
+
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        // Each worker takes the next call until none is left (or one failed).
+        let work = || -> Result<Vec<(usize, Vec<Option<Row>>)>> {
+            let mut done = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(call) = calls.get(i) else { break };
+                let chunk: Vec<&[u8]> = call.iter().map(|&k| keys[k].as_slice()).collect();
+                match self.get_chunk(table, &chunk, time) {
+                    Ok(rows) => done.push((i, rows)),
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        self.regions.invalidate(table);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(done)
+        };
+        let workers = PARALLEL_GETS.min(calls.len()).max(1);
+        let answers: Vec<Result<Vec<(usize, Vec<Option<Row>>)>>> = if workers == 1 {
+            vec![work()]
+        } else {
+            std::thread::scope(|s| {
+                let others: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+                let mut answers = vec![work()];
+                answers.extend(others.into_iter().map(|h| match h.join() {
+                    Ok(answer) => answer,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }));
+                answers
+            })
+        };
+        let mut rows: Vec<Option<Row>> = vec![None; keys.len()];
+        for answer in answers {
+            for (i, got) in answer? {
+                for (&k, row) in calls[i].iter().zip(got) {
+                    rows[k] = row;
+                }
             }
         }
         Ok(rows)
     }
 
-    /// One `getMultiple` call (retried) for at most [`GET_ROWS_CHUNK`] keys.
+    /// One `getMultiple` call (retried) for the keys of `chunk`, their rows in that order.
     fn get_chunk(
         &self,
         table: &str,
-        chunk: &[Vec<u8>],
+        chunk: &[&[u8]],
         time: Option<TimeRange>,
     ) -> Result<Vec<Option<Row>>> {
         let mut conn = self.conn();

@@ -239,6 +239,7 @@ pub fn index_table() -> TableSpec {
         key: INDEX_KEY_CODEC,
         families: vec![FamilySpec::new(INDEX_FAMILY, None)],
         split_keys: split_keys(),
+        get_rows_per_call: sinks::schema::DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 

@@ -319,6 +319,7 @@ fn a_generation_whose_cells_have_all_expired_is_dropped_when_no_writer_holds_it(
         name: FIFO,
         families: vec![family("t", Some(TTL_SECS))],
         split_keys: Vec::new(),
+        get_rows_per_call: crate::schema::DEFAULT_GET_ROWS_PER_CALL,
     };
     let dir = TempDir::new().unwrap();
     let (now, clock) = clock();

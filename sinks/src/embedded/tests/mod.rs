@@ -42,6 +42,7 @@ fn table() -> TableSpec {
             family("a", None),
         ],
         split_keys: Vec::new(),
+        get_rows_per_call: crate::schema::DEFAULT_GET_ROWS_PER_CALL,
     }
 }
 
