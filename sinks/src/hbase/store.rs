@@ -25,6 +25,9 @@ use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 /// `getMultiple` calls one multi-get makes at a time.
 pub const PARALLEL_GETS: usize = 4;
 
+/// One `getMultiple` call's rows, with the call's index in the multi-get's plan.
+type Answer = (usize, Vec<Option<Row>>);
+
 /// Counters of the gateway calls a reader made, so tests and benchmarks can see that a multi-get
 /// went out as one call and not as one get per row (all atomic).
 #[derive(Debug, Default)]
@@ -330,7 +333,7 @@ impl HbaseStore {
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
         // Each worker takes the next call until none is left (or one failed).
-        let work = || -> Result<Vec<(usize, Vec<Option<Row>>)>> {
+        let work = || -> Result<Vec<Answer>> {
             let mut done = Vec::new();
             while !failed.load(Ordering::Relaxed) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -348,7 +351,7 @@ impl HbaseStore {
             Ok(done)
         };
         let workers = PARALLEL_GETS.min(calls.len()).max(1);
-        let answers: Vec<Result<Vec<(usize, Vec<Option<Row>>)>>> = if workers == 1 {
+        let answers: Vec<Result<Vec<Answer>>> = if workers == 1 {
             vec![work()]
         } else {
             std::thread::scope(|s| {
