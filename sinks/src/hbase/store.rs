@@ -224,14 +224,6 @@ impl HbaseStore {
         map
     }
 
-    /// Counts one row of `key` read from `table`.
-    fn count_row(&self, table: &str, key: &[u8]) {
-        let map = self.region_map(table);
-        let mut rows = vec![0; map.len()];
-        rows[map.region_of(key)] = 1;
-        self.regions.count(table, &map, &rows);
-    }
-
     /// The calls this reader made so far.
     pub fn stats(&self) -> &ReaderStats {
         &self.stats
@@ -283,7 +275,7 @@ impl HbaseStore {
         if empty_in_hbase(time) {
             return Ok(None);
         }
-        self.count_row(table, row);
+        self.regions.count_key(table, &self.region_map(table), row);
         let mut conn = self.conn();
         // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
         let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
@@ -300,10 +292,8 @@ impl HbaseStore {
     /// fetched with `getMultiple`: the keys are grouped by the region they fall in (the
     /// boundaries the reader knows), each call asks for at most the table's
     /// [`TableSpec::get_rows_per_call`] rows of one region, and up to [`PARALLEL_GETS`] calls
-    /// run at a time, each on a connection of its own, a call starting as soon as one ends.
-    /// One region's rows per call: the gateway's multi-get then makes one region server
-    /// request per call, and a region that turns hot shows in the counts of
-    /// [`HbaseStore::region_reads`].
+    /// run at a time, each on a connection of its own, a call starting as soon as one ends:
+    /// the gateway then makes one region server request per call.
     ///
     /// # Errors
     /// [`super::Error::TableNotFound`], or a failure retrying did not cure (the calls not yet
