@@ -263,6 +263,13 @@ impl Regions {
         }
     }
 
+    /// Counts one row, of `key`, read from `table`.
+    pub(crate) fn count_key(&self, table: &str, map: &RegionMap, key: &[u8]) {
+        let mut rows = vec![0; map.len()];
+        rows[map.region_of(key)] = 1;
+        self.count(table, map, &rows);
+    }
+
     /// Rows read so far, by table and region.
     pub(crate) fn reads(&self) -> Vec<RegionReads> {
         let reads = locked(&self.reads);

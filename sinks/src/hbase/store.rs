@@ -25,6 +25,9 @@ use crate::table::{Cell, Row, ScanSpec, TableReader, TimeRange};
 /// `getMultiple` calls one multi-get makes at a time.
 pub const PARALLEL_GETS: usize = 4;
 
+/// One `getMultiple` call's rows, with the call's index in the multi-get's plan.
+type Answer = (usize, Vec<Option<Row>>);
+
 /// Counters of the gateway calls a reader made, so tests and benchmarks can see that a multi-get
 /// went out as one call and not as one get per row (all atomic).
 #[derive(Debug, Default)]
@@ -221,14 +224,6 @@ impl HbaseStore {
         map
     }
 
-    /// Counts one row of `key` read from `table`.
-    fn count_row(&self, table: &str, key: &[u8]) {
-        let map = self.region_map(table);
-        let mut rows = vec![0; map.len()];
-        rows[map.region_of(key)] = 1;
-        self.regions.count(table, &map, &rows);
-    }
-
     /// The calls this reader made so far.
     pub fn stats(&self) -> &ReaderStats {
         &self.stats
@@ -280,7 +275,7 @@ impl HbaseStore {
         if empty_in_hbase(time) {
             return Ok(None);
         }
-        self.count_row(table, row);
+        self.regions.count_key(table, &self.region_map(table), row);
         let mut conn = self.conn();
         // `get`, not a `getMultiple` of one: the gateway sends one Get RPC instead of a batch.
         let result = retrying(&self.cfg.retry, &format!("get on {table}"), || {
@@ -297,10 +292,8 @@ impl HbaseStore {
     /// fetched with `getMultiple`: the keys are grouped by the region they fall in (the
     /// boundaries the reader knows), each call asks for at most the table's
     /// [`TableSpec::get_rows_per_call`] rows of one region, and up to [`PARALLEL_GETS`] calls
-    /// run at a time, each on a connection of its own, a call starting as soon as one ends.
-    /// One region's rows per call: the gateway's multi-get then makes one region server
-    /// request per call, and a region that turns hot shows in the counts of
-    /// [`HbaseStore::region_reads`].
+    /// run at a time, each on a connection of its own, a call starting as soon as one ends:
+    /// the gateway then makes one region server request per call.
     ///
     /// # Errors
     /// [`super::Error::TableNotFound`], or a failure retrying did not cure (the calls not yet
@@ -330,7 +323,7 @@ impl HbaseStore {
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
         // Each worker takes the next call until none is left (or one failed).
-        let work = || -> Result<Vec<(usize, Vec<Option<Row>>)>> {
+        let work = || -> Result<Vec<Answer>> {
             let mut done = Vec::new();
             while !failed.load(Ordering::Relaxed) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -348,7 +341,7 @@ impl HbaseStore {
             Ok(done)
         };
         let workers = PARALLEL_GETS.min(calls.len()).max(1);
-        let answers: Vec<Result<Vec<(usize, Vec<Option<Row>>)>>> = if workers == 1 {
+        let answers: Vec<Result<Vec<Answer>>> = if workers == 1 {
             vec![work()]
         } else {
             std::thread::scope(|s| {
