@@ -352,6 +352,15 @@ impl TableReader for Reader {
     fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>> {
         self.0.scan(table, spec)
     }
+
+    fn scan_keys(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize> {
+        self.0.scan_keys(table, spec, visit)
+    }
 }
 
 /// Table administration of a [`Store`], over the tables it was opened with.

@@ -320,6 +320,26 @@ pub trait TableReader: Sync {
     /// # Errors
     /// A backend error (unreachable store, unknown table).
     fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>>;
+
+    /// The keys of the rows [`TableReader::scan`] returns for `spec`, passed to `visit` in
+    /// ascending order; returns how many. For reads that need only the keys, as an inverted
+    /// index's, whose row key is the entry: a backend may then skip building the rows' cells.
+    /// The default scans.
+    ///
+    /// # Errors
+    /// A backend error (unreachable store, unknown table).
+    fn scan_keys(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize> {
+        let rows = self.scan(table, spec)?;
+        for row in &rows {
+            visit(&row.key);
+        }
+        Ok(rows.len())
+    }
 }
 
 #[cfg(test)]

@@ -171,8 +171,22 @@ fn get(store: &Store, table: &str, row: &str) -> Option<Row> {
         .expect("get")
 }
 
+/// The keys of a scan's rows; a keys-only scan of the same spec must pass on the same keys.
 fn scan(store: &Store, table: &str, spec: ScanSpec) -> Vec<String> {
-    keys(&store.reader().scan(table, &spec).expect("scan"))
+    let rows = store.reader().scan(table, &spec).expect("scan");
+    same_keys_only(&store.reader(), table, &spec, &rows);
+    keys(&rows)
+}
+
+fn same_keys_only(reader: &sinks::Reader, table: &str, spec: &ScanSpec, rows: &[Row]) {
+    let mut seen = Vec::new();
+    let n = reader
+        .scan_keys(table, spec, &mut |key| {
+            seen.push(String::from_utf8_lossy(key).into_owned());
+        })
+        .expect("keys-only scan");
+    assert_eq!(seen, keys(rows), "scan_keys of {spec:?}");
+    assert_eq!(n, rows.len(), "scan_keys' count of {spec:?}");
 }
 
 /// Every check, in turn; row prefixes keep them apart, and the scan rows sort last.
@@ -622,7 +636,9 @@ fn time_ranges(store: &Store, t: &Tables, now: i64) {
         let mut spec = ScanSpec::prefix(b"y/");
         spec.time_range = Some(TimeRange::new(min, max));
         spec.columns = columns;
-        reader.scan(t.data, &spec).expect("scan with a time range")
+        let rows = reader.scan(t.data, &spec).expect("scan with a time range");
+        same_keys_only(&reader, t.data, &spec, &rows);
+        rows
     };
     let rows = within(now - 2000, now, Vec::new());
     assert_eq!(keys(&rows), ["y/a", "y/b"], "max excluded");

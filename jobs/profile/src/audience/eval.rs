@@ -12,7 +12,7 @@ use roaring::RoaringTreemap;
 use sinks::table::{ScanSpec, TableReader};
 
 use super::check::{Plan, Term};
-use super::index::{parse_index_row, INDEX_TABLE};
+use super::index::{index_row_user, INDEX_TABLE};
 use super::{Limits, QueryError};
 use crate::key::parse_profile_row;
 use crate::merge::FastMap;
@@ -152,7 +152,10 @@ impl<'a> Eval<'a> {
 
     fn users_of(&mut self, t: &Term, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<RoaringTreemap> {
         let max = self.limits.max_term_users;
-        let mut out = RoaringTreemap::new();
+        // Index rows come in the order of their text, not of the users' numbers: inserting them
+        // one by one into the bitmap shifts its containers at every step (a quarter of the
+        // query's time at 1M users). Sorted first, each lands at the bitmap's end.
+        let mut numbers: Vec<u64> = Vec::new();
         let mut read = 0usize;
         for (start, stop) in ranges {
             let spec = ScanSpec {
@@ -162,9 +165,14 @@ impl<'a> Eval<'a> {
                 limit: Some(max.saturating_sub(read).saturating_add(1)),
                 ..ScanSpec::default()
             };
-            let rows = self.reader.scan(INDEX_TABLE, &spec)?;
-            read += rows.len();
-            self.work.index_rows += rows.len() as u64;
+            let ids = &mut self.ids;
+            let rows = self.reader.scan_keys(INDEX_TABLE, &spec, &mut |key| {
+                if let Some(user) = index_row_user(key) {
+                    numbers.push(ids.number(user));
+                }
+            })?;
+            read += rows;
+            self.work.index_rows += rows as u64;
             if read > max {
                 return Err(QueryError::at(
                     t.pos,
@@ -176,13 +184,9 @@ impl<'a> Eval<'a> {
                 )
                 .into());
             }
-            for row in rows {
-                if let Some(entry) = parse_index_row(&row.key) {
-                    out.insert(self.ids.number(&entry.user));
-                }
-            }
         }
-        Ok(out)
+        numbers.sort_unstable();
+        Ok(numbers.into_iter().collect())
     }
 
     /// Every user with a row in `user_profile_tag`: one scan of the table, read once per
@@ -204,13 +208,14 @@ impl<'a> Eval<'a> {
                 ))
                 .into());
             }
-            let mut all = RoaringTreemap::new();
-            for row in rows {
-                if let Some(user) = parse_profile_row(&row.key) {
-                    all.insert(self.ids.number(user));
-                }
-            }
-            self.universe = Some(all);
+            // Salted rows: in no order of the users' numbers (see `users_of`).
+            let mut numbers: Vec<u64> = rows
+                .iter()
+                .filter_map(|row| parse_profile_row(&row.key))
+                .map(|user| self.ids.number(user))
+                .collect();
+            numbers.sort_unstable();
+            self.universe = Some(numbers.into_iter().collect());
         }
         Ok(self.universe.get_or_insert_with(RoaringTreemap::new))
     }

@@ -187,23 +187,7 @@ pub struct IndexEntry {
 
 /// Reads an index row key back; `None` when it is not one [`index_row`] writes.
 pub fn parse_index_row(row: &[u8]) -> Option<IndexEntry> {
-    let text = std::str::from_utf8(row).ok()?;
-    let (rest, user) = text.rsplit_once('_')?;
-    crate::key::validate_user_id(user).ok()?;
-    let (code, value) = rest.rsplit_once('_')?;
-    let (code, value) = if value.as_bytes().first()?.is_ascii_uppercase() {
-        (code, value)
-    } else {
-        return None;
-    };
-    if code.is_empty()
-        || !code
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return None;
-    }
-    let (mark, body) = (value.as_bytes()[0], &value[1..]);
+    let (code, mark, body, user) = split_index_row(row)?;
     let value = match mark {
         b'B' => match body {
             "0" => IndexValue::Bool(false),
@@ -221,6 +205,41 @@ pub fn parse_index_row(row: &[u8]) -> Option<IndexEntry> {
         value,
         user: user.to_string(),
     })
+}
+
+/// The user of an index row: what [`parse_index_row`] reads as its `user`, without building
+/// the entry (an audience query reads only this of each row); `None` where it reads nothing.
+pub fn index_row_user(row: &[u8]) -> Option<&str> {
+    let (_, mark, body, user) = split_index_row(row)?;
+    let valid = match mark {
+        b'B' => matches!(body, "0" | "1"),
+        b'I' | b'F' => parse_hex16(body).is_some(),
+        b'S' | b'M' => {
+            body.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-'))
+                || unpercent(body).is_some()
+        }
+        _ => false,
+    };
+    valid.then_some(user)
+}
+
+/// An index row's code, type mark, encoded value and user, each checked but the value.
+fn split_index_row(row: &[u8]) -> Option<(&str, u8, &str, &str)> {
+    let text = std::str::from_utf8(row).ok()?;
+    let (rest, user) = text.rsplit_once('_')?;
+    crate::key::validate_user_id(user).ok()?;
+    let (code, value) = rest.rsplit_once('_')?;
+    let mark = *value.as_bytes().first()?;
+    if !mark.is_ascii_uppercase()
+        || code.is_empty()
+        || !code
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return None;
+    }
+    Some((code, mark, &value[1..], user))
 }
 
 /// Split keys of the index: the codes' first letters `b` to `z` over the alphabet, 25 regions.
@@ -375,6 +394,12 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+            assert_eq!(
+                index_row_user(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -394,9 +419,16 @@ mod tests {
         #[test]
         fn rows_round_trip(code in "[a-z][a-z0-9_]{0,10}", v in value(), user in "[A-Za-z0-9.:-]{1,20}") {
             let row = index_row(&code, &v, &user);
-            prop_assert_eq!(parse_index_row(&row), Some(IndexEntry { code: code.clone(), value: v.clone(), user }));
+            prop_assert_eq!(parse_index_row(&row), Some(IndexEntry { code: code.clone(), value: v.clone(), user: user.clone() }));
             prop_assert!(in_range(&row, &code_range(&code)));
             prop_assert!(row.starts_with(&value_prefix(&code, &v)));
+            prop_assert_eq!(index_row_user(&row), Some(user.as_str()));
+        }
+
+        #[test]
+        fn the_user_is_read_as_the_whole_row_is(row in "[a-z_]{0,6}_[A-Z]?[a-z0-9%A-F_ .é]{0,8}_[a-z0-9_.]{0,6}") {
+            let entry = parse_index_row(row.as_bytes());
+            prop_assert_eq!(index_row_user(row.as_bytes()), entry.as_ref().map(|e| e.user.as_str()));
         }
 
         #[test]

@@ -191,6 +191,16 @@ impl TableReader for Timed<'_> {
     fn scan(&self, table: &str, spec: &ScanSpec) -> sinks::Result<Vec<Row>> {
         self.metrics.time(3, || self.inner.scan(table, spec))
     }
+
+    fn scan_keys(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> sinks::Result<usize> {
+        self.metrics
+            .time(3, || self.inner.scan_keys(table, spec, visit))
+    }
 }
 
 #[cfg(test)]

@@ -17,16 +17,38 @@ struct Candidate {
     hidden: bool,
 }
 
+/// Where a [`RowCollector`]'s visible rows go.
+enum Out<'v> {
+    /// Kept whole.
+    Rows(Vec<Row>),
+    /// Only their keys, each passed on as its row closes; `count` of them so far.
+    Keys {
+        visit: &'v mut dyn FnMut(&[u8]),
+        count: usize,
+    },
+}
+
+impl Out<'_> {
+    /// Rows it holds or passed on.
+    fn count(&self) -> usize {
+        match self {
+            Out::Rows(rows) => rows.len(),
+            Out::Keys { count, .. } => *count,
+        }
+    }
+}
+
 /// Groups key-ordered stored cells into visible rows.
-struct RowCollector<'a> {
+struct RowCollector<'a, 'v> {
     table: &'a Table,
     now_ms: i64,
     time: Option<TimeRange>,
     /// Versions of a cell asked for ([`ScanSpec::max_versions`], at least 1).
     versions: u32,
     limit: usize,
-    rows: Vec<Row>,
-    /// The row being read and its stored cells.
+    out: Out<'v>,
+    /// The row being read and its stored cells (without their values when only keys are
+    /// wanted: a row's visibility does not depend on them).
     key: Vec<u8>,
     candidates: Vec<Candidate>,
     /// Whether a qualifier may have cells from several key-values in the row (puts of packed
@@ -35,15 +57,15 @@ struct RowCollector<'a> {
     merge: bool,
 }
 
-impl<'a> RowCollector<'a> {
-    fn new(table: &'a Table, now_ms: i64, spec: &ScanSpec) -> Self {
+impl<'a, 'v> RowCollector<'a, 'v> {
+    fn new(table: &'a Table, now_ms: i64, spec: &ScanSpec, out: Out<'v>) -> Self {
         RowCollector {
             table,
             now_ms,
             time: spec.time_range,
             versions: spec.max_versions.max(1),
             limit: spec.limit.unwrap_or(usize::MAX),
-            rows: Vec::new(),
+            out,
             key: Vec::new(),
             candidates: Vec::new(),
             merge: false,
@@ -51,7 +73,11 @@ impl<'a> RowCollector<'a> {
     }
 
     fn is_full(&self) -> bool {
-        self.rows.len() >= self.limit
+        self.out.count() >= self.limit
+    }
+
+    fn keys_only(&self) -> bool {
+        matches!(self.out, Out::Keys { .. })
     }
 
     /// Closes the current row and starts `row`; a row whose cells all expired is not returned.
@@ -106,21 +132,33 @@ impl<'a> RowCollector<'a> {
             }
         }
         let (time, now_ms) = (self.time, self.now_ms);
-        let cells: Vec<Cell> = self
-            .candidates
-            .drain(..)
-            .filter(|c| {
-                !c.hidden
-                    && time.is_none_or(|t| t.contains(c.cell.ts_ms))
-                    && !codec::is_expired(c.cell.ts_ms, c.ttl, now_ms)
-            })
-            .map(|c| c.cell)
-            .collect();
-        if !cells.is_empty() {
-            self.rows.push(Row {
-                key: self.key.clone(),
-                cells,
-            });
+        let visible = |c: &Candidate| {
+            !c.hidden
+                && time.is_none_or(|t| t.contains(c.cell.ts_ms))
+                && !codec::is_expired(c.cell.ts_ms, c.ttl, now_ms)
+        };
+        match &mut self.out {
+            Out::Rows(rows) => {
+                let cells: Vec<Cell> = self
+                    .candidates
+                    .drain(..)
+                    .filter(visible)
+                    .map(|c| c.cell)
+                    .collect();
+                if !cells.is_empty() {
+                    rows.push(Row {
+                        key: self.key.clone(),
+                        cells,
+                    });
+                }
+            }
+            Out::Keys { visit, count } => {
+                if self.candidates.iter().any(visible) {
+                    visit(&self.key);
+                    *count += 1;
+                }
+                self.candidates.clear();
+            }
         }
     }
 
@@ -142,12 +180,17 @@ impl<'a> RowCollector<'a> {
             .candidates
             .last()
             .is_some_and(|c| c.cell.family == family);
+        let keys_only = self.keys_only();
         let candidate = |qualifier: &[u8], ts_ms, value: &[u8], seq, hidden| Candidate {
             cell: Cell {
                 family: family.to_owned(),
                 qualifier: qualifier.to_vec(),
                 ts_ms,
-                value: value.to_vec(),
+                value: if keys_only {
+                    Vec::new()
+                } else {
+                    value.to_vec()
+                },
             },
             ttl,
             seq,
@@ -191,11 +234,11 @@ impl<'a> RowCollector<'a> {
         Some(())
     }
 
-    fn finish(mut self) -> Vec<Row> {
+    fn finish(mut self) -> Out<'v> {
         if !self.is_full() {
             self.close_row();
         }
-        self.rows
+        self.out
     }
 }
 
@@ -209,11 +252,25 @@ impl EmbeddedStore {
         iter: impl Iterator<Item = fjall::Result<KvPair>>,
         spec: &ScanSpec,
     ) -> Result<Vec<Row>> {
+        match self.collect_into(table, iter, spec, Out::Rows(Vec::new()))? {
+            Out::Rows(rows) => Ok(rows),
+            Out::Keys { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// [`EmbeddedStore::collect`], the rows going to `out`.
+    fn collect_into<'v>(
+        &self,
+        table: &Table,
+        iter: impl Iterator<Item = fjall::Result<KvPair>>,
+        spec: &ScanSpec,
+        out: Out<'v>,
+    ) -> Result<Out<'v>> {
         let inner = &self.inner;
         let (start, stop, columns) = (&spec.start[..], &spec.stop[..], &spec.columns[..]);
-        let mut rows = RowCollector::new(table, (inner.now_ms)(), spec);
+        let mut rows = RowCollector::new(table, (inner.now_ms)(), spec, out);
         if rows.is_full() {
-            return Ok(Vec::new());
+            return Ok(rows.out);
         }
         let wanted = |family: &str, qualifier: &[u8]| {
             columns.is_empty()
@@ -237,7 +294,7 @@ impl EmbeddedStore {
                 started = true;
                 rows.start_row(row);
                 if rows.is_full() {
-                    return Ok(rows.rows);
+                    return Ok(rows.out);
                 }
             }
             rows.push(family, column, &value, wanted)
@@ -279,15 +336,30 @@ impl TableReader for EmbeddedStore {
 
     fn scan(&self, table: &str, spec: &ScanSpec) -> Result<Vec<Row>> {
         let (_, t) = self.inner.table(table)?;
-        // Every key of a row >= start is >= start. A stop without 0x00 bounds keys the same way
-        // (row < stop implies key < stop); a stop with 0x00 does not, so leave the range open
-        // and let `collect` stop on the decoded row.
-        let stop: &[u8] = if spec.stop.contains(&codec::SEP) {
-            &[]
-        } else {
-            &spec.stop
-        };
-        let iter = t.range(&spec.start, stop, spec.time_range.as_ref());
-        self.collect(t, iter, spec)
+        self.collect(t, range_of(t, spec), spec)
     }
+
+    // The rows' cells are not built, nor their values copied.
+    fn scan_keys(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize> {
+        let (_, t) = self.inner.table(table)?;
+        let out = Out::Keys { visit, count: 0 };
+        Ok(self.collect_into(t, range_of(t, spec), spec, out)?.count())
+    }
+}
+
+/// The stored keys that may hold rows of `spec`. Every key of a row >= start is >= start. A
+/// stop without 0x00 bounds keys the same way (row < stop implies key < stop); a stop with
+/// 0x00 does not, so the range is left open and `collect` stops on the decoded row.
+fn range_of(t: &Table, spec: &ScanSpec) -> crate::embedded::generations::Merged {
+    let stop: &[u8] = if spec.stop.contains(&codec::SEP) {
+        &[]
+    } else {
+        &spec.stop
+    };
+    t.range(&spec.start, stop, spec.time_range.as_ref())
 }
