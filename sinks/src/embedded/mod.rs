@@ -4,6 +4,7 @@ mod codec;
 mod generations;
 mod journal;
 mod prepare;
+pub mod series;
 mod storage;
 mod store;
 mod ttl;
