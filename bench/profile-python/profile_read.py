@@ -17,8 +17,9 @@ cached, and their entries are filled before the timed reads), the same row key
 Prints the same figures as JSON: reads/s, hit ratio, latencies of hits and misses apart.
 
 Values are returned as the cell text (no typing by the tag registry), and only
-`profile:{uid}` is read from Redis (hourglass also reads the user's generation and its
-short-term tags in the same MGET): both in the peer's favour.
+`profile:{uid}` is read from Redis (hourglass also reads the user's generation in the same
+MGET and its short-term hash `short-tags:{uid}` by an HGETALL in the same pipeline): both in
+the peer's favour. The documents show no short-term read, so the peer has none.
 """
 
 import argparse

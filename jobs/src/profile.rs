@@ -39,6 +39,18 @@ pub enum ProfileCommand {
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
     Generate(GenerateArgs),
+    /// Move the short-term tags of the Redis layout before hourglass kept a hash a user (one
+    /// key `short:{user}:{code}` a value) into the hashes `short-tags:{user}`, and delete them;
+    /// prints the counts as JSON. Run it once after upgrading the job (again is harmless).
+    MigrateShortTerm(MigrateArgs),
+}
+
+/// Arguments of `hourglass profile migrate-short-term`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    /// Profile job configuration (TOML): the registry (the tags' TTLs) and `[redis]`.
+    #[arg(long)]
+    pub config: PathBuf,
 }
 
 /// Arguments of `hourglass profile replay`.
@@ -148,6 +160,13 @@ pub fn run(cmd: ProfileCommand) -> Result<ExitCode> {
             crate::audience::audience(&args, &load(args.config.as_deref())?)
         }
         ProfileCommand::Generate(args) => generate(&args).map(|()| ExitCode::SUCCESS),
+        ProfileCommand::MigrateShortTerm(args) => {
+            let cfg = load(Some(&args.config))?;
+            let now = pipeline::time::now_ms().div_euclid(1000);
+            let migrated = profile::short_term::migrate(&cfg, now)?;
+            println!("{}", serde_json::to_string(&migrated)?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

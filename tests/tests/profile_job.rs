@@ -557,22 +557,12 @@ fn a_tag_set_offline_is_no_longer_written() {
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
-/// Deletes the short-term keys of every user of `m` when dropped (and when made).
+/// Deletes the short-term hash of every user of `m` when dropped (and when made).
 struct RedisKeys(Vec<String>);
 
 impl RedisKeys {
-    fn of(s: &Scenario, m: &Model) -> Self {
-        let codes: Vec<&String> = s
-            .defs
-            .iter()
-            .filter(|(_, d)| d.value_type == "short_term")
-            .map(|(c, _)| c)
-            .collect();
-        let keys = m
-            .tags
-            .keys()
-            .flat_map(|u| codes.iter().map(move |c| format!("short:{u}:{c}")))
-            .collect();
+    fn of(m: &Model) -> Self {
+        let keys = m.tags.keys().map(|u| profile::short_term::key(u)).collect();
         let keys = RedisKeys(keys);
         keys.delete();
         keys
@@ -614,7 +604,7 @@ fn short_term_tags_go_to_redis_and_come_back() {
     let s = Scenario::new("13", None, now);
     let none = HashSet::new();
     let m = Model::of(&s, &none);
-    let _keys = RedisKeys::of(&s, &m);
+    let _keys = RedisKeys::of(&m);
     let url = format!("sqlite://{}", s.path().join("tags.sqlite").display());
     s.write_config(&url, &[], Some(REDIS_URL));
     replay_and_check(&s, &none, "store", "2");

@@ -1,6 +1,7 @@
 //! The short-term tags' store against the real Redis of `scripts/services.sh` (`make test`
 //! starts it) and against its embedded SQLite fallback: one `conforms()` run on both, then
-//! what only Redis shows (each key's TTL, a flushed script cache, an unreachable server).
+//! what only Redis shows (one hash a user and its TTL, the expired fields dropped, the layout
+//! before the hashes migrated, a flushed script cache, an unreachable server).
 //!
 //! Without Redis on 127.0.0.1:6379 the Redis runs skip, except in CI (`CI` set), where they
 //! fail. Each run writes users of its own (`t<pid>-<nanos>-…`) and deletes their keys at the
@@ -10,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use e2e::services::redis_up;
-use profile::short_term::{self, is_retriable, RedisStore, SqliteStore};
+use profile::short_term::{self, is_retriable, Migrated, RedisStore, SqliteStore};
 use profile::{CellValue, ShortTermStore, ShortTermValue, Written};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
@@ -32,6 +33,8 @@ fn now() -> i64 {
 struct Users {
     prefix: String,
     keys: Vec<String>,
+    /// The Redis database of the keys.
+    url: &'static str,
 }
 
 impl Users {
@@ -43,21 +46,24 @@ impl Users {
         Self {
             prefix: format!("t{}-{nanos}-{test}", std::process::id()),
             keys: Vec::new(),
+            url: REDIS_URL,
         }
     }
 
-    /// User `n` of this run; its keys of `CODES` are deleted at the end.
+    /// User `n` of this run; its hash, and its keys of `CODES` in the layout before the
+    /// hashes, are deleted at the end.
     fn user(&mut self, n: u32) -> String {
         let user = format!("{}-{n}", self.prefix);
+        self.keys.push(short_term::key(&user));
         self.keys
-            .extend(CODES.iter().map(|c| short_term::key(&user, c)));
+            .extend(CODES.iter().map(|c| format!("short:{user}:{c}")));
         user
     }
 }
 
 impl Drop for Users {
     fn drop(&mut self) {
-        if let Ok(mut conn) = redis::Client::open(REDIS_URL).and_then(|c| c.get_connection()) {
+        if let Ok(mut conn) = redis::Client::open(self.url).and_then(|c| c.get_connection()) {
             let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&self.keys).query(&mut conn);
         }
     }
@@ -155,6 +161,87 @@ fn conforms(store: &mut dyn ShortTermStore, users: &mut Users) {
         .write_batch(&[value(&a, "rt_last_cat", t, text("again"), 3600)], t)
         .unwrap();
     assert_eq!(last_cat(store), pairs(&[("rt_last_cat", "\"again\"")]));
+
+    // Newest wins whatever the order, within one batch too: the later of two values of one
+    // (user, tag) in a batch is not the newer one.
+    store
+        .write_batch(
+            &[
+                value(&b, "rt_clicks_1h", t - 10, CellValue::Int(2), 3600),
+                value(&b, "rt_clicks_1h", t - 20, CellValue::Int(1), 3600),
+            ],
+            t,
+        )
+        .unwrap();
+    assert_eq!(
+        store.read_user(&b, &["rt_clicks_1h"], t).unwrap(),
+        pairs(&[("rt_clicks_1h", "2")])
+    );
+
+    // One value expires while the others of its user live on: b's rt_last_cat (60 s) is gone
+    // a minute later, its rt_clicks_1h is not.
+    assert_eq!(
+        store.read_user(&b, &CODES, t + 60).unwrap(),
+        pairs(&[("rt_clicks_1h", "2")])
+    );
+    assert_eq!(
+        store.read_user(&a, &CODES, t + 3600).unwrap(),
+        pairs(&[("rt_cart_items", r#"["sku-1","sku-2"]"#)]),
+        "a day's TTL outlives an hour's"
+    );
+    // Once the stored value has expired, an older event's value with a longer TTL takes its
+    // place (the tag's TTL was raised).
+    store
+        .write_batch(
+            &[value(&b, "rt_last_cat", t - 30, text("raised"), 3600)],
+            t + 60,
+        )
+        .unwrap();
+    assert_eq!(
+        store.read_user(&b, &["rt_last_cat"], t + 60).unwrap(),
+        pairs(&[("rt_last_cat", "\"raised\"")])
+    );
+}
+
+/// The codes `rt_many_0000` … of a user with thousands of short-term tags.
+fn many_codes(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("rt_many_{i:04}")).collect()
+}
+
+/// A user with thousands of tags: all of them read back in one call, half expiring a minute
+/// in, each value still the newest of its tag.
+fn conforms_with_thousands_of_tags(store: &mut dyn ShortTermStore, user: &str, t: i64) {
+    let codes = many_codes(3000);
+    let refs: Vec<&str> = codes.iter().map(String::as_str).collect();
+    let batch: Vec<ShortTermValue> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let ttl = if i % 2 == 0 { 60 } else { 3600 };
+            value(user, c, t, CellValue::Int(i as i64), ttl)
+        })
+        .collect();
+    let written = store.write_batch(&batch, t).expect("write 3,000 tags");
+    assert_eq!(written.written, 3000);
+    let read = store.read_user(user, &refs, t).unwrap();
+    assert_eq!(read.len(), 3000);
+    assert!(read
+        .iter()
+        .enumerate()
+        .all(|(i, (c, v))| *c == codes[i] && *v == i.to_string()));
+    let later = store.read_user(user, &refs, t + 60).unwrap();
+    assert_eq!(later.len(), 1500, "the 60 s half has expired");
+    assert!(later
+        .iter()
+        .all(|(c, _)| c.ends_with(['1', '3', '5', '7', '9'])));
+    // A late event of one of them, a minute later, changes nothing.
+    store
+        .write_batch(&[value(user, &codes[1], t - 1, text("late"), 3600)], t + 60)
+        .unwrap();
+    assert_eq!(
+        store.read_user(user, &[refs[1]], t + 60).unwrap(),
+        pairs(&[(refs[1], "1")])
+    );
 }
 
 #[test]
@@ -165,13 +252,15 @@ fn the_embedded_store_conforms() {
     assert_eq!(store.location(), path.display().to_string());
     let mut users = Users::new("sqlite");
     conforms(store.as_mut(), &mut users);
+    let many = users.user(4);
+    conforms_with_thousands_of_tags(store.as_mut(), &many, now());
     drop(store);
     let mut again = SqliteStore::open(&path).expect("reopen");
     assert_eq!(
         again
             .read_user(&format!("{}-2", users.prefix), &CODES, now())
             .unwrap(),
-        pairs(&[("rt_last_cat", "\"food\"")]),
+        pairs(&[("rt_clicks_1h", "2"), ("rt_last_cat", "\"raised\"")]),
         "the values outlive the process"
     );
 }
@@ -206,25 +295,189 @@ fn redis_conforms_and_keys_expire_at_event_time_plus_ttl() {
             t,
         )
         .unwrap();
-    let key = short_term::key(&user, "rt_last_cat");
-    let value: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    let key = short_term::key(&user);
+    let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(kind, "hash", "one hash a user: short-tags:{{user}}");
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
+    let fields: std::collections::BTreeMap<String, String> = fields.into_iter().collect();
     assert_eq!(
-        value, "\"beauty\"",
-        "the value's JSON under short:{{user}}:{{code}}"
+        fields,
+        [
+            ("rt_clicks_1h", format!("{} {t} 3", t + 60)),
+            (
+                "rt_last_cat",
+                format!("{} {} \"beauty\"", t + 3000, t - 600)
+            ),
+        ]
+        .into_iter()
+        .map(|(c, v)| (c.to_string(), v))
+        .collect(),
+        "each field its expiry, event time and JSON; a value expired at its event time is \
+         not written"
     );
-    // Counted from the event time: 3600 - 600 left, less the seconds this test took.
+    // The key lives as long as its latest field: 3600 - 600 left, less the seconds this took.
     let left = ttl(&mut conn, &key);
     assert!((2990..=3000).contains(&left), "TTL {left}");
-    let left = ttl(&mut conn, &short_term::key(&user, "rt_clicks_1h"));
-    assert!((50..=60).contains(&left), "TTL {left}");
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(short_term::key(&user, "rt_old"))
+
+    // A write after rt_clicks_1h expired drops its field, and the key keeps its TTL.
+    store
+        .write_batch(&[value(&user, "rt_cart_items", t, text("x"), 120)], t + 60)
+        .unwrap();
+    let codes: Vec<String> = redis::cmd("HKEYS").arg(&key).query(&mut conn).unwrap();
+    let codes: std::collections::BTreeSet<String> = codes.into_iter().collect();
+    assert_eq!(
+        codes,
+        ["rt_cart_items", "rt_last_cat"]
+            .map(String::from)
+            .into_iter()
+            .collect(),
+        "the expired field dropped"
+    );
+    let left = ttl(&mut conn, &key);
+    assert!((2990..=3000).contains(&left), "TTL {left}");
+    // A field not written by us is shown as it is, not dropped; it counts as older than ours.
+    let () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("rt_old")
+        .arg("\"foreign\"")
         .query(&mut conn)
         .unwrap();
     assert_eq!(
-        exists, 0,
-        "a value expired at its event time is not written"
+        store.read_user(&user, &["rt_old"], t).unwrap(),
+        pairs(&[("rt_old", "\"foreign\"")])
     );
+    store
+        .write_batch(&[value(&user, "rt_old", t - 10, text("ours"), 3600)], t)
+        .unwrap();
+    assert_eq!(
+        store.read_user(&user, &["rt_old"], t).unwrap(),
+        pairs(&[("rt_old", "\"ours\"")])
+    );
+
+    // Thousands of tags are one key, which drops what expired at its next write.
+    let many = users.user(11);
+    conforms_with_thousands_of_tags(store.as_mut(), &many, t);
+    let many_key = short_term::key(&many);
+    let len: i64 = redis::cmd("HLEN").arg(&many_key).query(&mut conn).unwrap();
+    assert_eq!(len, 1500, "the write at t + 60 dropped the expired half");
+    let old_keys: i64 = redis::cmd("EXISTS")
+        .arg(format!("short:{many}:rt_many_0001"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(old_keys, 0, "no key a tag");
+}
+
+/// The Redis database of the migration test: a migration moves every old key of its database,
+/// and the other tests' (and other checkouts') keys are in database 0.
+const MIGRATE_URL: &str = "redis://127.0.0.1:6379/8";
+
+#[test]
+fn the_layout_before_the_hashes_migrates_into_them() {
+    if !redis_up() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut users = Users::new("migrate");
+    users.url = MIGRATE_URL;
+    let (a, b) = (users.user(1), users.user(2));
+    let not_ours = format!("short:{}-plain", users.prefix);
+    users.keys.push(not_ours.clone());
+    let mut conn = redis::Client::open(MIGRATE_URL)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let t = now();
+    let set = |conn: &mut redis::Connection, key: &str, json: &str, at: Option<i64>| {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(json);
+        if let Some(at) = at {
+            cmd.arg("EXAT").arg(at);
+        }
+        let () = cmd.query(conn).unwrap();
+    };
+    // As the job before the hashes wrote them: the JSON, expiring at event time + TTL.
+    set(
+        &mut conn,
+        &format!("short:{a}:rt_last_cat"),
+        "\"beauty\"",
+        Some(t + 3000),
+    );
+    set(
+        &mut conn,
+        &format!("short:{a}:rt_clicks_1h"),
+        "7",
+        Some(t + 60),
+    );
+    // b's rt_last_cat is older than the one the new job wrote meanwhile.
+    set(
+        &mut conn,
+        &format!("short:{b}:rt_last_cat"),
+        "\"old\"",
+        Some(t + 3000),
+    );
+    // A tag the registry does not know (its TTL, hence its event time, unknown): left.
+    set(&mut conn, &format!("short:{b}:rt_old"), "1", Some(t + 60));
+    // Not ours: no expiry; a hash.
+    set(&mut conn, &format!("short:{b}:rt_cart_items"), "2", None);
+    let () = redis::cmd("HSET")
+        .arg(&not_ours)
+        .arg("f")
+        .arg("v")
+        .query(&mut conn)
+        .unwrap();
+    let mut store = RedisStore::connect(MIGRATE_URL).expect("connect");
+    store
+        .write_batch(&[value(&b, "rt_last_cat", t, text("new"), 3600)], t)
+        .unwrap();
+
+    let ttl_of = |code: &str| match code {
+        "rt_last_cat" => Some(3600),
+        "rt_clicks_1h" | "rt_cart_items" => Some(86_400),
+        _ => None,
+    };
+    let migrated = store.migrate(&ttl_of, t).expect("migrate");
+    assert_eq!(
+        migrated,
+        Migrated {
+            found: 6,
+            moved: 3,
+            expired: 0,
+            unknown_tag: 1,
+            not_ours: 2,
+        }
+    );
+    assert_eq!(
+        store.read_users(&[&a, &b], &CODES, t).unwrap(),
+        vec![
+            pairs(&[("rt_clicks_1h", "7"), ("rt_last_cat", "\"beauty\"")]),
+            pairs(&[("rt_last_cat", "\"new\"")]),
+        ],
+        "the old values read from the hashes, the newer event kept"
+    );
+    assert_eq!(
+        store.read_user(&a, &CODES, t + 60).unwrap(),
+        pairs(&[("rt_last_cat", "\"beauty\"")]),
+        "each keeps its expiry"
+    );
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("short:{}*", users.prefix))
+        .query(&mut conn)
+        .unwrap();
+    let left: std::collections::BTreeSet<String> = left.into_iter().collect();
+    assert_eq!(
+        left,
+        [
+            format!("short:{b}:rt_old"),
+            format!("short:{b}:rt_cart_items"),
+            not_ours.clone()
+        ]
+        .into_iter()
+        .collect(),
+        "the moved keys deleted, the others left"
+    );
+    let again = store.migrate(&ttl_of, t).expect("migrate again");
+    assert_eq!(again.moved, 0);
+    assert_eq!(again.found, 3);
 }
 
 #[test]

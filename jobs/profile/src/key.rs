@@ -45,7 +45,7 @@ pub struct BadUserId(pub String);
 /// of the sensor job's device ids.
 ///
 /// `_` separates the parts of a history row key (and `:` is no problem in the Redis key
-/// `short:{user}:{code}`, whose code has none), and the row-key prefix of a user's history,
+/// `short-tags:{user}`, nor in the old layout's `short:{user}:{code}`, whose code has none), and the row-key prefix of a user's history,
 /// `<salt>_<user>_`, must hold no other user's rows: with `_` allowed, user `a` would see the
 /// history of a user `a_b`. Control characters, spaces and non-ASCII text are refused too, so
 /// that a key prints as itself in the HBase shell and in logs.

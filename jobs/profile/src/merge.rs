@@ -80,7 +80,7 @@ impl TagUpdate {
     }
 }
 
-/// A short-term tag's newest value in a flush, for Redis (`short:{user}:{code}`), never HBase.
+/// A short-term tag's newest value in a flush, for Redis (`short-tags:{user}`), never HBase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShortTermValue {
     /// The user id.

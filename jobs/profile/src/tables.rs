@@ -12,7 +12,7 @@
 //!   recomputed daily and keep their last [`BEHAVIOR_VERSIONS`] values for "what changed". A
 //!   family per category or producer would multiply stores and flush small files.
 //! - **Short-term tags are in no HBase family**: they live hours to days, each with its own
-//!   `ttl_secs`, where a family has one TTL; they go to Redis (`short:{user}:{code}`, issue 36),
+//!   `ttl_secs`, where a family has one TTL; they go to Redis (the hash `short-tags:{user}`),
 //!   so that HBase does not write, compact and expire churn that nobody reads a day later.
 //! - **Versions only where needed**: `VERSIONS => 1` on `dimension` and on the history, whose
 //!   rows are one change each; 3 on `behavior` only.

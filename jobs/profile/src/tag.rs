@@ -113,7 +113,8 @@ spelled!(TagStatus, "status", Online => "online", Gray => "gray", Offline => "of
 #[serde(deny_unknown_fields)]
 pub struct TagDef {
     /// The code, `[a-z][a-z0-9_]*`, at most [`MAX_CODE_LEN`] bytes: the HBase qualifier and
-    /// part of the Redis key `short:{user}:{code}`, so no separators or upper case.
+    /// a field of the Redis hash `short-tags:{user}` (a part of the old layout's key
+    /// `short:{user}:{code}`), so no separators or upper case.
     pub tag_code: String,
     /// Human-readable name (any UTF-8 without control characters, 1 to [`MAX_TEXT_LEN`]).
     pub name: String,

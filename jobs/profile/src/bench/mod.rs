@@ -362,7 +362,7 @@ fn reads(
         now_ms: pipeline::time::now_ms(),
     };
     result["read_path"] =
-        json!("in-process: ProfileReader (Redis MGET, then one Get or multi-get)");
+        json!("in-process: ProfileReader (one Redis pipeline: MGET + HGETALLs, then one Get or multi-get)");
     if redis.ends_with("(answers)") {
         result["fill"] = fill_cache(&client, &ids[..cacheable])?;
     }

@@ -1,4 +1,5 @@
-//! The cache's Redis side: reads (one `MGET`), the backfill thread, and the job's invalidations.
+//! The cache's Redis side: reads (one pipeline of an `MGET` and `HGETALL`s), the backfill
+//! thread, and the job's invalidations.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,6 +39,30 @@ fn client(url: &str) -> Result<Client> {
         url: redact(url),
         source,
     })
+}
+
+/// What [`RedisCache::read`] gives: the values of its keys, and the `(field, value)` pairs of
+/// each of its hashes.
+pub type Fetched = (Vec<Option<String>>, Vec<Vec<(String, String)>>);
+
+/// One pipeline: `MGET keys` (left out without keys), then `HGETALL` of each of `hashes`.
+fn fetch(conn: &mut Connection, keys: &[String], hashes: &[String]) -> redis::RedisResult<Fetched> {
+    let mut pipe = redis::pipe();
+    if !keys.is_empty() {
+        pipe.cmd("MGET").arg(keys);
+    }
+    for hash in hashes {
+        pipe.cmd("HGETALL").arg(hash);
+    }
+    let mut replies = pipe.query::<Vec<redis::Value>>(conn)?.into_iter();
+    let values = match keys {
+        [] => Vec::new(),
+        _ => redis::from_redis_value(replies.next().unwrap_or(redis::Value::Nil))?,
+    };
+    let fields = replies
+        .map(redis::from_redis_value)
+        .collect::<Result<_, _>>()?;
+    Ok((values, fields))
 }
 
 /// A backfill waiting for the thread.
@@ -116,11 +141,12 @@ impl RedisCache {
         &self.stats
     }
 
-    /// The values of `keys` in one `MGET`, `None` when Redis is resting after an error or fails
-    /// now (counted; the caller reads the store).
-    pub fn mget(&self, keys: &[String]) -> Option<Vec<Option<String>>> {
-        if keys.is_empty() {
-            return Some(Vec::new());
+    /// The values of `keys` (one `MGET`) and the fields of each of `hashes` (one `HGETALL`
+    /// each, `(field, value)`), in one pipeline: one round trip. `None` when Redis is resting
+    /// after an error or fails now (counted; the caller reads the store).
+    pub fn read(&self, keys: &[String], hashes: &[String]) -> Option<Fetched> {
+        if keys.is_empty() && hashes.is_empty() {
+            return Some((Vec::new(), Vec::new()));
         }
         let resting = *self
             .resting_until
@@ -138,16 +164,16 @@ impl RedisCache {
         let result = pooled
             .map_or_else(|| connect(&self.client, timeout), Ok)
             .and_then(|mut conn| {
-                let values = redis::cmd("MGET").arg(keys).query(&mut conn)?;
-                Ok((conn, values))
+                let fetched = fetch(&mut conn, keys, hashes)?;
+                Ok((conn, fetched))
             });
         match result {
-            Ok((conn, values)) => {
+            Ok((conn, fetched)) => {
                 self.pool
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(conn);
-                Some(values)
+                Some(fetched)
             }
             Err(e) => {
                 tracing::warn!(error = %e, redis = %self.url, "profile cache unavailable; reading the store");

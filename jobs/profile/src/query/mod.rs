@@ -2,8 +2,8 @@
 //! `GET /api/v1/profile/{user}`), many users' in one multi-get (`profiles:batchGet`), a
 //! behaviour tag's last values, and the tags at a past time from the history.
 //!
-//! A read of stored tags goes to Redis `profile:{user}` first (with the short-term keys and the
-//! user's generation, in one `MGET`); on a miss, to the store (one Get, or one multi-get for a
+//! A read of stored tags goes to Redis `profile:{user}` first (with the user's generation in one
+//! `MGET`, and its short-term hash by an `HGETALL`, in one pipeline); on a miss, to the store (one Get, or one multi-get for a
 //! batch), and the entry is handed to the cache's background thread, which stores it unless the
 //! job wrote the user meanwhile (`crate::cache`). Without `[redis]` there is no cache and the
 //! short-term tags come from their SQLite file.
@@ -199,7 +199,7 @@ impl ProfileReader {
 
     /// `user`'s tags chosen by `selection`, as `{"user_id", "tags": {code: value}, "source"}`
     /// (`"short_term_unavailable": true` added when the short-term tags could not be read),
-    /// at `now_ms`; `None` when the user has no tag at all. One `MGET` and, on a miss, one Get.
+    /// at `now_ms`; `None` when the user has no tag at all. One Redis round trip and, on a miss, one Get.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a user id that cannot be stored; the store (or the SQLite
@@ -219,8 +219,8 @@ impl ProfileReader {
     }
 
     /// The profiles of `users` (at most [`MAX_BATCH_USERS`]) as [`ProfileReader::get`] gives
-    /// them, in the order asked, a user without tags with `"tags": {}`: one `MGET` for the
-    /// cache and the short-term tags, one multi-get of the store for the misses, never a Get
+    /// them, in the order asked, a user without tags with `"tags": {}`: one Redis round trip for
+    /// the cache and the short-term tags, one multi-get of the store for the misses, never a Get
     /// per user.
     ///
     /// # Errors
@@ -301,8 +301,10 @@ impl ProfileReader {
         Ok(answers)
     }
 
-    /// Each user's cached entry, generation and short-term values: one `MGET` with Redis, the
-    /// short-term file without. `false` when Redis could not be read (so neither the
+    /// Each user's cached entry, generation and short-term values: with Redis, one pipeline of
+    /// an `MGET` (entries and generations) and an `HGETALL` per user (its short-term hash, the
+    /// fields expired at `now_ms` left out), O(1) keys a user whatever the registry's
+    /// short-term tags; the short-term file without. `false` when Redis could not be read (so neither the
     /// short-term tags nor the generations are known).
     fn read_redis(
         &self,
@@ -326,38 +328,37 @@ impl ProfileReader {
             return Ok((cached, true));
         };
         let enabled = cache.config().enabled;
-        let per_user = short_codes.len() + if enabled { 2 } else { 0 };
-        let mut keys = Vec::with_capacity(users.len() * per_user);
-        for user in users {
-            if enabled {
-                keys.push(entry_key(user));
-                keys.push(gen_key(user));
-            }
-            keys.extend(short_codes.iter().map(|code| short_term::key(user, code)));
-        }
-        if keys.is_empty() {
+        let keys: Vec<String> = if enabled {
+            users
+                .iter()
+                .flat_map(|u| [entry_key(u), gen_key(u)])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let hashes: Vec<String> = if short_codes.is_empty() {
+            Vec::new()
+        } else {
+            users.iter().map(|u| short_term::key(u)).collect()
+        };
+        if keys.is_empty() && hashes.is_empty() {
             return Ok((users.iter().map(|_| Cached::default()).collect(), true));
         }
-        let Some(values) = cache.mget(&keys) else {
+        let Some((values, fields)) = cache.read(&keys, &hashes) else {
             return Ok((users.iter().map(|_| Cached::default()).collect(), false));
         };
-        let cached = values
-            .chunks(per_user)
-            .map(|v| {
-                let (head, short) = v.split_at(if enabled { 2 } else { 0 });
-                Cached {
-                    entry: head
-                        .first()
-                        .cloned()
-                        .flatten()
-                        .and_then(|t| Entry::from_json(&t)),
-                    generation: head.get(1).cloned().flatten(),
-                    short: short_codes
-                        .iter()
-                        .zip(short)
-                        .filter_map(|(c, v)| v.clone().map(|v| ((*c).to_string(), v)))
-                        .collect(),
-                }
+        let mut values = values.into_iter();
+        let mut fields = fields.into_iter();
+        let now = now_ms.div_euclid(1000);
+        let cached = users
+            .iter()
+            .map(|_| Cached {
+                entry: values.next().flatten().and_then(|t| Entry::from_json(&t)),
+                generation: values.next().flatten(),
+                short: fields
+                    .next()
+                    .map(|f| short_term::live(f, short_codes, now))
+                    .unwrap_or_default(),
             })
             .collect();
         Ok((cached, true))

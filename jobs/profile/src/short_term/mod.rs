@@ -8,17 +8,59 @@ use std::path::Path;
 use crate::merge::ShortTermValue;
 use crate::Result;
 
-pub use self::redis::RedisStore;
+pub use self::redis::{Migrated, RedisStore};
 pub use self::sqlite::SqliteStore;
 
 /// Where the short-term tags are kept when no `[redis]` is configured: a SQLite file beside
 /// the embedded store's default directory, relative to the working directory.
 pub const DEFAULT_EMBEDDED_PATH: &str = "./hourglass-data/short_term.sqlite";
 
-/// The Redis key of a user's short-term tag: `short:{user}:{code}`. User ids hold no `_` and
-/// codes no `:`, so the key reads back unambiguously.
-pub fn key(user: &str, code: &str) -> String {
-    format!("short:{user}:{code}")
+/// The Redis key of a user's short-term tags: the hash `short-tags:{user}`, one field per tag
+/// code ([`encode_field`]). A prefix of its own: a user id may hold `:`, so a key
+/// `short:{user}` could be a key of the layout before ([`parse_old_key`]).
+pub fn key(user: &str) -> String {
+    format!("short-tags:{user}")
+}
+
+/// `(user, code)` of a key of the layout before the hashes, `short:{user}:{code}` (one string
+/// key a value); `None` for another key. Codes hold no `:`, user ids may.
+pub fn parse_old_key(key: &str) -> Option<(&str, &str)> {
+    let (user, code) = key.strip_prefix("short:")?.rsplit_once(':')?;
+    (!user.is_empty() && !code.is_empty()).then_some((user, code))
+}
+
+/// A value as a field of the user's hash: `{expires_at} {ts} {json}` (epoch seconds, the
+/// event time, the value's JSON). Redis 7.0 expires keys, not fields, so each field carries
+/// its expiry; the event time decides which of two values stays.
+pub fn encode_field(expires_at: i64, ts: i64, json: &str) -> String {
+    format!("{expires_at} {ts} {json}")
+}
+
+/// `(expires_at, ts, json)` of a field written by [`encode_field`]; `None` for another text.
+pub fn decode_field(field: &str) -> Option<(i64, i64, &str)> {
+    let mut parts = field.splitn(3, ' ');
+    let expires_at = parts.next()?.parse().ok()?;
+    let ts = parts.next()?.parse().ok()?;
+    Some((expires_at, ts, parts.next()?))
+}
+
+/// The values of `codes` among a user's hash `fields` (`(code, field)`), live at `now`, as
+/// `(code, JSON)` in the order of `codes`. A field that [`decode_field`] cannot read (not
+/// written by us) is given whole: what is stored is shown, never dropped.
+pub fn live(fields: Vec<(String, String)>, codes: &[&str], now: i64) -> Vec<(String, String)> {
+    let mut fields: std::collections::HashMap<String, String> = fields.into_iter().collect();
+    codes
+        .iter()
+        .filter_map(|&code| {
+            let field = fields.remove(code)?;
+            let json = match decode_field(&field) {
+                Some((at, _, _)) if at <= now => return None,
+                Some((_, _, json)) => json.to_string(),
+                None => field,
+            };
+            Some((code.to_string(), json))
+        })
+        .collect()
 }
 
 /// What a [`ShortTermStore::write_batch`] did with its values.
@@ -48,8 +90,9 @@ pub fn expires_at(value: &ShortTermValue, now: i64) -> Option<i64> {
 /// time stays, whatever the order of the writes (a late event in a later flush does not
 /// replace a newer value), as HBase keeps the newest cell of the other tags.
 ///
-/// Implementations: [`RedisStore`] (`short:{user}:{code}` = the value's JSON, expiring at event
-/// time plus TTL) and [`SqliteStore`] (the same semantics in one local table).
+/// Implementations: [`RedisStore`] (a hash a user, `short-tags:{user}`, a field a tag holding
+/// the value's JSON with its expiry and event time) and [`SqliteStore`] (the same semantics in
+/// one local table).
 pub trait ShortTermStore: std::fmt::Debug + Send {
     /// Writes a flush's values (at most one per user and tag, as
     /// [`crate::UserMerge::flush`] makes them), each living until its event time plus TTL,
@@ -67,8 +110,8 @@ pub trait ShortTermStore: std::fmt::Debug + Send {
     /// `users`, its `(code, JSON value)` pairs in the order of `codes`, the missing and
     /// expired ones left out.
     ///
-    /// The caller names the codes (the registry's short-term tags): Redis has no index of a
-    /// user's keys, and finding them by pattern would scan every key.
+    /// The caller names the codes (the registry's short-term tags): a value of a tag the
+    /// registry no longer has is not returned.
     ///
     /// # Errors
     ///
@@ -108,6 +151,32 @@ pub fn open(redis_url: Option<&str>, embedded_path: &Path) -> Result<Box<dyn Sho
         Some(url) => Ok(Box::new(RedisStore::connect(url)?)),
         None => Ok(Box::new(SqliteStore::open(embedded_path)?)),
     }
+}
+
+/// Moves the values of the layout before the hashes (`short:{user}:{code}`) into the hashes
+/// of the Redis of `cfg`'s `[redis]` ([`RedisStore::migrate`]), each value's TTL taken from
+/// `cfg`'s registry, `now` being the current epoch second: `hourglass profile
+/// migrate-short-term`.
+///
+/// # Errors
+///
+/// [`crate::Error::Invalid`] without `[redis]` (the SQLite store had no old layout); the
+/// registry cannot be read; as [`RedisStore::migrate`].
+pub fn migrate(cfg: &crate::ProfileConfig, now: i64) -> Result<Migrated> {
+    let Some(url) = cfg.redis_url() else {
+        return Err(crate::Error::Invalid(
+            "no [redis] in the configuration: the short-term tags are in the SQLite file, \
+             which has nothing to migrate"
+                .into(),
+        ));
+    };
+    let defs = crate::registry::open(&cfg.registry.url)?.list()?;
+    let ttl_of = |code: &str| {
+        defs.iter()
+            .find(|d| d.tag_code == code && d.value_type == crate::ValueType::ShortTerm)
+            .and_then(|d| d.ttl_secs)
+    };
+    RedisStore::connect(url)?.migrate(&ttl_of, now)
 }
 
 /// Whether an error of a short-term store may pass if the same call is made again: a lost,
@@ -156,6 +225,61 @@ mod tests {
         );
         assert_eq!(expires_at(&value(i64::MAX, u64::MAX), 0), None);
         assert_eq!(expires_at(&value(0, 60), i64::MAX - 1), None);
-        assert_eq!(key("10086", "rt_last_cat"), "short:10086:rt_last_cat");
+    }
+
+    #[test]
+    fn fields_and_keys_read_back() {
+        assert_eq!(key("10086"), "short-tags:10086");
+        assert_eq!(
+            parse_old_key("short:10086:rt_last_cat"),
+            Some(("10086", "rt_last_cat"))
+        );
+        assert_eq!(
+            parse_old_key("short:a:b:rt_x"),
+            Some(("a:b", "rt_x")),
+            "a user id may hold ':'"
+        );
+        for other in [
+            "short-tags:10086",
+            "short:10086",
+            "short::rt_x",
+            "short:u:",
+            "x:u:c",
+        ] {
+            assert_eq!(parse_old_key(other), None, "{other}");
+        }
+        let field = encode_field(1_800_000_000, -5, r#"{"a": "b c"}"#);
+        assert_eq!(field, r#"1800000000 -5 {"a": "b c"}"#);
+        assert_eq!(
+            decode_field(&field),
+            Some((1_800_000_000, -5, r#"{"a": "b c"}"#))
+        );
+        for other in ["", "12", "12 x {}", "x 12 {}", "\"beauty\""] {
+            assert_eq!(decode_field(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn live_values_are_the_asked_unexpired_fields_in_the_order_asked() {
+        let fields = vec![
+            ("rt_a".to_string(), encode_field(100, 10, "1")),
+            ("rt_b".to_string(), encode_field(50, 10, "2")),
+            ("rt_c".to_string(), "\"foreign\"".to_string()),
+            ("rt_gone".to_string(), encode_field(100, 10, "3")),
+        ];
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(c, v)| ((*c).to_string(), (*v).to_string()))
+                .collect()
+        };
+        assert_eq!(
+            live(fields.clone(), &["rt_c", "rt_b", "rt_a", "rt_x"], 49),
+            pairs(&[("rt_c", "\"foreign\""), ("rt_b", "2"), ("rt_a", "1")])
+        );
+        assert_eq!(
+            live(fields, &["rt_a", "rt_b"], 50),
+            pairs(&[("rt_a", "1")]),
+            "expired at its expiry"
+        );
     }
 }
