@@ -36,6 +36,10 @@ pub enum ProfileCommand {
     /// Compare the index `user_tag_index` with `user_profile_tag`: prints the missing and stale
     /// entries' counts as JSON, exits 1 when they do not match; `--repair` fixes them.
     Reconcile(crate::audience::ReconcileArgs),
+    /// Measure freshness end to end: publish tag events to a fresh topic at a rate, run the job
+    /// (`profile run --serve`) as a child, and time how long a sample of changed tags takes from
+    /// the producer's send to `GET /api/v1/profile/{user}` showing them (p50/p90/p99/max).
+    BenchLive(profile::bench::live::LiveArgs),
     /// Write realistic tag traffic: the registry CSV (--registry-out, for `hourglass tags
     /// import`) and JSON Lines tag events (--out) checked against it; same seed, same bytes.
     Generate(GenerateArgs),
@@ -84,6 +88,14 @@ pub struct RunArgs {
     /// Flush, commit and exit 0 once no record has arrived for this long (`500ms`, `5s`).
     #[arg(long, value_name = "DURATION")]
     pub exit_on_idle: Option<String>,
+    /// Serve the profile read API from the job's own store while it runs, with the routes of
+    /// `hourglass serve --profile-config` (`GET /api/v1/profile/{user}`, `POST
+    /// /api/v1/profiles:batchGet`, `GET /api/v1/audience`), at http://HOST:PORT/, cache first
+    /// as the config's `[cache]` says. The way to read a job writing the embedded store, which
+    /// admits one process. Port 0 picks a free port (printed on stderr); no token, so keep it
+    /// on loopback.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
     /// Output, metrics and store-recovery flags, as `hourglass run`'s.
     #[command(flatten)]
     pub job: JobArgs,
@@ -167,6 +179,15 @@ pub fn run(cmd: ProfileCommand) -> Result<ExitCode> {
             println!("{}", serde_json::to_string(&migrated)?);
             Ok(ExitCode::SUCCESS)
         }
+        ProfileCommand::BenchLive(args) => {
+            let result = profile::bench::live::run(&args)?;
+            if args.bench.format == "json" {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else {
+                profile::bench::live::print_text(&result);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -232,6 +253,23 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         &RejectReason::KINDS,
     ))?;
     let backend = open_store(&cfg, args.job.recover)?;
+    let api = match &args.serve {
+        Some(listen) => {
+            let stats = Arc::new(profile::cache::CacheStats::default());
+            let server = profile::serve::ApiServer::start(
+                listen,
+                ProfileReader::open(&cfg, stats.clone())?,
+                backend.reader(),
+                cfg.index.limits(),
+                profile::serve::ServeMetrics::new(stats),
+                &args.job.http,
+            )?;
+            // Tests and benches read the address (port 0 picks one) from this line.
+            eprintln!("profile api: http://{}/", server.addr());
+            Some(server)
+        }
+        None => None,
+    };
     let source = &cfg.source;
     let split = job.split_topic(source, &cluster, cfg.workers)?;
     let (partitions, workers) = (split.partitions, split.workers);
@@ -252,7 +290,9 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         stored: "tags",
         ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
-    run_profile(job, topic, &cfg, counters, &backend)
+    let report = run_profile(job, topic, &cfg, counters, &backend)?;
+    drop(api);
+    Ok(report)
 }
 
 /// The profile tables of `cfg`, open for the job's merging writes and created if absent.

@@ -9,6 +9,7 @@ pub mod driver;
 pub mod http_thread;
 pub mod job_metrics;
 pub mod json;
+pub mod live_bench;
 pub mod source;
 pub mod stats;
 pub mod store;

@@ -26,8 +26,11 @@ pub struct MergeConfig {
     /// user, so this bounds a write batch and the buffer's memory.
     #[serde(default = "default_max_users")]
     pub max_users: usize,
-    /// Flush at least this often, in milliseconds (default 5,000): the longest a value waits
-    /// before it is readable. The job keeps the clock; [`UserMerge`] only buffers.
+    /// Flush at least this often, in milliseconds (default 250): the longest a value waits in
+    /// the buffer before it is written, so a bound on how stale `profile get` is (issue 37
+    /// asks < 1 s p99 from the producer's send). Only a buffer holding something is flushed on
+    /// time, and a busy worker fills `max_users` first, so a short interval costs a replay
+    /// nothing (docs/BENCHMARKS.md). The job keeps the clock; [`UserMerge`] only buffers.
     #[serde(default = "default_flush_interval_ms")]
     pub flush_interval_ms: u64,
 }
@@ -37,7 +40,7 @@ const fn default_max_users() -> usize {
 }
 
 const fn default_flush_interval_ms() -> u64 {
-    5_000
+    250
 }
 
 impl Default for MergeConfig {
@@ -497,7 +500,7 @@ mod tests {
 
         assert_eq!(UserMerge::default().config(), &MergeConfig::default());
         let c: MergeConfig = toml::from_str("max_users = 100").unwrap();
-        assert_eq!((c.max_users, c.flush_interval_ms), (100, 5_000));
+        assert_eq!((c.max_users, c.flush_interval_ms), (100, 250));
         assert!(toml::from_str::<MergeConfig>("max_user = 1").is_err());
     }
 

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use pipeline::http_thread::{HttpLimits, HttpThread};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sinks::Reader;
@@ -81,6 +82,55 @@ pub fn routes(
         .route("/api/v1/profiles:batchGet", post(batch))
         .route("/api/v1/audience", get(audience))
         .with_state(api)
+}
+
+/// The profile routes served from a thread of their own beside a running job (`hourglass
+/// profile run --serve`): the embedded store admits one process, so this is how clients read
+/// it while the job writes. Dropping it stops them.
+#[derive(Debug)]
+pub struct ApiServer(HttpThread);
+
+impl ApiServer {
+    /// Binds `listen` at once (a taken port fails before the job starts) and serves
+    /// [`routes`] over `store`, the job's own, with `http`'s limits and at most
+    /// `http.store_reads` reads at once. No token: it warns when `listen` is beyond loopback.
+    ///
+    /// # Errors
+    /// The address cannot be bound, or the server's thread cannot start.
+    pub fn start(
+        listen: &str,
+        reader: ProfileReader,
+        store: Reader,
+        limits: Limits,
+        metrics: ServeMetrics,
+        http: &HttpLimits,
+    ) -> crate::Result<Self> {
+        let listener = std::net::TcpListener::bind(listen).map_err(|source| Error::Io {
+            path: format!("{listen} (pick a free port with --serve HOST:PORT; port 0 picks one)"),
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            path: listen.to_string(),
+            source,
+        })?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "serving profiles beyond loopback without a token: anyone who reaches this address can read every profile");
+        }
+        let reads = usize::try_from(http.store_reads).unwrap_or(usize::MAX);
+        let app = routes(reader, store, reads, limits, metrics);
+        Ok(ApiServer(HttpThread::start(
+            listener,
+            app,
+            http,
+            "profile-api",
+            2,
+        )?))
+    }
+
+    /// The address it listens on (with the port chosen for port 0).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.0.addr()
+    }
 }
 
 /// An error answer: `{"error": message}` with a status, and `"position"` for an audience query

@@ -11,6 +11,7 @@
 //! own (`redis://127.0.0.1:6379/13`): entries of another writer would count as hits.
 
 mod http;
+pub mod live;
 mod reads;
 mod users;
 

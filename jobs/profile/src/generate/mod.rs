@@ -14,7 +14,7 @@ pub use self::users::MAX_USERS;
 
 use self::catalog::{catalog, GenTag, Values};
 use self::users::{mix, user_id, IdStyle, Zipf};
-use crate::tag::TagStatus;
+use crate::tag::{TagDef, TagStatus};
 use crate::{Error, Result};
 
 /// What to generate.
@@ -87,6 +87,25 @@ impl GenerateConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// The tag a probe event ([`EventGenerator::probe_line`]) sets: a `STRING` dimension tag the
+/// generated registry does not hold ([`probe_tag`] defines it), so that no drawn event sets it.
+pub const PROBE_TAG: &str = "bench_probe";
+
+/// The definition of [`PROBE_TAG`], to import beside [`registry`]'s.
+pub fn probe_tag() -> TagDef {
+    TagDef {
+        tag_code: PROBE_TAG.into(),
+        name: "Bench probe".into(),
+        data_type: crate::DataType::String,
+        value_type: crate::ValueType::Dimension,
+        status: TagStatus::Online,
+        ttl_secs: None,
+        category: "bench".into(),
+        owner: "hourglass".into(),
+        update_frequency: "realtime".into(),
     }
 }
 
@@ -185,6 +204,42 @@ impl EventGenerator {
         }
         self.write_event(user, style, ts, line, |_| {});
         Some(Line::Good)
+    }
+
+    /// Writes a good event at `ts` into `line` (cleared first; no newline), of a user drawn as
+    /// [`EventGenerator::next_line`] draws them, with tags and values drawn as it does; returns
+    /// the user's id. For live traffic (`hourglass profile bench-live`), stamped with the wall
+    /// clock: the settings' event count, start and span are not used.
+    pub fn live_line(&mut self, ts: i64, line: &mut Vec<u8>) -> &str {
+        let user = self.users.rank(self.rng.random());
+        self.live_event(user, ts, line, |_| {})
+    }
+
+    /// Writes a good event at `ts` into `line` as [`EventGenerator::live_line`], of the user of
+    /// rank `rank` (below the settings' users; 0 is the most active), carrying [`PROBE_TAG`] =
+    /// `value` besides its drawn tags; returns the user's id. `value` is written as a JSON
+    /// string as it is: give one without quotes or backslashes.
+    pub fn probe_line(&mut self, rank: u64, ts: i64, value: &str, line: &mut Vec<u8>) -> &str {
+        self.live_event(rank % self.config.users, ts, line, |line| {
+            line.push(b',');
+            write_string(line, PROBE_TAG);
+            line.push(b':');
+            write_string(line, value);
+        })
+    }
+
+    fn live_event(
+        &mut self,
+        user: u64,
+        ts: i64,
+        line: &mut Vec<u8>,
+        extra: impl FnOnce(&mut Vec<u8>),
+    ) -> &str {
+        line.clear();
+        let style = user_id(self.config.seed, user, &mut self.id);
+        self.choose_tags();
+        self.write_event(user, style, ts, line, extra);
+        &self.id
     }
 
     /// The `i`-th event's time: rising evenly over the span, one in 20 up to 10 minutes late.

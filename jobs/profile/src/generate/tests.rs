@@ -249,3 +249,33 @@ fn settings_out_of_range_are_refused() {
     };
     assert!(lines(none).is_empty());
 }
+
+#[test]
+fn live_and_probe_lines_are_good_events_of_the_user_they_name() {
+    let mut defs = defs();
+    defs.insert(PROBE_TAG.into(), probe_tag());
+    let mut g = EventGenerator::new(small(3)).unwrap();
+    let mut line = Vec::new();
+    for i in 0..2_000u64 {
+        let ts = 1_796_500_000 + i as i64;
+        let (user, probe) = if i % 3 == 0 {
+            let value = format!("p{i}");
+            let user = g.probe_line(i * 7, ts, &value, &mut line).to_string();
+            (user, Some(value))
+        } else {
+            (g.live_line(ts, &mut line).to_string(), None)
+        };
+        assert_eq!(reasons(&line, &defs), Vec::<&str>::new(), "{line:?}");
+        let event = decode_event(1, &line, &EventLimits::default()).unwrap();
+        assert_eq!((event.user_id.as_str(), event.ts), (user.as_str(), ts));
+        let probed = event.tags.iter().find(|(code, _)| code == PROBE_TAG);
+        assert_eq!(
+            probed.map(|(_, v)| v.clone()),
+            probe.map(serde_json::Value::from)
+        );
+    }
+    // A rank beyond the users wraps around to one of them.
+    let mut a = Vec::new();
+    let user = g.probe_line(1_000 + 5, 1, "x", &mut a).to_string();
+    assert_eq!(user, g.probe_line(5, 1, "x", &mut line));
+}

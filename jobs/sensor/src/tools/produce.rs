@@ -14,21 +14,16 @@
 
 use std::io::BufRead;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::registry::Registry;
 use crate::registry_topic::RegistryTopic;
 use crate::Result;
 use pipeline::config::SourceConfig;
-use pipeline::source::kafka::block_on;
+use pipeline::live_bench::{create_topic, flush_all, send, Deliveries};
 use pipeline::Context;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord};
 
 /// Longest record published: longer lines are cut (the job rejects them as too long anyway;
 /// brokers refuse records over 1 MB by default).
@@ -91,28 +86,6 @@ fn key_value(s: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.trim().to_string(), v.to_string()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))
-}
-
-/// Counts delivery failures reported by librdkafka.
-#[derive(Debug, Default)]
-pub struct Deliveries {
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut first) = self.first_error.lock() {
-                first.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
 }
 
 /// The key of a JSON line, found without parsing the whole line: the value of its top-level
@@ -192,42 +165,6 @@ fn key_of(line: &[u8], field: &str) -> Option<Vec<u8>> {
         serde_json::Value::Number(n) => n.as_u64().map(|n| n.to_string().into_bytes()),
         _ => None,
     }
-}
-
-/// Creates `topic` unless it exists (`compact`: with `cleanup.policy=compact`); returns whether
-/// it was created.
-pub fn create_topic(
-    cfg: &ClientConfig,
-    topic: &str,
-    partitions: i32,
-    compact: bool,
-) -> Result<bool> {
-    let admin: AdminClient<DefaultClientContext> =
-        cfg.create().context("creating the Kafka admin client")?;
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    if compact {
-        new = new.set("cleanup.policy", "compact");
-    }
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = block_on(admin.create_topics([&new], &opts))
-        .with_context(|| format!("creating topic {topic}"))?;
-    let mut created = false;
-    for r in results {
-        match r {
-            Ok(_) => {
-                created = true;
-                let policy = if compact {
-                    ", cleanup.policy=compact"
-                } else {
-                    ""
-                };
-                eprintln!("created topic {topic} with {partitions} partitions{policy}");
-            }
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => bail!("creating topic {t}: {code}"),
-        }
-    }
-    Ok(created)
 }
 
 /// When the next record is due.
@@ -445,51 +382,6 @@ fn registry_in_topic(args: &ProduceArgs) -> Result<Registry> {
     Ok(RegistryTopic::open(&source, &args.topic)?
         .read_to_end(PRUNE_READ_LIMIT)
         .context("--prune: nothing was published")?)
-}
-
-/// Sends `record`, waiting while the producer's queue is full.
-pub fn send(
-    producer: &BaseProducer<Deliveries>,
-    record: BaseRecord<'_, [u8], [u8]>,
-    topic: &str,
-) -> Result<()> {
-    let mut record = Some(record);
-    while let Some(r) = record.take() {
-        match producer.send(r) {
-            Ok(()) => {}
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                producer.poll(Duration::from_millis(10));
-                record = Some(r);
-            }
-            Err((e, _)) => bail!("publishing to {topic}: {e}"),
-        }
-    }
-    Ok(())
-}
-
-/// Waits until the brokers acknowledged the `sent` records (`what`), failing if any was not
-/// delivered.
-pub fn flush_all(
-    producer: &BaseProducer<Deliveries>,
-    sent: u64,
-    what: &str,
-    topic: &str,
-) -> Result<()> {
-    producer
-        .flush(Duration::from_secs(60))
-        .context("waiting for the brokers to acknowledge every record")?;
-    let ctx = producer.context();
-    let failed = ctx.failed.load(Ordering::Relaxed);
-    if failed > 0 {
-        let first = ctx
-            .first_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone())
-            .unwrap_or_default();
-        bail!("{failed} of {sent} {what} were not delivered to {topic} (first error: {first})");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
