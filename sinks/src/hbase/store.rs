@@ -560,6 +560,18 @@ impl TableReader for HbaseStore {
     fn scan(&self, table: &str, spec: &ScanSpec) -> crate::Result<Vec<Row>> {
         Ok(self.scan_rows(table, spec)?)
     }
+
+    // Streamed: each row is dropped once its key is passed on, rather than all held at once.
+    // The cells still cross the wire (our Thrift2 `TScan` has no filter field for HBase's
+    // `KeyOnlyFilter`).
+    fn scan_keys(
+        &self,
+        table: &str,
+        spec: &ScanSpec,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> crate::Result<usize> {
+        Ok(self.scan_each(table, spec, |row| visit(&row.key))?)
+    }
 }
 
 #[cfg(test)]
