@@ -3,10 +3,10 @@
 //! behaviour tag's last values, and the tags at a past time from the history.
 //!
 //! A read of stored tags goes to Redis `profile:{user}` first (with the user's generation in one
-//! `MGET`, and its short-term hash by an `HGETALL`, in one pipeline); on a miss, to the store (one Get, or one multi-get for a
-//! batch), and the entry is handed to the cache's background thread, which stores it unless the
-//! job wrote the user meanwhile (`crate::cache`). Without `[redis]` there is no cache and the
-//! short-term tags come from their SQLite file.
+//! `MGET`, and its short-term hash by an `HGETALL`, in one pipeline); on a miss, to the store
+//! (one Get, or one multi-get for a batch), and the entry is handed to the cache's background
+//! thread, which stores it unless the job wrote the user meanwhile (`crate::cache`). Without
+//! `[redis]` there is no cache and the short-term tags come from their SQLite file.
 
 mod history;
 mod selection;
@@ -199,7 +199,8 @@ impl ProfileReader {
 
     /// `user`'s tags chosen by `selection`, as `{"user_id", "tags": {code: value}, "source"}`
     /// (`"short_term_unavailable": true` added when the short-term tags could not be read),
-    /// at `now_ms`; `None` when the user has no tag at all. One Redis round trip and, on a miss, one Get.
+    /// at `now_ms`; `None` when the user has no tag at all. One Redis round trip and, on a miss,
+    /// one Get.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a user id that cannot be stored; the store (or the SQLite
@@ -304,8 +305,8 @@ impl ProfileReader {
     /// Each user's cached entry, generation and short-term values: with Redis, one pipeline of
     /// an `MGET` (entries and generations) and an `HGETALL` per user (its short-term hash, the
     /// fields expired at `now_ms` left out), O(1) keys a user whatever the registry's
-    /// short-term tags; the short-term file without. `false` when Redis could not be read (so neither the
-    /// short-term tags nor the generations are known).
+    /// short-term tags; the short-term file without. `false` when Redis could not be read (so
+    /// neither the short-term tags nor the generations are known).
     fn read_redis(
         &self,
         users: &[String],
