@@ -224,7 +224,7 @@ pub struct RegionReads {
 }
 
 /// What a backend's reader is: a [`TableReader`] that may count its calls (HBase counts its
-/// gateway calls, so tests see that a multi-get was one call per region and
+/// gateway calls, so tests see that a multi-get was as few calls as
 /// [`TableSpec::get_rows_per_call`] rows) and its reads per region.
 pub trait StorageReader: TableReader + MetricsSource {}
 

@@ -1,6 +1,6 @@
 //! Where a table's rows live, as a reader sees it: region boundaries read with Thrift1
-//! `getTableRegions` and cached, so that each `getMultiple` holds the rows of one region and
-//! the reads of each region are counted (the hot-region signal of `/metrics`).
+//! `getTableRegions` and cached, so that the reads of each region are counted (the hot-region
+//! signal of `/metrics`); and how a multi-get is cut into `getMultiple` calls.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -95,28 +95,41 @@ pub(crate) fn key_text(key: &[u8]) -> String {
     out
 }
 
-/// The calls of a multi-get of `keys` over `regions`: each the indexes (into `keys`) of at most
-/// `per_call` rows of one region, in key order, regions in key order. Every index is in
-/// exactly one call.
-pub(crate) fn plan_calls(
-    keys: &[Vec<u8>],
-    regions: &RegionMap,
-    per_call: usize,
-) -> Vec<Vec<usize>> {
+/// Rows a `getMultiple` call holds at least before a multi-get is cut into more calls than its
+/// table's rows per call require: below it a call's fixed cost (a gateway request, a region
+/// server request) outweighs the parallel work it saves.
+pub(crate) const MIN_ROWS_PER_PARALLEL_CALL: usize = 32;
+
+/// The calls of a multi-get of `keys`: each the indexes (into `keys`) of a run of keys in key
+/// order, as few calls as `per_call` rows allow, but up to `parallel` calls of at least
+/// [`MIN_ROWS_PER_PARALLEL_CALL`] rows so that the calls run side by side, runs of equal
+/// length. Every index is in exactly one call.
+///
+/// Calls are not cut at region boundaries: the gateway's HBase client sends a call's gets
+/// grouped by region server, one request each, in parallel. A call per region made a batch of
+/// 200 rows over 16 regions 16 round trips of 12 rows, each paying a gateway and a region
+/// server request: twice the time of 4 calls of 50 (docs/BENCHMARKS.md, batchGet).
+pub(crate) fn plan_calls(keys: &[Vec<u8>], per_call: usize, parallel: usize) -> Vec<Vec<usize>> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
-    let mut calls = Vec::new();
+    let needed = keys.len().div_ceil(per_call.max(1));
+    let side_by_side = parallel
+        .max(1)
+        .min(keys.len().div_ceil(MIN_ROWS_PER_PARALLEL_CALL));
+    let calls = needed.max(side_by_side);
+    // `calls` runs whose lengths differ by at most one.
+    let (base, longer) = (keys.len() / calls, keys.len() % calls);
+    let mut out = Vec::with_capacity(calls);
     let mut start = 0;
-    while start < order.len() {
-        let region = regions.region_of(&keys[order[start]]);
-        let end =
-            start + order[start..].partition_point(|&i| regions.region_of(&keys[i]) == region);
-        for chunk in order[start..end].chunks(per_call.max(1)) {
-            calls.push(chunk.to_vec());
-        }
-        start = end;
+    for i in 0..calls {
+        let len = base + usize::from(i < longer);
+        out.push(order[start..start + len].to_vec());
+        start += len;
     }
-    calls
+    out
 }
 
 /// A table's boundaries as last read, and when.
@@ -322,37 +335,66 @@ mod tests {
         assert_eq!(m.label(0).0, "unknown");
     }
 
+    /// The calls' keys, as text.
+    fn named(keys: &[Vec<u8>], calls: &[Vec<usize>]) -> Vec<Vec<String>> {
+        calls
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .map(|&i| String::from_utf8(keys[i].clone()).unwrap())
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
-    fn calls_hold_one_regions_rows_at_most_per_call_each() {
-        let m = map(&["", "b", "d"]);
+    fn calls_are_runs_of_keys_in_order_cut_evenly() {
         let keys: Vec<Vec<u8>> = ["d1", "a1", "b1", "a2", "a3", "z", "b2"]
             .iter()
             .map(|k| k.as_bytes().to_vec())
             .collect();
-        let calls = plan_calls(&keys, &m, 2);
-        let named: Vec<Vec<&str>> = calls
-            .iter()
-            .map(|c| {
-                c.iter()
-                    .map(|&i| std::str::from_utf8(&keys[i]).unwrap())
-                    .collect()
-            })
-            .collect();
+        // Few rows: one call whatever the parallelism.
         assert_eq!(
-            named,
+            named(&keys, &plan_calls(&keys, 128, 4)),
+            vec![vec!["a1", "a2", "a3", "b1", "b2", "d1", "z"]]
+        );
+        // At most `per_call` rows a call, runs of equal length (± 1), regions ignored.
+        let calls = plan_calls(&keys, 2, 4);
+        assert_eq!(
+            named(&keys, &calls),
             vec![
                 vec!["a1", "a2"],
-                vec!["a3"],
-                vec!["b1", "b2"],
-                vec!["d1", "z"]
+                vec!["a3", "b1"],
+                vec!["b2", "d1"],
+                vec!["z"]
             ]
         );
         let mut all: Vec<usize> = calls.concat();
         all.sort_unstable();
         assert_eq!(all, (0..keys.len()).collect::<Vec<_>>());
-        // Boundaries not known: one region, cut at `per_call` only.
-        assert_eq!(plan_calls(&keys, &RegionMap::unknown(), 4).len(), 2);
-        assert!(plan_calls(&[], &m, 4).is_empty());
+        assert!(plan_calls(&[], 4, 4).is_empty());
+    }
+
+    #[test]
+    fn many_rows_are_cut_into_parallel_calls_of_at_least_the_minimum() {
+        let keys =
+            |n: usize| -> Vec<Vec<u8>> { (0..n).map(|i| format!("{i:05}").into_bytes()).collect() };
+        let sizes = |n: usize, per_call: usize| -> Vec<usize> {
+            plan_calls(&keys(n), per_call, 4)
+                .iter()
+                .map(Vec::len)
+                .collect()
+        };
+        // 200 rows: 4 calls of 50, though one call could hold them.
+        assert_eq!(sizes(200, 256), vec![50; 4]);
+        // 70 rows: 3 calls (not 4 calls below the minimum).
+        assert_eq!(sizes(70, 256), vec![24, 23, 23]);
+        // 1,000 rows at 128 a call: 8 calls, more than the parallelism.
+        assert_eq!(sizes(1000, 128), vec![125; 8]);
+        // Every call is in key order and the calls follow each other.
+        let ks = keys(1000);
+        let flat: Vec<usize> = plan_calls(&ks, 128, 4).concat();
+        assert_eq!(flat, (0..1000).collect::<Vec<_>>());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The read side, on the Thrift2 gateway: `get` for a row, `getMultiple` for many (a call per
-//! region and [`TableSpec::get_rows_per_call`] rows, `regions.rs`), and `getScannerResults`
+//! The read side, on the Thrift2 gateway: `get` for a row, `getMultiple` for many (runs of keys
+//! of at most [`TableSpec::get_rows_per_call`] rows, `regions.rs`), and `getScannerResults`
 //! (open, fetch, close in one call) for scans, with a scanner for long ones.
 //!
 //! Thrift1 took three to four round trips per scan (`scannerOpenWithScan`, `scannerGetList`
@@ -289,11 +289,12 @@ impl HbaseStore {
     }
 
     /// The rows with these keys in the order asked (`None` where a row has no visible cell),
-    /// fetched with `getMultiple`: the keys are grouped by the region they fall in (the
-    /// boundaries the reader knows), each call asks for at most the table's
-    /// [`TableSpec::get_rows_per_call`] rows of one region, and up to [`PARALLEL_GETS`] calls
-    /// run at a time, each on a connection of its own, a call starting as soon as one ends:
-    /// the gateway then makes one region server request per call.
+    /// fetched with `getMultiple`: the keys in key order are cut into runs of equal length, as
+    /// few as the table's [`TableSpec::get_rows_per_call`] allows but up to [`PARALLEL_GETS`]
+    /// when there are enough rows (`regions::plan_calls`), and up to [`PARALLEL_GETS`] calls
+    /// run at a time, each on a connection of its own, a call starting as soon as one ends.
+    /// The gateway sends each call's gets to their region servers, one request a server.
+    /// Each key's region is counted (the hot-region signal).
     ///
     /// # Errors
     /// [`super::Error::TableNotFound`], or a failure retrying did not cure (the calls not yet
@@ -313,12 +314,12 @@ impl HbaseStore {
             .copied()
             .unwrap_or(DEFAULT_GET_ROWS_PER_CALL);
         let map = self.region_map(table);
-        let calls = plan_calls(keys, &map, per_call);
         let mut per_region = vec![0u64; map.len()];
-        for call in &calls {
-            per_region[map.region_of(&keys[call[0]])] += call.len() as u64;
+        for key in keys {
+            per_region[map.region_of(key)] += 1;
         }
         self.regions.count(table, &map, &per_region);
+        let calls = plan_calls(keys, per_call, PARALLEL_GETS);
 
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
