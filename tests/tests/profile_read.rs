@@ -455,3 +455,97 @@ fn hbase_reads_and_one_multi_get_per_batch() {
         "{text}"
     );
 }
+
+/// Reads `u` until `done` holds of the answer, at most a minute (a liveness bound, not a speed
+/// claim: the near cache's invalidations are asynchronous).
+fn read_until(read: impl Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
+    let mut p = read();
+    for _ in 0..600 {
+        if done(&p) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        p = read();
+    }
+    p
+}
+
+#[test]
+fn the_near_cache_answers_hot_reads_and_drops_what_redis_says_changed() {
+    if !redis_up() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = sinks::config::StoreConfig {
+        dir: dir.path().join("store"),
+        ..Default::default()
+    };
+    let store = sinks::open(&cfg, &profile::tables(), &sinks::OpenOptions::default()).unwrap();
+    let (u, t) = (user("near"), now() - 60);
+    write_buy(&store, &u, t, 1);
+    let proxy = Proxy::start();
+    let url = format!("redis://{}/0", proxy.addr);
+    let cache_cfg = CacheConfig {
+        retry_after_ms: 100,
+        near_mib: 8,
+        ..CacheConfig::default()
+    };
+    let (reader, stats) = cache_reader(&url, &cache_cfg);
+    let inner = store.reader();
+    let read = || {
+        reader
+            .get(&inner, &u, &Selection::all(), now() * 1000)
+            .unwrap()
+            .unwrap()
+    };
+    let near_reads = || stats.near_reads.load(Ordering::Relaxed);
+    // A miss, its backfill, then hits: once the subscriber is up, a hit's keys are kept and
+    // the next read makes no Redis call.
+    assert_eq!(read()["source"], "store");
+    let hit = read_until(read, |_| near_reads() > 0);
+    assert_eq!(
+        (hit["source"].clone(), hit["tags"]["beh_buy"].clone()),
+        (json!("cache"), json!(1))
+    );
+    assert!(near_reads() > 0, "{:?}", stats.counters());
+    let before = near_reads();
+    assert_eq!(read()["tags"]["beh_buy"], 1);
+    assert_eq!(near_reads(), before + 1, "answered near, no Redis call");
+
+    // The job writes the user and invalidates it: Redis tells the subscriber, the near copy is
+    // dropped, and a read sees the new value (from the store, then cached again).
+    write_buy(&store, &u, t + 1, 2);
+    Invalidator::new(&redis_url())
+        .unwrap()
+        .invalidate(&[&u])
+        .unwrap();
+    let fresh = read_until(read, |p| p["tags"]["beh_buy"] == 2);
+    assert_eq!(fresh["tags"]["beh_buy"], 2, "{:?}", stats.counters());
+    assert!(
+        stats.near_invalidations.load(Ordering::Relaxed) >= 2,
+        "entry and generation"
+    );
+
+    // A key changed by any client (here the entry deleted by hand) is dropped as well.
+    let hot = read_until(read, |_| near_reads() > before + 1);
+    assert_eq!(hot["tags"]["beh_buy"], 2);
+    let _: () = redis::cmd("DEL")
+        .arg(entry_key(&u))
+        .query(&mut redis())
+        .unwrap();
+    let missed = read_until(read, |p| p["source"] == "store");
+    assert_eq!(missed["source"], "store", "the deleted entry is not served");
+
+    // The subscriber lost (Redis cut): nothing near survives it, reads go to the store, and
+    // the near cache works again once Redis is back.
+    proxy.set_up(false);
+    let cut = read_until(read, |p| p["source"] == "store");
+    assert_eq!(
+        (cut["source"].clone(), cut["tags"]["beh_buy"].clone()),
+        (json!("store"), json!(2))
+    );
+    proxy.set_up(true);
+    let again = near_reads();
+    read_until(read, |_| near_reads() > again);
+    assert!(near_reads() > again, "{:?}", stats.counters());
+}

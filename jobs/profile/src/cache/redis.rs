@@ -1,5 +1,5 @@
-//! The cache's Redis side: reads (one pipeline of an `MGET` and `HGETALL`s), the backfill
-//! thread, and the job's invalidations.
+//! The cache's Redis side: reads (one pipeline of an `MGET` and `HGETALL`s, the keys the near
+//! cache holds left out), the backfill thread, and the job's invalidations.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
+use super::near::{Near, Ticket, Value};
 use super::{
     bump, entry_key, gen_key, CacheConfig, CacheStats, Entry, BACKFILL_MAX_AGE, GEN_TTL_SECS,
 };
@@ -84,7 +85,11 @@ pub struct RedisCache {
     url: String,
     cfg: CacheConfig,
     stats: Arc<CacheStats>,
-    pool: Mutex<Vec<Connection>>,
+    /// Idle connections, each with the subscriber id its tracking redirects to (`None`: not
+    /// tracking, what it reads is not kept near).
+    pool: Mutex<Vec<(Connection, Option<i64>)>>,
+    /// The near cache (`[cache] near_mib` > 0).
+    near: Option<Arc<Near>>,
     /// When calls may be tried again, after an error (the monotonic clock: `HOURGLASS_NOW`
     /// fixes the wall clock's now in tests).
     resting_until: Mutex<Option<Instant>>,
@@ -123,8 +128,9 @@ impl RedisCache {
             client,
             url: redact(url),
             cfg: cfg.clone(),
-            stats,
+            stats: stats.clone(),
             pool: Mutex::new(Vec::new()),
+            near: (cfg.near_mib > 0).then(|| Arc::new(Near::new(cfg.near_mib, stats.clone()))),
             resting_until: Mutex::new(None),
             queue: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
@@ -141,12 +147,45 @@ impl RedisCache {
         &self.stats
     }
 
+    /// The near cache, if `[cache] near_mib` is not 0.
+    pub fn near(&self) -> Option<&Near> {
+        self.near.as_deref()
+    }
+
     /// The values of `keys` (one `MGET`) and the fields of each of `hashes` (one `HGETALL`
-    /// each, `(field, value)`), in one pipeline: one round trip. `None` when Redis is resting
-    /// after an error or fails now (counted; the caller reads the store).
+    /// each, `(field, value)`), in one pipeline: one round trip, none when the near cache holds
+    /// them all. `None` when Redis is resting after an error or fails now (counted; the caller
+    /// reads the store).
     pub fn read(&self, keys: &[String], hashes: &[String]) -> Option<Fetched> {
         if keys.is_empty() && hashes.is_empty() {
             return Some((Vec::new(), Vec::new()));
+        }
+        let near = self.near.as_deref();
+        if let Some(n) = &self.near {
+            n.start(&self.client, Duration::from_millis(self.cfg.retry_after_ms));
+        }
+        let redirect = near.and_then(Near::redirect);
+        let mut values: Vec<Option<Option<String>>> = vec![None; keys.len()];
+        let mut fields: Vec<Option<Vec<(String, String)>>> = vec![None; hashes.len()];
+        if let (Some(n), Some(_)) = (near, redirect) {
+            for (slot, key) in values.iter_mut().zip(keys) {
+                if let Some(Value::Str(v)) = n.get(key) {
+                    *slot = Some(v.map(|s| s.to_string()));
+                }
+            }
+            for (slot, key) in fields.iter_mut().zip(hashes) {
+                if let Some(Value::Hash(f)) = n.get(key) {
+                    *slot = Some(f.to_vec());
+                }
+            }
+        }
+        let ask_keys: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
+        let ask_hashes: Vec<usize> = (0..hashes.len()).filter(|&i| fields[i].is_none()).collect();
+        if ask_keys.is_empty() && ask_hashes.is_empty() {
+            if let Some(n) = near {
+                n.count_read();
+            }
+            return Some(assemble(values, fields));
         }
         let resting = *self
             .resting_until
@@ -155,25 +194,52 @@ impl RedisCache {
         if resting.is_some_and(|until| Instant::now() < until) {
             return None;
         }
+        let key_names: Vec<String> = ask_keys.iter().map(|&i| keys[i].clone()).collect();
+        let hash_names: Vec<String> = ask_hashes.iter().map(|&i| hashes[i].clone()).collect();
+        // Noted before the call: an invalidation after it voids the answer's keys.
+        let tickets: Option<(Vec<Ticket>, Vec<Ticket>)> =
+            near.filter(|_| redirect.is_some()).map(|n| {
+                (
+                    key_names.iter().map(|k| n.ticket(k)).collect(),
+                    hash_names.iter().map(|k| n.ticket(k)).collect(),
+                )
+            });
         let pooled = self
             .pool
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+            .pop()
+            .filter(|(_, tracks)| *tracks == redirect);
         let timeout = Duration::from_millis(self.cfg.timeout_ms);
         let result = pooled
-            .map_or_else(|| connect(&self.client, timeout), Ok)
-            .and_then(|mut conn| {
-                let fetched = fetch(&mut conn, keys, hashes)?;
-                Ok((conn, fetched))
+            .map_or_else(|| self.connect_tracking(timeout, redirect), Ok)
+            .and_then(|(mut conn, tracks)| {
+                let fetched = fetch(&mut conn, &key_names, &hash_names)?;
+                Ok((conn, tracks, fetched))
             });
         match result {
-            Ok((conn, fetched)) => {
+            Ok((conn, tracks, (got_values, got_fields))) => {
+                if let (Some(n), Some((key_tickets, hash_tickets)), true) =
+                    (near, &tickets, tracks.is_some() && tracks == redirect)
+                {
+                    for ((name, value), t) in key_names.iter().zip(&got_values).zip(key_tickets) {
+                        n.keep(name, Value::Str(value.as_deref().map(Arc::from)), *t);
+                    }
+                    for ((name, f), t) in hash_names.iter().zip(&got_fields).zip(hash_tickets) {
+                        n.keep(name, Value::Hash(Arc::from(f.as_slice())), *t);
+                    }
+                }
                 self.pool
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(conn);
-                Some(fetched)
+                    .push((conn, tracks));
+                for (i, v) in ask_keys.into_iter().zip(got_values) {
+                    values[i] = Some(v);
+                }
+                for (i, f) in ask_hashes.into_iter().zip(got_fields) {
+                    fields[i] = Some(f);
+                }
+                Some(assemble(values, fields))
             }
             Err(e) => {
                 tracing::warn!(error = %e, redis = %self.url, "profile cache unavailable; reading the store");
@@ -185,6 +251,38 @@ impl RedisCache {
                     .unwrap_or_else(PoisonError::into_inner) = Instant::now().checked_add(rest);
                 None
             }
+        }
+    }
+
+    /// A new connection, tracking its reads for the subscriber `redirect` if there is one.
+    /// A Redis that refuses tracking (before 6.0) turns the near cache off; a subscriber gone
+    /// meanwhile leaves the connection untracked.
+    fn connect_tracking(
+        &self,
+        timeout: Duration,
+        redirect: Option<i64>,
+    ) -> redis::RedisResult<(Connection, Option<i64>)> {
+        let mut conn = connect(&self.client, timeout)?;
+        let Some(id) = redirect else {
+            return Ok((conn, None));
+        };
+        let on: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("ON")
+            .arg("REDIRECT")
+            .arg(id)
+            .query(&mut conn);
+        match on {
+            Ok(()) => Ok((conn, Some(id))),
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                if !e.to_string().contains("redirect") {
+                    if let Some(n) = self.near.as_deref() {
+                        n.refuse();
+                    }
+                }
+                Ok((conn, None))
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -228,7 +326,21 @@ impl RedisCache {
 impl Drop for RedisCache {
     fn drop(&mut self) {
         self.finish();
+        if let Some(n) = &self.near {
+            n.stop();
+        }
     }
+}
+
+/// A read's answer from the values and fields each found near or in Redis (every slot filled).
+fn assemble(
+    values: Vec<Option<Option<String>>>,
+    fields: Vec<Option<Vec<(String, String)>>>,
+) -> Fetched {
+    (
+        values.into_iter().map(Option::flatten).collect(),
+        fields.into_iter().map(Option::unwrap_or_default).collect(),
+    )
 }
 
 fn backfill_loop(client: &Client, rx: &Receiver<Backfill>, stats: &CacheStats, ttl: u64) {
