@@ -194,6 +194,7 @@ fn conforms(store: &Store, t: &Tables) {
     let now = now_ms();
     put_and_get(store, t, now);
     get_many(store, t, now);
+    concurrent_gets(store, t, now);
     deletes(store, t, now);
     column_deletes(store, t, now);
     timestamps(store, t, now);
@@ -363,6 +364,46 @@ fn get_many(store: &Store, t: &Tables, now: i64) {
         })
         .collect();
     assert_eq!(got, want, "rows in the order asked, None where missing");
+}
+
+/// Gets from many threads at once (HBase sends those that meet as one multi-get): each answer
+/// is the row asked for, within the time range asked, `None` where there is none.
+fn concurrent_gets(store: &Store, t: &Tables, now: i64) {
+    let rows: Vec<String> = (0..48).map(|i| format!("g/{i:03}")).collect();
+    write(
+        store,
+        rows.iter()
+            .step_by(2)
+            .map(|k| put(t.data, k, vec![cell("v", now, k)]))
+            .collect(),
+    );
+    let reader = store.reader();
+    let ranges = [
+        None,
+        Some(TimeRange::new(now, now + 1)),
+        Some(TimeRange::new(now + 1, now + 2)),
+    ];
+    std::thread::scope(|s| {
+        for thread in 0..12usize {
+            let (reader, rows, ranges) = (&reader, &rows, &ranges);
+            s.spawn(move || {
+                for n in 0..40usize {
+                    let i = (thread * 7 + n * 5) % rows.len();
+                    let time = ranges[(thread + n) % ranges.len()];
+                    let got = reader.get(t.data, rows[i].as_bytes(), time).expect("get");
+                    let visible = i % 2 == 0 && time.is_none_or(|r| r.min_ms <= now);
+                    let want = visible.then(|| (rows[i].clone(), rows[i].clone()));
+                    let got = got.map(|r| {
+                        (
+                            String::from_utf8_lossy(&r.key).into_owned(),
+                            values(Some(&r))[0].2.clone(),
+                        )
+                    });
+                    assert_eq!(got, want, "row {} within {time:?}", rows[i]);
+                }
+            });
+        }
+    });
 }
 
 fn deletes(store: &Store, t: &Tables, now: i64) {

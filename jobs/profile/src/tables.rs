@@ -54,11 +54,13 @@ pub const HISTORY_TTL_SECS: u64 = 180 * 24 * 3600;
 /// Regions both tables are pre-split into: 16, on hex boundaries of the salt.
 pub const REGIONS: u32 = 16;
 /// Rows of `user_profile_tag` per multi-get call (`TableSpec::get_rows_per_call`): a
-/// `profiles:batchGet` of 1,000 users that all miss the cache is 4 calls of 250 rows, side by
-/// side, the fewest calls that still keep both cores' region server handlers busy. A profile
-/// row is a few dozen short cells, where the sensors' wide rows, 12 per call, hold up to
-/// 3,600; measured in docs/BENCHMARKS.md (batchGet).
-pub const PROFILE_GET_ROWS_PER_CALL: usize = 256;
+/// `profiles:batchGet` whose 200 users miss the cache is 4 calls of 50, side by side, and one
+/// of 1,000 is 16 calls of 63, four at a time. Calls of 250 rows were slower for 1,000 misses
+/// (a call's rows are one request each at the gateway and the region server, which overlap
+/// less), and a call per region slower for 200 (16 round trips). A profile row is a few dozen
+/// short cells, where the sensors' wide rows, 12 per call, hold up to 3,600; measured in
+/// docs/BENCHMARKS.md (batchGet).
+pub const PROFILE_GET_ROWS_PER_CALL: usize = 64;
 
 /// The family a tag of this value type is stored in, in `user_profile_tag`; `None` for
 /// short-term tags, which are not stored in HBase.

@@ -4,6 +4,7 @@
 
 pub mod admin;
 mod client;
+mod coalesce;
 mod config;
 mod regions;
 mod retry;

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::client::{Connection, Thrift2};
+use super::coalesce::Coalescer;
 use super::config::HbaseConfig;
 use super::regions::{plan_calls, Regions};
 use super::retry::retrying;
@@ -71,6 +72,8 @@ pub struct HbaseStore {
     /// Rows per `getMultiple` of each table the reader was made for.
     rows_per_call: HashMap<String, usize>,
     regions: Regions,
+    /// One-version Gets of concurrent callers, sent together.
+    coalescer: Coalescer,
 }
 
 /// The connections not in use, and how many exist in all.
@@ -207,6 +210,7 @@ impl HbaseStore {
                 .map(|t| (t.name.to_string(), t.get_rows_per_call.max(1)))
                 .collect(),
             regions: Regions::new(cfg),
+            coalescer: Coalescer::default(),
         }
     }
 
@@ -261,11 +265,26 @@ impl HbaseStore {
     }
 
     /// The row with this key, or `None` if it has no visible cell; up to `versions` versions of
-    /// each column, newest first.
+    /// each column, newest first. A one-version Get made while other threads' Gets are in
+    /// flight goes out with theirs as one multi-get (`coalesce.rs`).
     ///
     /// # Errors
     /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
     pub fn get_row(
+        &self,
+        table: &str,
+        row: &[u8],
+        time: Option<TimeRange>,
+        versions: u32,
+    ) -> Result<Option<Row>> {
+        if versions == 1 && !empty_in_hbase(time) {
+            return self.coalescer.get(self, table, row, time);
+        }
+        self.get_row_now(table, row, time, versions)
+    }
+
+    /// [`HbaseStore::get_row`] as one `get` call of its own.
+    pub(crate) fn get_row_now(
         &self,
         table: &str,
         row: &[u8],
