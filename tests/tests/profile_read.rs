@@ -526,9 +526,11 @@ fn the_near_cache_answers_hot_reads_and_drops_what_redis_says_changed() {
         "entry and generation"
     );
 
-    // A key changed by any client (here the entry deleted by hand) is dropped as well.
+    // A key changed by any client (here the entry deleted by hand) is dropped as well. The
+    // backfills are stopped first, so that none queued by an earlier miss puts the entry back.
     let hot = read_until(read, |_| near_reads() > before + 1);
     assert_eq!(hot["tags"]["beh_buy"], 2);
+    reader.finish();
     let _: () = redis::cmd("DEL")
         .arg(entry_key(&u))
         .query(&mut redis())
