@@ -244,6 +244,11 @@ impl RedisCache {
             Err(e) => {
                 tracing::warn!(error = %e, redis = %self.url, "profile cache unavailable; reading the store");
                 bump(&self.stats.redis_errors);
+                // Redis sends a key's invalidation only while the connection that read it
+                // lives: the keys this one read are no longer watched.
+                if let Some(n) = near {
+                    n.invalidate_all();
+                }
                 let rest = Duration::from_millis(self.cfg.retry_after_ms);
                 *self
                     .resting_until
