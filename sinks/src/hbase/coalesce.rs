@@ -2,9 +2,10 @@
 //!
 //! A Get through the gateway costs a gateway request and a region server request whatever its
 //! size, and under many concurrent readers those requests, not the rows, are the work. So a Get
-//! joins a queue: if no call of the queue is being made, its caller takes the whole queue and
-//! makes it, one `get` for one row or one multi-get for more ([`HbaseStore::get_rows`]);
-//! otherwise it waits, and the Gets that queued meanwhile go out together once that call ends.
+//! joins a queue: if fewer than [`MAX_CALLS`] calls of the queue are being made, its caller
+//! takes the whole queue and makes it, one `get` for one row or one multi-get for more
+//! ([`HbaseStore::get_rows`]); otherwise it waits, and the Gets that queued meanwhile go out
+//! together once a call ends.
 //! A lone Get is sent at once, as before, so a quiet reader waits for nothing. A failed call
 //! leaves each of its callers to make its own Get, so errors and retries stay each caller's.
 
@@ -36,10 +37,13 @@ impl Waiter {
     }
 }
 
+/// Calls of the queue made at once: more readers than this share calls.
+pub(crate) const MAX_CALLS: usize = 4;
+
 #[derive(Default)]
 struct State {
-    /// Whether a caller is making the calls of a queue it took.
-    calling: bool,
+    /// Callers making the calls of a queue they took.
+    calling: usize,
     queue: Vec<Arc<Waiter>>,
 }
 
@@ -87,8 +91,10 @@ impl Coalescer {
                     None => store.get_row_now(table, row, time, 1),
                 };
             }
-            if !state.calling {
-                state.calling = true;
+            // A caller whose Get another took waits for that call.
+            let queued = state.queue.iter().any(|w| Arc::ptr_eq(w, &me));
+            if queued && state.calling < MAX_CALLS {
+                state.calling += 1;
                 let taken = std::mem::take(&mut state.queue);
                 drop(state);
                 // Alone: the Get is made as it was asked, its error its own.
@@ -97,7 +103,7 @@ impl Coalescer {
                     call(store, &taken);
                 }
                 state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                state.calling = false;
+                state.calling -= 1;
                 self.ended.notify_all();
                 if let Some(result) = alone {
                     return result;
