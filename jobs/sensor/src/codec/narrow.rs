@@ -303,6 +303,39 @@ mod tests {
     use crate::decode::decode_line;
     use proptest::prelude::*;
 
+    #[test]
+    fn series_split_and_join_are_the_salted_key_and_refuse_other_keys() {
+        let key = narrow_key(KeyScheme::Salted, "dev00042", 1_796_400_123);
+        assert_eq!(split_salted(&key), Some(("dev00042", 1_796_400_123)));
+        let mut joined = Vec::new();
+        join_salted("dev00042", 1_796_400_123, &mut joined);
+        assert_eq!(joined, key);
+        let plain = narrow_key(KeyScheme::Plain, "dev00042", 1_796_400_123);
+        assert_eq!(split_salted(&plain), None);
+        let mut wrong_bucket = key.clone();
+        wrong_bucket[1] = if key[1] == b'0' { b'1' } else { b'0' };
+        assert_eq!(split_salted(&wrong_bucket), None);
+        assert_eq!(split_salted(&key[..key.len() - 1]), None);
+    }
+
+    #[test]
+    fn the_series_of_a_range_is_named_only_when_the_range_holds_one_device() {
+        let range = narrow_range(KeyScheme::Salted, "dev7", 100, 200).unwrap();
+        assert_eq!(
+            salted_device_in(&range.start, &range.stop).as_deref(),
+            Some("dev7")
+        );
+        let prefix = narrow_prefix(KeyScheme::Salted, "dev7");
+        let stop = prefix_successor(&prefix);
+        assert_eq!(salted_device_in(&prefix, &stop).as_deref(), Some("dev7"));
+        // A bucket's range holds every device of the bucket.
+        let bucket = bucket_range(salt_bucket("dev7"));
+        assert_eq!(salted_device_in(&bucket.start, &bucket.stop), None);
+        let other = narrow_prefix(KeyScheme::Salted, "dev8");
+        assert_eq!(salted_device_in(&prefix, &other), None);
+        assert_eq!(salted_device_in(&prefix, b""), None);
+    }
+
     fn put_parts(m: Mutation) -> (&'static str, Row) {
         let Mutation::Put { table, row, cells } = m else {
             panic!("narrow_put makes a put, got {m:?}")

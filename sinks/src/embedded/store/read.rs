@@ -361,5 +361,5 @@ fn range_of(t: &Table, spec: &ScanSpec) -> super::Stored {
     } else {
         &spec.stop
     };
-    t.range(&spec.start, stop, spec.time_range.as_ref())
+    t.range(&spec.start, stop, spec.time_range.as_ref(), &spec.stop)
 }

@@ -109,6 +109,15 @@ impl SeriesTable {
         held.iter().copied().collect()
     }
 
+    /// Whether `partition` holds runs.
+    fn holds(&self, partition: i64) -> bool {
+        let held = self
+            .partitions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.contains(&partition)
+    }
+
     /// Records that `partition` holds runs (before they are committed: a read then finds none).
     pub(crate) fn add_partition(&self, partition: i64) {
         let mut held = self
@@ -172,7 +181,7 @@ impl SeriesTable {
             return Ok(Vec::new());
         }
         let partition = partition_of(stamp);
-        if !self.partitions().contains(&partition) {
+        if !self.holds(partition) {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
@@ -253,7 +262,7 @@ impl SeriesTable {
             return Ok(false);
         };
         let partition = partition_of(stamp);
-        if !self.partitions().contains(&partition) {
+        if !self.holds(partition) {
             return Ok(false);
         }
         let mut found = false;

@@ -148,9 +148,17 @@ impl Table {
     /// timestamps (its cells' timestamps follow from their keys), so its answers do not depend
     /// on which generations are skipped.
     ///
-    /// With series runs, the points whose rows lie in the range come too (`start` and `stop`
-    /// are row keys, or keys that bound rows the same way).
-    pub(crate) fn range(&self, start: &[u8], stop: &[u8], time: Option<&TimeRange>) -> Stored {
+    /// With series runs, the points whose rows lie in `[start, rows_stop)` come too (row keys;
+    /// `rows_stop` empty: no end). It is the scan's own stop, which `stop` may have left open
+    /// (a stop holding 0x00 does not bound stored keys); it also names the one series a range
+    /// of one series' rows holds, so that only that series' bucket is decoded.
+    pub(crate) fn range(
+        &self,
+        start: &[u8],
+        stop: &[u8],
+        time: Option<&TimeRange>,
+        rows_stop: &[u8],
+    ) -> Stored {
         let generations = self.generations_within(time);
         let iters = generations.iter().map(|g| {
             if stop.is_empty() {
@@ -162,8 +170,18 @@ impl Table {
         let series = self
             .series
             .as_ref()
-            .map_or(Ok(Vec::new()), |s| s.range_points(start, stop, time));
+            .map_or(Ok(Vec::new()), |s| s.range_points(start, rows_stop, time));
         Stored::new(Merged::new(iters.collect()), series)
+    }
+
+    /// Every stored key-value of the generations, in key order, without the series points.
+    pub(crate) fn generic_range(&self) -> Merged {
+        Merged::new(
+            self.generations_within(None)
+                .iter()
+                .map(Keyspace::iter)
+                .collect(),
+        )
     }
 
     /// The family's name and TTL, if the table has this family.

@@ -195,3 +195,42 @@ fn a_row_delete_removes_the_point_from_its_run() {
         "the removal was committed"
     );
 }
+
+#[test]
+fn a_scan_whose_stop_holds_0x00_keeps_its_stop_for_the_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open_series(&dir, true);
+    let ts = second(0);
+    write(&store, (0..4).map(|i| reading("d1", ts + i, "1")).collect());
+    let mut stop = row("d1", ts + 1);
+    stop.push(0);
+    let rows = scan(&store, &row("d1", ts), &stop, None);
+    assert_eq!(keys(&rows), [&row("d1", ts)[..], &row("d1", ts + 1)[..]]);
+}
+
+#[test]
+fn purge_expired_drops_expired_partitions_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, now) = open_series(&dir, true);
+    let old = second(0);
+    let new = old + 2 * PARTITION_MS / 1000;
+    write(
+        &store,
+        vec![reading("d1", old, "1"), reading("d1", new, "2")],
+    );
+    now.store(
+        NOW + PARTITION_MS + TTL_SECS as i64 * 1000,
+        Ordering::SeqCst,
+    );
+    store.purge_expired().unwrap();
+    assert_eq!(
+        store.inner.tables[0]
+            .series
+            .as_ref()
+            .unwrap()
+            .partitions()
+            .len(),
+        1
+    );
+    assert_eq!(value_of(&store, &row("d1", new)), Some(b"2".to_vec()));
+}
