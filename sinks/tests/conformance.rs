@@ -57,7 +57,7 @@ const SERIES: sinks::schema::SeriesLayout = sinks::schema::SeriesLayout {
     name: "conformance-v1",
     split: series_split,
     join: series_join,
-    series_in: series_in,
+    series_in,
     unit_ms: 1000,
     family: FAMILY,
     value: b"v",
