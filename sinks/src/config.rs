@@ -74,6 +74,12 @@ pub struct StoreConfig {
     /// merge, dearer compactions.
     #[serde(default = "default_generation_mb")]
     pub generation_mb: u64,
+    /// Experimental (issue 38; default false): a table the embedded store creates whose spec
+    /// maps its rows to series points (the sensors' `ts_metric`) keeps them in series chunks,
+    /// partitioned by hour, instead of one key-value per reading. A store keeps the layout it
+    /// was created with whatever this says (docs/ARCHITECTURE.md §7b, docs/RELIABILITY.md).
+    #[serde(default)]
+    pub series_layout: bool,
     /// HBase Thrift1 gateway `host:port` (table names and regions), for `kind = "hbase"`.
     #[serde(default)]
     pub hbase: Option<String>,
@@ -223,6 +229,7 @@ impl Default for StoreConfig {
             kind: StoreKind::default(),
             dir: default_dir(),
             generation_mb: default_generation_mb(),
+            series_layout: false,
             hbase: None,
             hbase_client: HbaseClientConfig::default(),
         }

@@ -69,6 +69,55 @@ pub struct FamilySpec {
     pub packed_apart: &'static [&'static str],
 }
 
+/// How a table's puts of one reading are a series point (issue 38): the row key splits into a
+/// series id and a time, and two qualifiers hold the value and the extra. The domain supplies
+/// the functions (as [`KeyCodec`] does); the store checks every put against them and keeps the
+/// puts that do not round-trip exactly in its generic layout.
+#[derive(Clone, Copy)]
+pub struct SeriesLayout {
+    /// A name for the mapping, recorded in the store (two layouts are equal when their names
+    /// are).
+    pub name: &'static str,
+    /// The series id and the time (in the key's unit) a row key holds; `None` for a key that
+    /// is not a series row. Must be the inverse of `join`.
+    pub split: fn(&[u8]) -> Option<(&str, i64)>,
+    /// The row key of `(series, time)`, appended to the buffer.
+    pub join: fn(&str, i64, &mut Vec<u8>),
+    /// The one series whose rows alone can lie in the row range `[start, stop)` (`stop` empty:
+    /// no end), if the range lies within one series' rows; `None` when it may hold several.
+    pub series_in: fn(&[u8], &[u8]) -> Option<String>,
+    /// Milliseconds in a unit of the key's time: a point's cells are stamped `time * unit`.
+    pub unit_ms: i64,
+    /// The packed family ([`FamilySpec::packed`], one version) whose cells are the point's.
+    pub family: &'static str,
+    /// The qualifier of the value cell, stored as a double.
+    pub value: &'static [u8],
+    /// The value cell's double, `None` if its bytes are not one that `render` gives back.
+    pub parse: fn(&[u8]) -> Option<f64>,
+    /// The value cell's bytes of a double, appended to the buffer.
+    pub render: fn(f64, &mut Vec<u8>),
+    /// The qualifier of the extra cell (any UTF-8 text but empty; absent in a point whose extra
+    /// is empty).
+    pub extra: &'static [u8],
+}
+
+impl fmt::Debug for SeriesLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SeriesLayout")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two layouts are the same when their names are (function addresses are not comparable).
+impl PartialEq for SeriesLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for SeriesLayout {}
+
 impl FamilySpec {
     /// The family `name` as the domains' tables declare theirs unless they say otherwise: cells
     /// kept `ttl_secs` (`None`: forever), one version, Snappy blocks, a row bloom filter, not
@@ -97,6 +146,11 @@ pub struct KeyCodec {
     pub layout: &'static str,
     /// The row-key prefix every row of one entity starts with (its salt included).
     pub entity_prefix: fn(&str) -> Vec<u8>,
+    /// Embedded store only: the table's rows as series points ([`SeriesLayout`]), used by a
+    /// store created with `[store] series_layout = true` (experimental; docs/ARCHITECTURE.md
+    /// §7b). `None` (the default): the generic layout. HBase ignores it. It rides on the key
+    /// codec because the mapping starts from the row key.
+    pub series: Option<SeriesLayout>,
 }
 
 impl KeyCodec {
@@ -105,6 +159,15 @@ impl KeyCodec {
         KeyCodec {
             layout,
             entity_prefix,
+            series: None,
+        }
+    }
+
+    /// This codec, its rows mapped to series points by `layout`.
+    pub const fn with_series(self, layout: SeriesLayout) -> Self {
+        KeyCodec {
+            series: Some(layout),
+            ..self
         }
     }
 
@@ -123,6 +186,7 @@ impl fmt::Debug for KeyCodec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyCodec")
             .field("layout", &self.layout)
+            .field("series", &self.series)
             .finish_non_exhaustive()
     }
 }
@@ -130,7 +194,7 @@ impl fmt::Debug for KeyCodec {
 /// Two codecs are the same when their layouts are (function addresses are not comparable).
 impl PartialEq for KeyCodec {
     fn eq(&self, other: &Self) -> bool {
-        self.layout == other.layout
+        self.layout == other.layout && self.series == other.series
     }
 }
 

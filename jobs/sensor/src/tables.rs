@@ -6,9 +6,10 @@
 //! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
 
 use crate::codec::key::{id_prefix, salted_prefix, SALT_BUCKETS, SEPARATOR};
+use crate::codec::narrow;
 use sinks::schema::{
-    pattern_split_keys, quantile_split_keys, salt_split_keys, FamilySpec, KeyCodec, TableSpec,
-    DEFAULT_GET_ROWS_PER_CALL,
+    pattern_split_keys, quantile_split_keys, salt_split_keys, FamilySpec, KeyCodec, SeriesLayout,
+    TableSpec, DEFAULT_GET_ROWS_PER_CALL,
 };
 
 /// Name of the main table of narrow rows.
@@ -20,8 +21,35 @@ pub const ROOM_TABLE: &str = "ts_room_latest";
 /// The single column family of every sensor table.
 pub const FAMILY: &str = "t";
 /// `ts_metric`'s keys (`codec::narrow`, salted scheme): a device's rows start with its bucket.
+/// Its rows are series points ([`NARROW_SERIES`]) in an embedded store created with
+/// `[store] series_layout = true`.
 pub const NARROW_KEY: KeyCodec =
-    KeyCodec::new("<bucket:2>_<device>_<Long.MAX - ts:19>", salted_prefix);
+    KeyCodec::new("<bucket:2>_<device>_<Long.MAX - ts:19>", salted_prefix)
+        .with_series(NARROW_SERIES);
+/// `ts_metric`'s rows as series points (issue 38): series = device, time = the key's epoch
+/// second, value = `t:v` (as `format_value` writes it), extra = `t:x`, stamped `ts * 1000`.
+pub const NARROW_SERIES: SeriesLayout = SeriesLayout {
+    name: "narrow-salted-v1",
+    split: narrow::split_salted,
+    join: narrow::join_salted,
+    series_in: narrow::salted_device_in,
+    unit_ms: 1000,
+    family: FAMILY,
+    value: narrow::VALUE_QUALIFIER,
+    parse: parse_series_value,
+    render: render_series_value,
+    extra: narrow::EXTRA_QUALIFIER,
+};
+
+/// A `t:v` cell's double, if its bytes parse as one.
+fn parse_series_value(bytes: &[u8]) -> Option<f64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// A `t:v` cell's bytes, as `codec::narrow` writes them.
+fn render_series_value(value: f64, out: &mut Vec<u8>) {
+    out.extend_from_slice(crate::reading::format_value(value).as_bytes());
+}
 /// `ts_metric_hourly`'s keys (`codec::hourly`): a device's rows start with its id.
 pub const HOURLY_KEY: KeyCodec = KeyCodec::new("<device>_<hour start>", id_prefix);
 /// `ts_room_latest`'s keys (`codec::room`): a room's rows start with its id.

@@ -17,13 +17,16 @@ use crate::seam::{
 use crate::table::{Row, TableWriter};
 use crate::{Error, Result};
 
-/// Settings of the embedded store: `store.dir` and `store.generation_mb`.
+/// Settings of the embedded store: `store.dir`, `store.generation_mb` and `store.series_layout`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbeddedConfig {
     /// The store's directory.
     pub dir: PathBuf,
     /// Disk size in MiB at which a table starts a new generation.
     pub generation_mb: u64,
+    /// Whether tables this open creates take the series layout their specs declare
+    /// (experimental; see [`EmbeddedStore::open_with_layouts`]).
+    pub series_layout: bool,
 }
 
 impl EmbeddedConfig {
@@ -32,6 +35,7 @@ impl EmbeddedConfig {
         EmbeddedConfig {
             dir: store.dir.clone(),
             generation_mb: store.generation_mb,
+            series_layout: store.series_layout,
         }
     }
 }
@@ -42,8 +46,13 @@ impl StorageConfig for EmbeddedConfig {
         if options.mode == OpenMode::ReadOnly && !dir.exists() {
             return Err(Error::NoEmbeddedStore { dir: dir.clone() });
         }
-        let store =
-            EmbeddedStore::open_with_options(dir, tables, options.clock.clone(), options.mode)?;
+        let store = EmbeddedStore::open_with_layouts(
+            dir,
+            tables,
+            options.clock.clone(),
+            options.mode,
+            self.series_layout,
+        )?;
         store.set_generation_bytes(self.generation_mb.saturating_mul(1 << 20));
         Ok(Box::new(EmbeddedStorage {
             store,

@@ -194,6 +194,46 @@ pub fn parse_narrow_key(scheme: KeyScheme, key: &[u8]) -> Result<NarrowKey> {
     })
 }
 
+/// The device and time of a salted narrow row key, borrowed from it (the series layout's split,
+/// `tables::NARROW_SERIES`); `None` if it is not one.
+pub fn split_salted(key: &[u8]) -> Option<(&str, i64)> {
+    let text = std::str::from_utf8(key).ok()?;
+    let (bucket, rest) = text.split_once('_')?;
+    let (device, ts_text) = rest.split_once('_')?;
+    let digits_ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits_ok(bucket, 2) || !digits_ok(ts_text, REVERSED_TS_WIDTH) {
+        return None;
+    }
+    validate_device(device).ok()?;
+    if bucket.parse::<u32>().ok()? != salt_bucket(device) {
+        return None;
+    }
+    let ts = LONG_MAX - ts_text.parse::<i64>().ok()?;
+    (ts >= 0).then_some((device, ts))
+}
+
+/// Appends the salted narrow row key of `device` at `ts` (the series layout's join).
+pub fn join_salted(device: &str, ts: i64, key: &mut Vec<u8>) {
+    use std::io::Write as _;
+    push_salted_prefix(key, device);
+    // Writing to a Vec cannot fail.
+    let _ = write!(key, "{:019}", LONG_MAX - ts);
+}
+
+/// The device whose salted narrow rows alone can lie in `[start, stop)`: `start` begins with a
+/// device's prefix `<bucket>_<device>_` and `stop` with the same, or is the prefix's successor.
+pub fn salted_device_in(start: &[u8], stop: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(start).ok()?;
+    let (bucket, rest) = text.split_once('_')?;
+    let (device, _) = rest.split_once('_')?;
+    validate_device(device).ok()?;
+    if bucket.len() != 2 || bucket.parse::<u32>().ok()? != salt_bucket(device) {
+        return None;
+    }
+    let prefix = &start[..bucket.len() + device.len() + 2];
+    (stop.starts_with(prefix) || stop == prefix_successor(prefix)).then(|| device.to_string())
+}
+
 /// The narrow-table put of a reading.
 pub fn narrow_put(scheme: KeyScheme, r: &Reading) -> Mutation {
     let ts_ms = r.ts * 1000;
@@ -262,6 +302,39 @@ mod tests {
     use super::*;
     use crate::decode::decode_line;
     use proptest::prelude::*;
+
+    #[test]
+    fn series_split_and_join_are_the_salted_key_and_refuse_other_keys() {
+        let key = narrow_key(KeyScheme::Salted, "dev00042", 1_796_400_123);
+        assert_eq!(split_salted(&key), Some(("dev00042", 1_796_400_123)));
+        let mut joined = Vec::new();
+        join_salted("dev00042", 1_796_400_123, &mut joined);
+        assert_eq!(joined, key);
+        let plain = narrow_key(KeyScheme::Plain, "dev00042", 1_796_400_123);
+        assert_eq!(split_salted(&plain), None);
+        let mut wrong_bucket = key.clone();
+        wrong_bucket[1] = if key[1] == b'0' { b'1' } else { b'0' };
+        assert_eq!(split_salted(&wrong_bucket), None);
+        assert_eq!(split_salted(&key[..key.len() - 1]), None);
+    }
+
+    #[test]
+    fn the_series_of_a_range_is_named_only_when_the_range_holds_one_device() {
+        let range = narrow_range(KeyScheme::Salted, "dev7", 100, 200).unwrap();
+        assert_eq!(
+            salted_device_in(&range.start, &range.stop).as_deref(),
+            Some("dev7")
+        );
+        let prefix = narrow_prefix(KeyScheme::Salted, "dev7");
+        let stop = prefix_successor(&prefix);
+        assert_eq!(salted_device_in(&prefix, &stop).as_deref(), Some("dev7"));
+        // A bucket's range holds every device of the bucket.
+        let bucket = bucket_range(salt_bucket("dev7"));
+        assert_eq!(salted_device_in(&bucket.start, &bucket.stop), None);
+        let other = narrow_prefix(KeyScheme::Salted, "dev8");
+        assert_eq!(salted_device_in(&prefix, &other), None);
+        assert_eq!(salted_device_in(&prefix, b""), None);
+    }
 
     fn put_parts(m: Mutation) -> (&'static str, Row) {
         let Mutation::Put { table, row, cells } = m else {

@@ -1,8 +1,9 @@
 //! The series chunk: one sealed time partition of readings, sorted by (series, time) and stored
 //! column by column, each column in an encoding made for its data (issue 38, step 1).
 //!
-//! Not yet used by the write path: the embedded store still keeps the sensor tables in its
-//! generic layout. docs/ARCHITECTURE.md ("Series chunks") gives the byte layout, and
+//! The embedded store writes and reads chunks for a table whose key codec declares a series
+//! layout, in a store created with it (`store/series.rs`, `writer/series.rs`).
+//! docs/ARCHITECTURE.md §7b gives the byte layout and the store's use of it, and
 //! docs/BENCHMARKS.md ("Series chunk bytes") what it reaches on generator data.
 //!
 //! One file per column kind, as Prometheus' `tsdb/chunkenc`: [`chunk`] frames a chunk (header,

@@ -41,7 +41,8 @@ impl EmbeddedStore {
             // newest first (`codec::encode_version_key`).
             let mut row_key: Vec<u8> = Vec::new();
             let mut versions: HashMap<(Vec<u8>, Vec<u8>), u32> = HashMap::new();
-            for item in table.range(&[], &[], None) {
+            // Series points are not cells on their own: their partitions go whole, below.
+            for item in table.generic_range() {
                 let (key, value) = item.map_err(|e| inner.fjall_error("purge expired cells", e))?;
                 let Some((row, family, column)) = codec::decode_key(&key) else {
                     continue;
@@ -71,6 +72,12 @@ impl EmbeddedStore {
                         full.commit()
                             .map_err(|e| inner.fjall_error("purge expired cells", e))?;
                     }
+                }
+            }
+            if let Some(runs) = &table.series {
+                if let Some((_, Some(ttl))) = table.family(runs.layout.family.as_bytes()) {
+                    runs.drop_expired(ttl, now, &mut batch)
+                        .map_err(|e| inner.fjall_error("purge expired cells", e))?;
                 }
             }
             batch

@@ -4,9 +4,10 @@ mod admin;
 mod open;
 mod read;
 mod rotation;
+pub(crate) mod series;
 mod table;
 
-pub(crate) use table::Table;
+pub(crate) use table::{Stored, Table};
 
 use super::journal::JournalDamage;
 use super::ttl::Clock;

@@ -1,6 +1,7 @@
 //! Opening a store: the table specs checked, the journals checked, fjall opened with the TTL
 //! filters, and each table's generations and spans recovered.
 
+use super::series::{self, SeriesTable};
 use super::{EmbeddedStore, Inner, Table, SEQ_KEY};
 use crate::embedded::codec;
 use crate::embedded::generations::{self, table_options, Generation, Span, GENERATION_BYTES};
@@ -83,6 +84,57 @@ fn family_ttls(tables: &[TableSpec]) -> Result<Vec<FamilyTtls>> {
     Ok(out)
 }
 
+/// The key, in [`generations::SPANS_KEYSPACE`], recording that `table` keeps its points in
+/// series runs, valued with the layout's name.
+fn layout_key(table: &str) -> String {
+    format!("#layout#{table}")
+}
+
+/// A table's series runs: those it recorded, or new ones if `create` (and the spec has a series
+/// layout), recorded. `None`: the generic layout.
+fn open_series(
+    db: &Database,
+    spans: &fjall::Keyspace,
+    dir: &Path,
+    spec: &TableSpec,
+    create: bool,
+    mode: OpenMode,
+) -> Result<Option<SeriesTable>> {
+    let fjall = |e| StoreError::from_fjall(dir, "open series runs", e);
+    let recorded = spans.get(layout_key(spec.name)).map_err(fjall)?;
+    let layout = match (recorded, spec.key.series) {
+        (None, Some(layout)) if create => layout,
+        (None, _) => return Ok(None),
+        (Some(name), Some(layout)) if name.as_ref() == layout.name.as_bytes() => layout,
+        (Some(name), _) => {
+            return Err(Error::Invalid(format!(
+                "table {} of the embedded store at {} keeps its rows in the series layout {:?},                  which this table spec does not declare; open it with the hourglass version                  that wrote it, or replay the input into a new --store directory",
+                spec.name,
+                dir.display(),
+                String::from_utf8_lossy(&name)
+            )))
+        }
+    };
+    let family = spec.family(layout.family);
+    if family.is_none_or(|f| !f.packed || f.max_versions != 1) {
+        return Err(Error::Invalid(format!(
+            "table {}'s series layout {} names family {}, which must be one of its families,              packed, with one version",
+            spec.name, layout.name, layout.family
+        )));
+    }
+    let keyspace = db
+        .keyspace(&series::keyspace_name(spec.name), table_options)
+        .map_err(fjall)?;
+    if create && mode != OpenMode::ReadOnly {
+        spans
+            .insert(layout_key(spec.name), layout.name)
+            .map_err(fjall)?;
+    }
+    SeriesTable::open(layout, keyspace)
+        .map(Some)
+        .map_err(|e| fjall(e).into())
+}
+
 impl EmbeddedStore {
     /// Opens the store in `dir`, creating the directory and any missing table, with the system
     /// clock for TTLs. Pass the tables a domain declares (the sensors':
@@ -112,20 +164,41 @@ impl EmbeddedStore {
         Self::open_with_options(dir, tables, now_ms, OpenMode::ReadWrite)
     }
 
-    /// Same as [`EmbeddedStore::open_with_clock`], with `mode` saying whether the store may be
-    /// created or changed and how journal damage is handled (see [`OpenMode`]). The journals
-    /// are checked before fjall replays them, because fjall silently truncates a journal at its
-    /// first unreadable record.
+    /// Same as [`EmbeddedStore::open_with_layouts`] with the series layout off.
     ///
     /// # Errors
-    /// As [`EmbeddedStore::open_with_clock`]; also `Error::Embedded` if a journal holds damage
-    /// followed by intact writes (unless `mode` is `Recover`), or, for `ReadOnly`, if `dir`
-    /// holds no store.
+    /// As [`EmbeddedStore::open_with_layouts`].
     pub fn open_with_options(
         dir: &Path,
         tables: &[TableSpec],
         now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
         mode: OpenMode,
+    ) -> Result<Self> {
+        Self::open_with_layouts(dir, tables, now_ms, mode, false)
+    }
+
+    /// Same as [`EmbeddedStore::open_with_clock`], with `mode` saying whether the store may be
+    /// created or changed and how journal damage is handled (see [`OpenMode`]). The journals
+    /// are checked before fjall replays them, because fjall silently truncates a journal at its
+    /// first unreadable record.
+    ///
+    /// `series_layout` (experimental, `[store] series_layout`): a table this open creates whose
+    /// key codec has a [`crate::schema::SeriesLayout`] keeps its points in series runs, and the
+    /// store records so. A table that exists keeps the layout recorded when it was created,
+    /// whatever `series_layout` says (a table created before layouts were recorded, or without
+    /// the flag, is generic): a store is never half converted.
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open_with_clock`]; also `Error::Embedded` if a journal holds damage
+    /// followed by intact writes (unless `mode` is `Recover`), or, for `ReadOnly`, if `dir`
+    /// holds no store; `Error::Invalid` if a table records the series layout and its spec has
+    /// none, or another one, or its series family is not packed with one version.
+    pub fn open_with_layouts(
+        dir: &Path,
+        tables: &[TableSpec],
+        now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+        mode: OpenMode,
+        series_layout: bool,
     ) -> Result<Self> {
         let ttls = family_ttls(tables)?;
         let (snapshot, dropped) = prepare(dir, mode)?;
@@ -211,7 +284,13 @@ impl EmbeddedStore {
             }
         };
         let mut handles = Vec::with_capacity(tables.len());
+        let mut series_created = false;
         for (spec, families) in tables.iter().zip(ttls) {
+            let is_new = !existing
+                .iter()
+                .any(|e| e.as_ref() == generations::keyspace_name(spec.name, 0));
+            let series = open_series(&db, &spans, dir, spec, is_new && series_layout, mode)?;
+            series_created |= is_new && series.is_some();
             // Generation 0 always, created with the table; then every later one the store holds.
             let mut numbers: Vec<usize> = existing
                 .iter()
@@ -243,9 +322,10 @@ impl EmbeddedStore {
                     .filter(|f| f.max_versions > 1)
                     .map(|f| (f.name, f.max_versions))
                     .collect(),
+                series,
             });
         }
-        if created {
+        if created || series_created {
             db.persist(PersistMode::SyncAll)
                 .map_err(|e| StoreError::from_fjall(dir, "open", e))?;
         }

@@ -355,11 +355,11 @@ impl TableReader for EmbeddedStore {
 /// The stored keys that may hold rows of `spec`. Every key of a row >= start is >= start. A
 /// stop without 0x00 bounds keys the same way (row < stop implies key < stop); a stop with
 /// 0x00 does not, so the range is left open and `collect` stops on the decoded row.
-fn range_of(t: &Table, spec: &ScanSpec) -> crate::embedded::generations::Merged {
+fn range_of(t: &Table, spec: &ScanSpec) -> super::Stored {
     let stop: &[u8] = if spec.stop.contains(&codec::SEP) {
         &[]
     } else {
         &spec.stop
     };
-    t.range(&spec.start, stop, spec.time_range.as_ref())
+    t.range(&spec.start, stop, spec.time_range.as_ref(), &spec.stop)
 }

@@ -1,9 +1,10 @@
 //! One table of the store: its generations, read as one, and its families' settings.
 
+use super::series::SeriesTable;
 use crate::embedded::generations::{Generation, Lease, Merged};
 use crate::embedded::ttl::FamilyTtls;
 use crate::table::TimeRange;
-use fjall::Keyspace;
+use fjall::{Keyspace, KvPair};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One table: its generations and its families' TTLs.
@@ -23,6 +24,54 @@ pub(crate) struct Table {
     /// [`crate::schema::FamilySpec::max_versions`]: each version is a key-value of its own
     /// ([`crate::embedded::codec::encode_version_key`]).
     pub(super) versioned: Vec<(&'static str, u32)>,
+    /// The table's series runs, in a store created with the series layout
+    /// ([`crate::schema::KeyCodec::series`]).
+    pub(crate) series: Option<SeriesTable>,
+}
+
+/// A table's stored key-values over a key range in key order: its generations' (merged, the
+/// newest generation's of a key winning) and its series points', as packed key-values. A key in
+/// both comes from both, the series point first: reads keep a qualifier's cell of the newest
+/// put by seq, as between two puts of other qualifiers.
+pub(crate) struct Stored {
+    merged: std::iter::Peekable<Merged>,
+    series: std::iter::Peekable<std::vec::IntoIter<KvPair>>,
+    /// An error reading the series runs, returned first.
+    error: Option<fjall::Error>,
+}
+
+impl Stored {
+    fn new(merged: Merged, series: fjall::Result<Vec<KvPair>>) -> Self {
+        let (series, error) = match series {
+            Ok(points) => (points, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        Stored {
+            merged: merged.peekable(),
+            series: series.into_iter().peekable(),
+            error,
+        }
+    }
+}
+
+impl Iterator for Stored {
+    type Item = fjall::Result<KvPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let series_first = match (self.series.peek(), self.merged.peek()) {
+            (None, _) | (Some(_), Some(Err(_))) => false,
+            (Some(_), None) => true,
+            (Some((a, _)), Some(Ok((b, _)))) => a <= b,
+        };
+        if series_first {
+            self.series.next().map(Ok)
+        } else {
+            self.merged.next()
+        }
+    }
 }
 
 impl Table {
@@ -73,13 +122,21 @@ impl Table {
 
     /// The visible stored cells whose keys start with `prefix`, in key order, read from the
     /// generations that may hold cells stamped within `time` (as [`Table::range`]).
-    pub(crate) fn prefix(&self, prefix: &[u8], time: Option<&TimeRange>) -> Merged {
-        Merged::new(
+    ///
+    /// With series runs, a `prefix` of one row (`row 0x00`, or `row 0x00 family`) also yields
+    /// the row's series point.
+    pub(crate) fn prefix(&self, prefix: &[u8], time: Option<&TimeRange>) -> Stored {
+        let merged = Merged::new(
             self.generations_within(time)
                 .iter()
                 .map(|g| g.prefix(prefix))
                 .collect(),
-        )
+        );
+        let series = self
+            .series
+            .as_ref()
+            .map_or(Ok(Vec::new()), |s| s.row_points(prefix, time));
+        Stored::new(merged, series)
     }
 
     /// The visible stored cells with keys from `start` on (to `stop`, excluded, unless empty),
@@ -90,7 +147,18 @@ impl Table {
     /// no compaction has dropped the older version. Hourglass never writes one cell with two
     /// timestamps (its cells' timestamps follow from their keys), so its answers do not depend
     /// on which generations are skipped.
-    pub(crate) fn range(&self, start: &[u8], stop: &[u8], time: Option<&TimeRange>) -> Merged {
+    ///
+    /// With series runs, the points whose rows lie in `[start, rows_stop)` come too (row keys;
+    /// `rows_stop` empty: no end). It is the scan's own stop, which `stop` may have left open
+    /// (a stop holding 0x00 does not bound stored keys); it also names the one series a range
+    /// of one series' rows holds, so that only that series' bucket is decoded.
+    pub(crate) fn range(
+        &self,
+        start: &[u8],
+        stop: &[u8],
+        time: Option<&TimeRange>,
+        rows_stop: &[u8],
+    ) -> Stored {
         let generations = self.generations_within(time);
         let iters = generations.iter().map(|g| {
             if stop.is_empty() {
@@ -99,7 +167,21 @@ impl Table {
                 g.range(start..stop)
             }
         });
-        Merged::new(iters.collect())
+        let series = self
+            .series
+            .as_ref()
+            .map_or(Ok(Vec::new()), |s| s.range_points(start, rows_stop, time));
+        Stored::new(Merged::new(iters.collect()), series)
+    }
+
+    /// Every stored key-value of the generations, in key order, without the series points.
+    pub(crate) fn generic_range(&self) -> Merged {
+        Merged::new(
+            self.generations_within(None)
+                .iter()
+                .map(Keyspace::iter)
+                .collect(),
+        )
     }
 
     /// The family's name and TTL, if the table has this family.

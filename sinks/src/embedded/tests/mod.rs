@@ -6,6 +6,7 @@ mod generations;
 mod lifecycle;
 mod model;
 mod semantics;
+mod series;
 mod versions;
 
 use super::EmbeddedStore;

@@ -182,7 +182,7 @@ fn one_version_families_keep_their_layout() {
     );
     let (_, table) = store.inner.table(T).unwrap();
     let keys: Vec<Vec<u8>> = table
-        .range(&[], &[], None)
+        .range(&[], &[], None, &[])
         .map(|item| item.unwrap().0.to_vec())
         .collect();
     let mut version = Vec::new();

@@ -178,6 +178,13 @@ impl EmbeddedWriter {
         if !visible.0.iter().any(|(q, cell)| goes(q, cell)) {
             return Ok(());
         }
+        // The row's series point is one of the family's key-values: it goes with them.
+        if let Some(runs) = at.table.series.as_ref() {
+            if runs.layout.family == family {
+                runs.remove_point(at.row, &mut self.batch)
+                    .map_err(|e| self.store.inner.fjall_error("delete", e))?;
+            }
+        }
         let mut kept: Vec<(Vec<u8>, VisibleCell)> = Vec::new();
         for (qualifier, cell) in visible.0 {
             if !goes(&qualifier, &cell) {

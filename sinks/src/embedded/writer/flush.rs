@@ -7,8 +7,9 @@ use crate::Result;
 use std::collections::HashMap;
 
 impl EmbeddedWriter {
-    /// Commits the queued batch, if any.
+    /// Commits the queued batch, if any, with the series points buffered so far sealed into it.
     pub(super) fn commit(&mut self) -> Result<()> {
+        self.seal_all_series()?;
         if self.batch.is_empty() {
             self.queued = 0;
             return Ok(());

@@ -6,6 +6,7 @@ mod delete;
 mod flush;
 mod put;
 mod read_before;
+mod series;
 
 use super::codec;
 use super::generations::Lease;
@@ -64,6 +65,9 @@ pub struct EmbeddedWriter {
     store: EmbeddedStore,
     /// Per table (the store's order): cells not written yet.
     pending: Vec<Pending>,
+    /// Per table: series points not sealed yet (`writer/series.rs`), sealed into the batch
+    /// when it is committed.
+    series: Vec<Vec<super::series::Point>>,
     /// Removals (and, with `newest_timestamp_wins`, puts) queued for the next commit.
     batch: OwnedWriteBatch,
     /// Mutations in `batch`.
@@ -111,9 +115,11 @@ impl EmbeddedWriter {
             .iter()
             .map(|_| Pending::default())
             .collect();
+        let series = store.inner.tables.iter().map(|_| Vec::new()).collect();
         EmbeddedWriter {
             store,
             pending,
+            series,
             batch,
             queued: 0,
             leases: Vec::new(),
@@ -306,7 +312,8 @@ impl TableWriter for EmbeddedWriter {
 
 impl Drop for EmbeddedWriter {
     fn drop(&mut self) {
-        let pending = self.pending.iter().any(|p| !p.is_empty());
+        let pending =
+            self.pending.iter().any(|p| !p.is_empty()) || self.series.iter().any(|s| !s.is_empty());
         if pending || !self.batch.is_empty() {
             if let Err(e) = self.write_all() {
                 tracing::error!(error = %e, "embedded writer dropped with unflushed mutations");

@@ -102,6 +102,9 @@ impl EmbeddedWriter {
         cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
         // Stable: among a qualifier's cells the put's last comes first, and stays.
         cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
+        if self.put_series(table_index, table, row, family, &cells)? {
+            return Ok(());
+        }
         codec::apart_last(&mut cells, |c| &c.qualifier, apart);
         for chunk in codec::packed_chunks(&cells, |c| &c.qualifier, apart) {
             let (lo, hi) = self.encode_packed(

@@ -1,0 +1,171 @@
+//! Series puts (issue 38): a put of one reading, checked against the table's series layout,
+//! buffered as a point, and sealed with the writer's other writes as one run of chunks, one per
+//! (time partition, series bucket), in the table's series keyspace.
+
+use super::EmbeddedWriter;
+use crate::embedded::series::{self, Point};
+use crate::embedded::store::series::{bucket_of, partition_of, run_key};
+use crate::embedded::store::Table;
+use crate::table::Cell;
+use crate::{Error, Result};
+
+/// Points a table's buffer holds before they are sealed into the batch (as chunks of about a
+/// 64th of this each, [`crate::embedded::store::series::BUCKETS`]); a flush seals what there is.
+/// The bound is the writer's memory: some 100 bytes a point before it is sealed, 2 after.
+pub(crate) const SEAL_POINTS: usize = 1 << 18;
+
+impl EmbeddedWriter {
+    /// Buffers a put of `family`'s `cells` (sorted by qualifier, no repeats) of `row` as a
+    /// series point if it is one exactly: the table has series runs for this family, the row
+    /// splits into `(series, time)` and joins back to itself, the cells are the value (whose
+    /// bytes the layout renders back from their double) and, optionally, a non-empty UTF-8
+    /// extra, all stamped `time * unit`. Whether it was taken.
+    pub(super) fn put_series(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        family: &str,
+        cells: &[&Cell],
+    ) -> Result<bool> {
+        let Some(runs) = &table.series else {
+            return Ok(false);
+        };
+        let layout = &runs.layout;
+        if family != layout.family {
+            return Ok(false);
+        }
+        let Some(point) = self.as_point(layout, row, cells) else {
+            // A put of another shape is stored generic, under a seq given after every point
+            // buffered so far: seal those first, so that the later put wins.
+            self.seal_series(table_index)?;
+            return Ok(false);
+        };
+        let buffer = &mut self.series[table_index];
+        buffer.push(point);
+        if buffer.len() >= SEAL_POINTS {
+            self.seal_series(table_index)?;
+        }
+        Ok(true)
+    }
+
+    /// The point a put's cells are, if they are one exactly (see [`EmbeddedWriter::put_series`]).
+    fn as_point(
+        &mut self,
+        layout: &crate::schema::SeriesLayout,
+        row: &[u8],
+        cells: &[&Cell],
+    ) -> Option<Point> {
+        let (series, ts) = (layout.split)(row)?;
+        self.key.clear();
+        (layout.join)(series, ts, &mut self.key);
+        if self.key != row {
+            return None;
+        }
+        let stamp = ts.checked_mul(layout.unit_ms)?;
+        let (value, extra) = match cells {
+            [v] if v.qualifier == layout.value => (v, None),
+            [a, b] if a.qualifier == layout.value && b.qualifier == layout.extra => (a, Some(b)),
+            [a, b] if b.qualifier == layout.value && a.qualifier == layout.extra => (b, Some(a)),
+            _ => return None,
+        };
+        if value.ts_ms != stamp || extra.is_some_and(|x| x.ts_ms != stamp) {
+            return None;
+        }
+        let number = (layout.parse)(&value.value)?;
+        self.value.clear();
+        (layout.render)(number, &mut self.value);
+        if self.value != value.value {
+            return None;
+        }
+        let extra = match extra {
+            None => String::new(),
+            Some(x) if x.value.is_empty() => return None,
+            Some(x) => std::str::from_utf8(&x.value).ok()?.to_owned(),
+        };
+        Some(Point {
+            series: series.to_owned(),
+            ts,
+            value: number,
+            extra,
+        })
+    }
+
+    /// Seals table `index`'s buffered points into the batch as one run under a new seq: one
+    /// chunk per (partition, bucket), the last put of a (series, time) kept. Also queues the
+    /// removal of the partitions the table's TTL has passed.
+    pub(super) fn seal_series(&mut self, index: usize) -> Result<()> {
+        if self.series[index].is_empty() {
+            return Ok(());
+        }
+        let mut points = std::mem::take(&mut self.series[index]);
+        let inner = &self.store.inner;
+        let table = &inner.tables[index];
+        let Some(runs) = &table.series else {
+            return Ok(());
+        };
+        let seq = inner.next_seq()?;
+        let unit = runs.layout.unit_ms;
+        let group = |p: &Point| {
+            (
+                partition_of(p.ts.saturating_mul(unit)),
+                bucket_of(&p.series),
+            )
+        };
+        // Stable: of a (series, time), the last put comes last.
+        let mut order: Vec<(i64, u16, u32)> = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let (partition, bucket) = group(p);
+                (partition, bucket, u32::try_from(i).unwrap_or(u32::MAX))
+            })
+            .collect();
+        order.sort_unstable();
+        let mut chunk: Vec<Point> = Vec::new();
+        let mut at = 0;
+        while at < order.len() {
+            let (partition, bucket, _) = order[at];
+            let end = at
+                + order[at..]
+                    .iter()
+                    .take_while(|o| o.0 == partition && o.1 == bucket)
+                    .count();
+            chunk.clear();
+            chunk.extend(order[at..end].iter().map(|o| {
+                std::mem::replace(
+                    &mut points[o.2 as usize],
+                    Point {
+                        series: String::new(),
+                        ts: 0,
+                        value: 0.0,
+                        extra: String::new(),
+                    },
+                )
+            }));
+            // By (series, time), put order kept; then the last of each.
+            chunk.sort_by(|a, b| a.series.cmp(&b.series).then(a.ts.cmp(&b.ts)));
+            chunk.reverse();
+            chunk.dedup_by(|later, kept| later.series == kept.series && later.ts == kept.ts);
+            // Reversed, each (series, time)'s last put came first and was kept.
+            let bytes = series::encode(&chunk).map_err(|e| Error::Invalid(e.to_string()))?;
+            self.batch
+                .insert(&runs.keyspace, run_key(partition, bucket, seq), bytes);
+            runs.add_partition(partition);
+            at = end;
+        }
+        if let Some((_, Some(ttl))) = table.family(runs.layout.family.as_bytes()) {
+            runs.drop_expired(ttl, (inner.now_ms)(), &mut self.batch)
+                .map_err(|e| inner.fjall_error("drop expired series partitions", e))?;
+        }
+        Ok(())
+    }
+
+    /// Seals every table's buffered points (see [`EmbeddedWriter::seal_series`]).
+    pub(super) fn seal_all_series(&mut self) -> Result<()> {
+        for index in 0..self.series.len() {
+            self.seal_series(index)?;
+        }
+        Ok(())
+    }
+}
