@@ -59,6 +59,28 @@ pub enum Mutation {
         /// version; HBase then takes its server's current time as the bound).
         ts_ms: i64,
     },
+    /// Delete the one version of a column stamped exactly `ts_ms`, as HBase's
+    /// `Delete.addColumn(family, qualifier, ts)`. A missing version, column or row is no error.
+    ///
+    /// Blind in both backends: HBase queues a marker, and the embedded store, where every cell
+    /// of the family is stored as a version (a versioned family, or a writer with
+    /// `newest_timestamp_wins`), removes the version's key in order with the writer's buffered
+    /// puts, with no read and no commit of its own; in a family it stores as one cell
+    /// (last write wins), it reads the cell and removes it if it carries that stamp, as
+    /// `DeleteColumn` does. (HBase also hides a later put of that exact version until a major
+    /// compaction; the embedded store does not.)
+    DeleteVersion {
+        /// Table name.
+        table: &'static str,
+        /// Row key.
+        row: Vec<u8>,
+        /// Column family; it must be one of the table's.
+        family: String,
+        /// Column qualifier.
+        qualifier: Vec<u8>,
+        /// The deleted version's timestamp.
+        ts_ms: i64,
+    },
 }
 
 impl Mutation {
@@ -67,7 +89,8 @@ impl Mutation {
         match self {
             Mutation::Put { table, .. }
             | Mutation::DeleteRow { table, .. }
-            | Mutation::DeleteColumn { table, .. } => table,
+            | Mutation::DeleteColumn { table, .. }
+            | Mutation::DeleteVersion { table, .. } => table,
         }
     }
 
@@ -76,7 +99,8 @@ impl Mutation {
         match self {
             Mutation::Put { row, .. }
             | Mutation::DeleteRow { row, .. }
-            | Mutation::DeleteColumn { row, .. } => row,
+            | Mutation::DeleteColumn { row, .. }
+            | Mutation::DeleteVersion { row, .. } => row,
         }
     }
 
@@ -92,6 +116,12 @@ impl Mutation {
             }
             Mutation::DeleteRow { row, .. } => row.len() + 16,
             Mutation::DeleteColumn {
+                row,
+                family,
+                qualifier,
+                ..
+            }
+            | Mutation::DeleteVersion {
                 row,
                 family,
                 qualifier,

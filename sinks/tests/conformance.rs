@@ -1,7 +1,7 @@
 //! One conformance suite, run against both backends through [`sinks::open`]: what the dataflow
 //! and the queries rely on must hold for the embedded store and HBase alike. Gets, multi-gets
-//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), row and
-//! column deletes, major compactions, TTLs and
+//! (order, missing rows), scan ranges (prefix, start/stop, open end, limit, time range), row,
+//! column and version deletes, major compactions, TTLs and
 //! cell timestamps (`VERSIONS => 1`: the newest timestamp wins), and cell versions
 //! (`VERSIONS => 3`: reads ask for versions and get at most three, newest first). `ScanSpec`
 //! has no reverse scan, so there is none to check.
@@ -242,6 +242,7 @@ fn conforms(store: &Store, t: &Tables) {
     concurrent_gets(store, t, now);
     deletes(store, t, now);
     column_deletes(store, t, now);
+    version_deletes(store, t, now);
     timestamps(store, t, now);
     ttl(store, t, now);
     time_ranges(store, t, now);
@@ -509,6 +510,64 @@ fn delete_column(
         qualifier: qualifier.as_bytes().to_vec(),
         ts_ms: ts,
     }
+}
+
+fn delete_version(table: &'static str, row: &str, qualifier: &str, ts: i64) -> Mutation {
+    Mutation::DeleteVersion {
+        table,
+        row: row.as_bytes().to_vec(),
+        family: FAMILY.into(),
+        qualifier: qualifier.as_bytes().to_vec(),
+        ts_ms: ts,
+    }
+}
+
+/// Version deletes (HBase's `Delete.addColumn`): the version stamped exactly so goes, another
+/// stamp deletes nothing, a put and a delete of one version in one write leave nothing (in
+/// HBase whatever their order, in the embedded store in this order), and a newer put of the
+/// column shows.
+fn version_deletes(store: &Store, t: &Tables, now: i64) {
+    let row = "l/row";
+    write(
+        store,
+        vec![put(
+            t.data,
+            row,
+            vec![cell("q1", now - 10, "one"), cell("q2", now - 10, "two")],
+        )],
+    );
+    write(store, vec![delete_version(t.data, row, "q1", now - 10)]);
+    write(store, vec![delete_version(t.data, row, "q2", now - 11)]);
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [("q2".into(), now - 10, "two".into())],
+        "only the version stamped as the delete goes"
+    );
+    write(
+        store,
+        vec![
+            put(t.data, row, vec![cell("q3", now - 5, "three")]),
+            delete_version(t.data, row, "q3", now - 5),
+            delete_version(t.data, "l/missing", "q1", now),
+        ],
+    );
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [("q2".into(), now - 10, "two".into())],
+        "a version put and deleted in one write is gone"
+    );
+    write(
+        store,
+        vec![put(t.data, row, vec![cell("q1", now - 1, "again")])],
+    );
+    assert_eq!(
+        values(get(store, t.data, row).as_ref()),
+        [
+            ("q1".into(), now - 1, "again".into()),
+            ("q2".into(), now - 10, "two".into())
+        ],
+        "a newer put of a deleted column shows"
+    );
 }
 
 /// Column deletes (HBase's `Delete.addColumns`): every version of the column stamped at most

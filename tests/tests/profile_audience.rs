@@ -165,6 +165,80 @@ fn generated_traffic_audiences_match_brute_force() {
     );
 }
 
+/// A replay of generated traffic shaped as the benchmark's (`profile generate --seed 7`,
+/// docs/BENCHMARKS.md), in two parts so that the second retracts entries the first stored,
+/// leaves an index `profile reconcile` finds nothing to repair in: every value changed many
+/// times left exactly its newest value's entries.
+#[test]
+fn a_replay_with_the_index_on_leaves_nothing_to_reconcile() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(
+        dir,
+        NOW,
+        &[
+            "profile",
+            "generate",
+            "--users",
+            "2000",
+            "--events",
+            "30000",
+            "--seed",
+            "7",
+            "--out",
+            "ev.jsonl",
+            "--registry-out",
+            "reg.csv",
+        ],
+    );
+    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
+    ok(
+        dir,
+        NOW,
+        &["tags", "import", "reg.csv", "--config", "p.toml"],
+    );
+    let events = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    let (first, second) = lines.split_at(lines.len() / 2);
+    for (name, part) in [("a.jsonl", first), ("b.jsonl", second)] {
+        std::fs::write(dir.join(name), part.join("\n") + "\n").unwrap();
+        ok(
+            dir,
+            NOW,
+            &[
+                "profile",
+                "replay",
+                name,
+                "--config",
+                "p.toml",
+                "--store",
+                "store",
+                "--quiet",
+                "--workers",
+                "1",
+            ],
+        );
+    }
+    let args = [
+        "profile",
+        "reconcile",
+        "--config",
+        "p.toml",
+        "--store",
+        "store",
+    ];
+    let found: Value = serde_json::from_str(&ok(dir, NOW, &args)).unwrap();
+    assert_eq!(
+        (found["missing"].clone(), found["stale"].clone()),
+        (json!(0), json!(0)),
+        "{found}"
+    );
+    assert!(
+        found["index_rows"].as_u64().unwrap() > 4000,
+        "the replay indexed its users' values: {found}"
+    );
+}
+
 /// The scenario of one value's changes, on the store `flags` name, with users and values
 /// unique to `run_id`.
 fn value_changes_retract(flags: &[&str], run_id: &str) {

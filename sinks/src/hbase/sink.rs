@@ -288,6 +288,31 @@ impl Buffer {
         self.full(table).then(|| self.take(table))
     }
 
+    /// Queues the deletion of the one version of `family:qualifier` in `row` stamped `ts_ms`
+    /// (`Delete.addColumn`): a `TDelete` of its own, since a `TDelete`'s type is every column's.
+    /// Returns the call that became full, if any, to be sent now.
+    pub(crate) fn push_delete_version(
+        &mut self,
+        table: &'static str,
+        row: Vec<u8>,
+        family: String,
+        qualifier: Vec<u8>,
+        ts_ms: i64,
+    ) -> Option<PlannedCall> {
+        let group = self.groups.entry(table).or_default();
+        let before = group.bytes;
+        group.bytes += row.len() + ROW_OVERHEAD + family.len() + qualifier.len() + CELL_OVERHEAD;
+        let column = TColumn::new(family.into_bytes(), qualifier, ts_ms);
+        group.deletes.push(TDelete::new(
+            row,
+            vec![column],
+            None,
+            TDeleteType::DELETE_COLUMN,
+        ));
+        self.total_bytes = self.total_bytes + group.bytes - before;
+        self.full(table).then(|| self.take(table))
+    }
+
     /// Whether the buffer holds `max_total_bytes` or more and should be drained.
     pub(crate) fn over_budget(&self) -> bool {
         self.total_bytes >= self.max_total_bytes
@@ -493,6 +518,15 @@ impl TableWriter for HbaseWriter {
                 } => self
                     .buffer
                     .push_delete_column(table, row, family, qualifier, ts_ms),
+                Mutation::DeleteVersion {
+                    table,
+                    row,
+                    family,
+                    qualifier,
+                    ts_ms,
+                } => self
+                    .buffer
+                    .push_delete_version(table, row, family, qualifier, ts_ms),
             };
             self.send_all(full)?;
             if self.buffer.over_budget() {

@@ -235,6 +235,38 @@ fn column_deletes_of_a_row_share_one_delete_columns_tdelete() {
     );
 }
 
+/// A version delete is a `DELETE_COLUMN` `TDelete` of its own, beside a row's column deletes.
+#[test]
+fn a_version_delete_is_a_delete_column_tdelete_of_its_own() {
+    let mut buf = buffer();
+    assert!(buf
+        .push_delete_column("profile", b"r1".to_vec(), "t".into(), b"a".to_vec(), 7000)
+        .is_none());
+    assert!(buf
+        .push_delete_version("profile", b"r1".to_vec(), "t".into(), b"b".to_vec(), 5000)
+        .is_none());
+    let calls = buf.drain();
+    let column =
+        |q: &str, ts: i64| super::thrift2::TColumn::new(b"t".to_vec(), q.as_bytes().to_vec(), ts);
+    assert_eq!(
+        calls[0].deletes,
+        [
+            TDelete::new(
+                b"r1".to_vec(),
+                vec![column("a", 7000)],
+                None,
+                TDeleteType::DELETE_COLUMNS
+            ),
+            TDelete::new(
+                b"r1".to_vec(),
+                vec![column("b", 5000)],
+                None,
+                TDeleteType::DELETE_COLUMN
+            ),
+        ]
+    );
+}
+
 #[test]
 fn a_call_is_sent_when_it_reaches_max_rows_or_max_cells() {
     let mut buf = Buffer::new(3, 1000, 1 << 20, 4 << 20);

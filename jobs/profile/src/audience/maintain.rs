@@ -3,20 +3,26 @@
 //!
 //! The rule, with event-time stamps: a tag's value in `user_profile_tag` is its newest-stamped
 //! cell (a late event is written as an older version and hides nothing). So the index follows
-//! the newest stamp too:
+//! the newest stamp too, and each entry carries the stamp of the value it stands for, as the
+//! profile table holds it:
 //! - a written value stamped **before** the stored one is a late event: the index is left as
 //!   it is (the stored value stays the visible one);
 //! - a written value stamped at or after the stored one (at the same stamp the later write
-//!   wins, in HBase as in the embedded store) replaces it: the entries of the old value that
-//!   the new one does not have are deleted, as of the old value's stamp (a delete of the row
-//!   with every cell stamped up to it, which covers the entry, whose stamp is the first write
-//!   of that value), and the new value's entries that the old one did not have are put,
-//!   stamped with the new event time;
-//! - the same value again changes nothing.
+//!   wins, in HBase as in the embedded store) replaces it: the entries of the old value are
+//!   deleted, each the one version stamped as the old value (`Mutation::DeleteVersion`: no read
+//!   in either backend), and the new value's entries are put, stamped with the new event time.
+//!   The same value at a newer stamp moves its entries to that stamp;
+//! - the same value at the same stamp changes nothing.
 //!
-//! One case the rule cannot serve on HBase: a value that comes back stamped exactly at the
-//! bound of an earlier delete of its entry stays hidden until a major compaction (HBase masks
-//! puts at or below a delete's stamp); `profile reconcile` reports it as missing.
+//! An entry's stamp is so always its value's stamp in the profile table, which is all a
+//! retraction needs: the writer knows it from the row it read or the values it remembers, not
+//! from a scan of the index. An entry written otherwise (by a build before this rule, whose
+//! entries kept their value's first stamp) is not found by its retraction and stays:
+//! `profile reconcile` reports it as stale and `--repair` deletes it.
+//!
+//! One case the rule cannot serve on HBase: a value that comes back stamped exactly as an
+//! earlier deleted version of its entry stays hidden until a major compaction (HBase masks a
+//! put of a deleted version); `profile reconcile` reports it as missing.
 
 use sinks::table::{Cell, Mutation, ScanSpec, TableReader, TableWriter};
 
@@ -40,29 +46,26 @@ pub fn changes(
     old: Stored<'_>,
     out: &mut Vec<Mutation>,
 ) -> bool {
-    let old_entries = match old {
+    match old {
         Some((ts, _)) if cell.ts_ms < ts => return false,
-        Some((_, value)) if value == cell.value.as_slice() => return true,
-        Some((ts, value)) => Some((ts, values_of_cell(data_type, value))),
-        None => None,
-    };
-    let new_entries = values_of_cell(data_type, &cell.value);
-    if let Some((ts, old_entries)) = &old_entries {
-        for e in old_entries.iter().filter(|e| !new_entries.contains(e)) {
-            out.push(Mutation::DeleteRow {
-                table: INDEX_TABLE,
-                row: index_row(code, e, user),
-                ts_ms: *ts,
-            });
+        Some((ts, value)) if ts == cell.ts_ms && value == cell.value.as_slice() => return true,
+        Some((ts, value)) => {
+            for e in values_of_cell(data_type, value) {
+                out.push(Mutation::DeleteVersion {
+                    table: INDEX_TABLE,
+                    row: index_row(code, &e, user),
+                    family: INDEX_FAMILY.to_string(),
+                    qualifier: INDEX_QUALIFIER.to_vec(),
+                    ts_ms: ts,
+                });
+            }
         }
+        None => {}
     }
-    for e in &new_entries {
-        if old_entries.as_ref().is_some_and(|(_, old)| old.contains(e)) {
-            continue;
-        }
+    for e in values_of_cell(data_type, &cell.value) {
         out.push(Mutation::Put {
             table: INDEX_TABLE,
-            row: index_row(code, e, user),
+            row: index_row(code, &e, user),
             cells: vec![Cell {
                 family: INDEX_FAMILY.to_string(),
                 qualifier: INDEX_QUALIFIER.to_vec(),
@@ -141,7 +144,7 @@ mod tests {
                 Mutation::Put { row, cells, .. } => {
                     format!("+{}@{}", String::from_utf8_lossy(row), cells[0].ts_ms)
                 }
-                Mutation::DeleteRow { row, ts_ms, .. } => {
+                Mutation::DeleteVersion { row, ts_ms, .. } => {
                     format!("-{}@{ts_ms}", String::from_utf8_lossy(row))
                 }
                 other => format!("{other:?}"),
@@ -159,7 +162,7 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_value_retracts_the_old_entry() {
+    fn a_newer_value_retracts_the_old_entry_at_its_stamp() {
         assert_eq!(
             run(DataType::String, cell(20, "sh"), Some((10, b"hz"))),
             (
@@ -169,27 +172,39 @@ mod tests {
         );
         // The same stamp: the later write wins in the store, and in the index.
         assert_eq!(
-            run(DataType::String, cell(10, "sh"), Some((10, b"hz")))
-                .1
-                .len(),
-            2
+            run(DataType::String, cell(10, "sh"), Some((10, b"hz"))),
+            (
+                true,
+                vec!["-dim_x_Shz_u1@10".into(), "+dim_x_Ssh_u1@10".into()]
+            )
         );
     }
 
     #[test]
-    fn a_late_value_or_the_same_value_changes_nothing() {
+    fn the_same_value_newer_moves_its_entry_to_the_new_stamp() {
+        assert_eq!(
+            run(DataType::String, cell(20, "hz"), Some((10, b"hz"))),
+            (
+                true,
+                vec!["-dim_x_Shz_u1@10".into(), "+dim_x_Shz_u1@20".into()]
+            )
+        );
+    }
+
+    #[test]
+    fn a_late_value_or_the_same_value_at_its_stamp_changes_nothing() {
         assert_eq!(
             run(DataType::String, cell(5, "sh"), Some((10, b"hz"))),
             (false, vec![])
         );
         assert_eq!(
-            run(DataType::String, cell(20, "hz"), Some((10, b"hz"))),
+            run(DataType::String, cell(10, "hz"), Some((10, b"hz"))),
             (true, vec![])
         );
     }
 
     #[test]
-    fn multi_values_change_only_the_elements_that_changed() {
+    fn a_multi_value_moves_every_element_to_the_new_stamp() {
         assert_eq!(
             run(
                 DataType::MultiValue,
@@ -197,7 +212,12 @@ mod tests {
                 Some((10, br#"["a","b"]"#))
             )
             .1,
-            ["-dim_x_Mb_u1@10", "+dim_x_Mc_u1@20"]
+            [
+                "-dim_x_Ma_u1@10",
+                "-dim_x_Mb_u1@10",
+                "+dim_x_Ma_u1@20",
+                "+dim_x_Mc_u1@20"
+            ]
         );
     }
 }

@@ -82,12 +82,12 @@ pub struct Limits {
 /// `[index]`: whether the profile job maintains `user_tag_index`, and the audience queries'
 /// limits.
 ///
-/// Off by default, for now: on the embedded store the job's upkeep of the index costs about 7
-/// times its CPU (a replay of 300k events × 100k users: 17 CPU s against 2.5; each worker
-/// reads a user's row once and remembers its values, `cache_mib`, but each retraction scans
-/// its entry's row and the entries' small puts go through the memtable). Turn it on where
-/// audience queries are needed, from the job's first run: one left off while the job writes
-/// goes stale (`profile reconcile --repair` rebuilds it).
+/// Off by default, for now: on the embedded store the job's upkeep of the index costs about
+/// twice its CPU (a replay of 300k events of 1M users: 6.8–9.1 CPU s against 3.4–4.1; the
+/// issue asks 1.2×), though a retraction reads nothing (the delete of its entry's one version)
+/// and each worker reads a user's row at most once, remembering its values (`cache_mib`). Turn
+/// it on where audience queries are needed, from the job's first run: one left off while the
+/// job writes goes stale (`profile reconcile --repair` rebuilds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexConfig {

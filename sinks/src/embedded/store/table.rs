@@ -1,7 +1,7 @@
 //! One table of the store: its generations, read as one, and its families' settings.
 
 use super::series::SeriesTable;
-use crate::embedded::generations::{Generation, Lease, Merged};
+use crate::embedded::generations::{Generation, Lease, Merged, Span};
 use crate::embedded::ttl::FamilyTtls;
 use crate::table::TimeRange;
 use fjall::{Keyspace, KvPair};
@@ -99,6 +99,11 @@ impl Table {
     /// Every generation, oldest first, leased for writes (removals) to all of them.
     pub(crate) fn leases(&self) -> Vec<Lease> {
         self.read().iter().map(Generation::lease).collect()
+    }
+
+    /// A lease of every generation with its span, oldest first.
+    pub(crate) fn leases_with_spans(&self) -> Vec<(Lease, Span)> {
+        self.read().iter().map(|g| (g.lease(), g.span)).collect()
     }
 
     /// The generations that may hold cells stamped within `range` (all of them without one),

@@ -2,6 +2,7 @@
 
 mod bench;
 mod delete_column;
+mod delete_version;
 mod generations;
 mod lifecycle;
 mod model;

@@ -67,6 +67,8 @@ pub(super) struct Pending {
     pub(super) cells: Vec<Slot>,
     /// Whether the buffer was ingested for being full since the last flush.
     pub(super) bulk: bool,
+    /// How many of the cells are removals ([`Pending::push_removal`]).
+    pub(super) removals: usize,
     /// The smallest and largest timestamp of the cells (`i64::MAX`, `i64::MIN` when empty).
     pub(super) lo: i64,
     pub(super) hi: i64,
@@ -78,6 +80,7 @@ impl Default for Pending {
             arena: Vec::new(),
             cells: Vec::new(),
             bulk: false,
+            removals: 0,
             lo: i64::MAX,
             hi: i64::MIN,
         }
@@ -105,6 +108,16 @@ impl Pending {
         limit: usize,
     ) {
         self.push_parts(key, &[], stored, (lo, hi), limit);
+    }
+
+    /// Appends the removal of `key`, ordered with the puts as a put is: of a key's puts and
+    /// removals, the last wins ([`Pending::sorted`]). A removal has no value, where a stored cell
+    /// always has one (its timestamp, or a packed put's header), and carries no timestamp into
+    /// [`Pending::lo`] and [`Pending::hi`]: it adds no cell to a generation.
+    pub(super) fn push_removal(&mut self, key: &[u8], limit: usize) {
+        let (lo, hi) = (self.lo, self.hi);
+        self.push_parts(key, &[], &[], (lo, hi), limit);
+        self.removals += 1;
     }
 
     fn push_parts(
@@ -170,7 +183,8 @@ impl Pending {
         self.cells.is_empty()
     }
 
-    /// The cells sorted by key, the last put of a key winning, as a memtable would keep them.
+    /// The cells sorted by key, the last put (or removal) of a key winning, as a memtable would
+    /// keep them. A removal's value is empty.
     pub(super) fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let arena = &self.arena;
         let key = |slot: &Slot| &arena[slot.key()];
@@ -218,6 +232,7 @@ impl Pending {
     pub(super) fn clear(&mut self) {
         self.arena.clear();
         self.cells.clear();
+        self.removals = 0;
         (self.lo, self.hi) = (i64::MAX, i64::MIN);
     }
 }
@@ -270,14 +285,14 @@ mod tests {
 
     proptest! {
         /// A sorted buffer holds what a map written in arrival order holds: every key once, in
-        /// byte order, with its last value. Keys come from a few bytes, with long shared
+        /// byte order, with its last value (a removal's being empty). Keys come from a few bytes, with long shared
         /// prefixes, so that many of them are equal in their first 16 bytes and some are
         /// prefixes of others; in arrival order or already in key order, with or without repeats.
         #[test]
         fn a_sorted_buffer_is_a_map_of_the_last_put_of_each_key(
             puts in proptest::collection::vec(
                 (proptest::collection::vec(prop_oneof![Just(0u8), Just(1), Just(b'a'), Just(0xff)], 0..24),
-                 any::<u8>()),
+                 any::<u8>(), proptest::bool::weighted(0.2)),
                 0..200,
             ),
             shared in 0usize..20,
@@ -291,14 +306,21 @@ mod tests {
             }
             let mut pending = Pending::default();
             let mut model = BTreeMap::new();
-            for (suffix, value) in &puts {
+            for (suffix, value, removal) in &puts {
                 let mut key = vec![b'k'; shared];
                 key.extend_from_slice(suffix);
+                if *removal {
+                    // A removal is kept as an empty value, the last of its key winning.
+                    pending.push_removal(&key, 1 << 20);
+                    model.insert(key, Vec::new());
+                    continue;
+                }
                 pending.push(&key, 5, &[*value], 1 << 20);
                 let mut stored = 5i64.to_be_bytes().to_vec();
                 stored.push(*value);
                 model.insert(key, stored);
             }
+            prop_assert_eq!(pending.removals, puts.iter().filter(|p| p.2).count());
             let sorted: Vec<(Vec<u8>, Vec<u8>)> =
                 pending.sorted().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
             let expected: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();

@@ -87,9 +87,37 @@ impl EmbeddedWriter {
         Ok(())
     }
 
-    /// Removes the versions of the column `family:qualifier` of `row` stamped at most `ts_ms`,
-    /// as [`EmbeddedWriter::delete_row`] removes a row's cells (no marker: a later put of the
-    /// column shows whatever its stamp).
+    /// Removes the version of `family:qualifier` in `row` stamped `ts_ms`. In a family whose
+    /// cells are stored as versions ([`removes_by_key`]) that is one key, whose removal is
+    /// queued in the table's buffer, ordered with its puts and written with them; in another
+    /// family, the column is read as [`EmbeddedWriter::delete_column`] does.
+    pub(super) fn delete_version(
+        &mut self,
+        table_index: usize,
+        table: &Table,
+        row: &[u8],
+        family: &str,
+        qualifier: &[u8],
+        ts_ms: i64,
+    ) -> Result<()> {
+        if !removes_by_key(table, family, self.queued_ts.is_some()) {
+            return self
+                .delete_column(table_index, table, row, family, qualifier, |ts| ts == ts_ms);
+        }
+        codec::encode_version_key(&mut self.key, row, family, qualifier, ts_ms);
+        self.make_room(table_index, self.key.len())?;
+        let pending = &mut self.pending[table_index];
+        pending.push_removal(&self.key, self.ingest_bytes);
+        if pending.bytes() >= self.ingest_bytes {
+            pending.bulk = true;
+            self.write_pending(table_index, self.ingest_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the versions of the column `family:qualifier` of `row` whose stamps `goes`
+    /// picks (`DeleteColumn`: those at most its bound), as [`EmbeddedWriter::delete_row`]
+    /// removes a row's cells (no marker: a later put of the column shows whatever its stamp).
     ///
     /// How each layout loses one column:
     /// - a family of single cells: the cell's key is removed from every generation;
@@ -108,7 +136,7 @@ impl EmbeddedWriter {
         row: &[u8],
         family: &str,
         qualifier: &[u8],
-        ts_ms: i64,
+        goes: impl Fn(i64) -> bool,
     ) -> Result<()> {
         self.write_all()?;
         let packed = table.is_packed(family);
@@ -143,17 +171,17 @@ impl EmbeddedWriter {
                 Column::Version(q, ts) if q == qualifier => ts,
                 _ => continue,
             };
-            if ts <= ts_ms {
+            if goes(ts) {
                 generations::remove_everywhere(&mut self.batch, &at.generations, &key);
             }
         }
         let deleted = visible
             .0
             .get(qualifier)
-            .is_some_and(|cell| !cell.hidden && cell.ts <= ts_ms);
+            .is_some_and(|cell| !cell.hidden && goes(cell.ts));
         if deleted {
             self.delete_packed(&at, family, &keys, visible, |q, cell| {
-                cell.hidden || (q == qualifier && cell.ts <= ts_ms)
+                cell.hidden || (q == qualifier && goes(cell.ts))
             })?;
         }
         // Committed at once in either mode: a put of the column later in the same batch would
@@ -223,4 +251,11 @@ impl EmbeddedWriter {
         }
         Ok(())
     }
+}
+
+/// Whether the embedded store keeps every cell of `family` as versions, each under a key of its
+/// own holding its stamp: a versioned family not packed, or any family not packed with
+/// `newest_timestamp_wins` (`all_versions`). A version's removal is then its key's.
+pub(super) fn removes_by_key(table: &Table, family: &str, all_versions: bool) -> bool {
+    !table.is_packed(family) && (all_versions || table.is_versioned(family))
 }

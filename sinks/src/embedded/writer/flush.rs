@@ -2,6 +2,7 @@
 //! committed.
 
 use super::buffer::MAX_ARENA;
+use super::codec;
 use super::{new_batch, EmbeddedWriter};
 use crate::Result;
 use std::collections::HashMap;
@@ -40,14 +41,49 @@ impl EmbeddedWriter {
         let inner = &self.store.inner;
         let lease = inner.covering(index, pending.lo, pending.hi)?;
         let keyspace = &lease.keyspace;
+        if pending.removals > 0 {
+            // A removed key may be in an older generation too, which the newest's removal would
+            // not hide; only those whose span holds its stamp can have it.
+            let table = &inner.tables[index];
+            let older: Vec<_> = table
+                .leases_with_spans()
+                .into_iter()
+                .filter(|(l, _)| l.keyspace.name() != keyspace.name())
+                .collect();
+            for slot in pending.cells.iter().filter(|s| s.value().is_empty()) {
+                let key = &pending.arena[slot.key()];
+                let ts = match codec::decode_key(key) {
+                    Some((_, _, codec::Column::Version(_, ts))) => Some(ts),
+                    _ => None,
+                };
+                for (older, span) in &older {
+                    if ts.is_none_or(|ts| span.covers(ts, ts)) {
+                        self.batch.remove(&older.keyspace, key);
+                    }
+                }
+            }
+            self.leases.extend(older.into_iter().map(|(l, _)| l));
+        }
         if pending.bytes() < min_ingest {
             // Queued in the writer's batch, which `write_all` commits once for all tables.
-            for slot in &pending.cells {
-                self.batch.insert(
-                    keyspace,
-                    &pending.arena[slot.key()],
-                    &pending.arena[slot.value()],
-                );
+            if pending.removals == 0 {
+                for slot in &pending.cells {
+                    self.batch.insert(
+                        keyspace,
+                        &pending.arena[slot.key()],
+                        &pending.arena[slot.value()],
+                    );
+                }
+            } else {
+                // A batch that removes and inserts one key does not say which comes last: only
+                // the last write of each key goes in.
+                for (key, value) in pending.sorted() {
+                    if value.is_empty() {
+                        self.batch.remove(keyspace, key);
+                    } else {
+                        self.batch.insert(keyspace, key, value);
+                    }
+                }
             }
             pending.clear();
             self.leases.push(lease);
@@ -57,9 +93,12 @@ impl EmbeddedWriter {
             .start_ingestion()
             .map_err(|e| inner.fjall_error("ingest", e))?;
         for (key, value) in pending.sorted() {
-            ingestion
-                .write(key, value)
-                .map_err(|e| inner.fjall_error("ingest", e))?;
+            let written = if value.is_empty() {
+                ingestion.write_tombstone(key)
+            } else {
+                ingestion.write(key, value)
+            };
+            written.map_err(|e| inner.fjall_error("ingest", e))?;
         }
         ingestion
             .finish()

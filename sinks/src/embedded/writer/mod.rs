@@ -175,6 +175,20 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation, all_versions: bool) -> R
             return Err(no_family(table, family));
         }
     }
+    if let Mutation::DeleteVersion {
+        row,
+        family,
+        qualifier,
+        ..
+    } = mutation
+    {
+        if table.family(family.as_bytes()).is_none() {
+            return Err(no_family(table, family));
+        }
+        if delete::removes_by_key(table, family, all_versions) {
+            codec::check_version_key_len(table.name, row, family, qualifier)?;
+        }
+    }
     if let Mutation::Put { row, cells, .. } = mutation {
         for cell in cells {
             if table.family(cell.family.as_bytes()).is_none() {
@@ -234,6 +248,9 @@ impl TableWriter for EmbeddedWriter {
     /// Queues `mutations` in order; a table's buffer is written once it holds 8 MiB of cells
     /// (with `newest_timestamp_wins`: a batch whenever 4096 mutations are queued).
     ///
+    /// A `DeleteVersion` of a family whose cells are stored as versions is queued as the
+    /// removal of the version's key, in order with the puts: no read, no commit of its own.
+    ///
     /// A `DeleteRow` or `DeleteColumn` writes the mutations queued before it, then removes the
     /// cells the row (the column) holds at that point, committed before the next mutation. A
     /// run of `DeleteRow`s of distinct rows in tables without a packed family is one delete
@@ -285,7 +302,18 @@ impl TableWriter for EmbeddedWriter {
                     ts_ms,
                     ..
                 } => {
-                    self.delete_column(table_index, table, row, family, qualifier, *ts_ms)?;
+                    self.delete_column(table_index, table, row, family, qualifier, |ts| {
+                        ts <= *ts_ms
+                    })?;
+                }
+                Mutation::DeleteVersion {
+                    row,
+                    family,
+                    qualifier,
+                    ts_ms,
+                    ..
+                } => {
+                    self.delete_version(table_index, table, row, family, qualifier, *ts_ms)?;
                 }
             }
             if self.queued_ts.is_some() {
