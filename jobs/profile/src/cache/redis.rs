@@ -1,6 +1,7 @@
 //! The cache's Redis side: reads (one pipeline of an `MGET` and `HGETALL`s, the keys the near
 //! cache holds left out), the backfill thread, and the job's invalidations.
 
+use std::borrow::Cow;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -194,8 +195,9 @@ impl RedisCache {
         if resting.is_some_and(|until| Instant::now() < until) {
             return None;
         }
-        let key_names: Vec<String> = ask_keys.iter().map(|&i| keys[i].clone()).collect();
-        let hash_names: Vec<String> = ask_hashes.iter().map(|&i| hashes[i].clone()).collect();
+        // Without a near cache (or with nothing found in it) every name is asked: no copies.
+        let key_names = asked(keys, &ask_keys);
+        let hash_names = asked(hashes, &ask_hashes);
         // Noted before the call: an invalidation after it voids the answer's keys.
         let tickets: Option<(Vec<Ticket>, Vec<Ticket>)> =
             near.filter(|_| redirect.is_some()).map(|n| {
@@ -334,6 +336,15 @@ impl Drop for RedisCache {
         if let Some(n) = &self.near {
             n.stop();
         }
+    }
+}
+
+/// The names of `names` at `ask` (indexes in order): `names` itself when that is all of them.
+fn asked<'n>(names: &'n [String], ask: &[usize]) -> Cow<'n, [String]> {
+    if ask.len() == names.len() {
+        Cow::Borrowed(names)
+    } else {
+        Cow::Owned(ask.iter().map(|&i| names[i].clone()).collect())
     }
 }
 
