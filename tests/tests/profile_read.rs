@@ -307,33 +307,81 @@ fn a_backfill_of_a_row_read_before_a_write_is_not_stored() {
     );
 }
 
+/// An embedded store holding one user's `beh_buy`, read through the cache in a Redis reached
+/// through a [`Proxy`] that can be cut (`retry_after_ms` 100).
+struct Proxied {
+    _dir: tempfile::TempDir,
+    store: sinks::Store,
+    inner: sinks::Reader,
+    proxy: Proxy,
+    reader: ProfileReader,
+    stats: std::sync::Arc<profile::cache::CacheStats>,
+    user: String,
+    /// The stamp of the user's value, seconds.
+    t: i64,
+}
+
+impl Proxied {
+    /// `user(name)` with `beh_buy = n`, stamped a minute ago, and a reader with `cache`.
+    fn new(name: &str, n: i64, cache: CacheConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = sinks::config::StoreConfig {
+            dir: dir.path().join("store"),
+            ..Default::default()
+        };
+        let store = sinks::open(&cfg, &profile::tables(), &sinks::OpenOptions::default()).unwrap();
+        let (user, t) = (user(name), now() - 60);
+        write_buy(&store, &user, t, n);
+        let proxy = Proxy::start();
+        let url = format!("redis://{}/0", proxy.addr);
+        let cache = CacheConfig {
+            retry_after_ms: 100,
+            ..cache
+        };
+        let (reader, stats) = cache_reader(&url, &cache);
+        Proxied {
+            _dir: dir,
+            inner: store.reader(),
+            store,
+            proxy,
+            reader,
+            stats,
+            user,
+            t,
+        }
+    }
+
+    /// The user's profile, read now.
+    fn read(&self) -> Value {
+        self.reader
+            .get(&self.inner, &self.user, &Selection::all(), now() * 1000)
+            .unwrap()
+            .unwrap()
+    }
+}
+
+/// Reads until `done` holds of the answer, at most a minute (a liveness bound, not a speed
+/// claim: the near cache's invalidations are asynchronous).
+fn read_until(read: impl Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
+    let mut p = read();
+    for _ in 0..600 {
+        if done(&p) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        p = read();
+    }
+    p
+}
+
 #[test]
 fn redis_down_reads_the_store_and_caching_resumes_when_it_returns() {
     if !redis_up() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = sinks::config::StoreConfig {
-        dir: dir.path().join("store"),
-        ..Default::default()
-    };
-    let store = sinks::open(&cfg, &profile::tables(), &sinks::OpenOptions::default()).unwrap();
-    let (u, t) = (user("down"), now() - 60);
-    write_buy(&store, &u, t, 7);
-    let proxy = Proxy::start();
-    let url = format!("redis://{}/0", proxy.addr);
-    let cache_cfg = CacheConfig {
-        retry_after_ms: 100,
-        ..CacheConfig::default()
-    };
-    let (reader, stats) = cache_reader(&url, &cache_cfg);
-    let inner = store.reader();
-    let read = || {
-        reader
-            .get(&inner, &u, &Selection::all(), now() * 1000)
-            .unwrap()
-            .unwrap()
-    };
+    let p = Proxied::new("down", 7, CacheConfig::default());
+    let (proxy, stats) = (&p.proxy, &p.stats);
+    let read = || p.read();
     proxy.set_up(false);
     let p = read();
     assert_eq!(
@@ -345,14 +393,7 @@ fn redis_down_reads_the_store_and_caching_resumes_when_it_returns() {
     // The reader rests 100 ms after an error, then connects again by itself; the backfill
     // thread is asynchronous, so the first hit comes a few reads later (a liveness bound of
     // a minute, not a speed claim).
-    let mut source = json!("store");
-    for _ in 0..600 {
-        std::thread::sleep(Duration::from_millis(100));
-        source = read()["source"].clone();
-        if source == "cache" {
-            break;
-        }
-    }
+    let source = read_until(read, |p| p["source"] == "cache")["source"].clone();
     assert_eq!(
         source,
         "cache",
@@ -456,48 +497,21 @@ fn hbase_reads_and_one_multi_get_per_batch() {
     );
 }
 
-/// Reads `u` until `done` holds of the answer, at most a minute (a liveness bound, not a speed
-/// claim: the near cache's invalidations are asynchronous).
-fn read_until(read: impl Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
-    let mut p = read();
-    for _ in 0..600 {
-        if done(&p) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        p = read();
-    }
-    p
-}
-
 #[test]
 fn the_near_cache_answers_hot_reads_and_drops_what_redis_says_changed() {
     if !redis_up() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = sinks::config::StoreConfig {
-        dir: dir.path().join("store"),
-        ..Default::default()
-    };
-    let store = sinks::open(&cfg, &profile::tables(), &sinks::OpenOptions::default()).unwrap();
-    let (u, t) = (user("near"), now() - 60);
-    write_buy(&store, &u, t, 1);
-    let proxy = Proxy::start();
-    let url = format!("redis://{}/0", proxy.addr);
-    let cache_cfg = CacheConfig {
-        retry_after_ms: 100,
-        near_mib: 8,
-        ..CacheConfig::default()
-    };
-    let (reader, stats) = cache_reader(&url, &cache_cfg);
-    let inner = store.reader();
-    let read = || {
-        reader
-            .get(&inner, &u, &Selection::all(), now() * 1000)
-            .unwrap()
-            .unwrap()
-    };
+    let p = Proxied::new(
+        "near",
+        1,
+        CacheConfig {
+            near_mib: 8,
+            ..CacheConfig::default()
+        },
+    );
+    let (u, t, proxy, stats) = (&p.user, p.t, &p.proxy, &p.stats);
+    let read = || p.read();
     let near_reads = || stats.near_reads.load(Ordering::Relaxed);
     // A miss, its backfill, then hits: once the subscriber is up, a hit's keys are kept and
     // the next read makes no Redis call.
@@ -514,10 +528,10 @@ fn the_near_cache_answers_hot_reads_and_drops_what_redis_says_changed() {
 
     // The job writes the user and invalidates it: Redis tells the subscriber, the near copy is
     // dropped, and a read sees the new value (from the store, then cached again).
-    write_buy(&store, &u, t + 1, 2);
+    write_buy(&p.store, u, t + 1, 2);
     Invalidator::new(&redis_url())
         .unwrap()
-        .invalidate(&[&u])
+        .invalidate(&[u])
         .unwrap();
     let fresh = read_until(read, |p| p["tags"]["beh_buy"] == 2);
     assert_eq!(fresh["tags"]["beh_buy"], 2, "{:?}", stats.counters());
@@ -530,9 +544,9 @@ fn the_near_cache_answers_hot_reads_and_drops_what_redis_says_changed() {
     // backfills are stopped first, so that none queued by an earlier miss puts the entry back.
     let hot = read_until(read, |_| near_reads() > before + 1);
     assert_eq!(hot["tags"]["beh_buy"], 2);
-    reader.finish();
+    p.reader.finish();
     let _: () = redis::cmd("DEL")
-        .arg(entry_key(&u))
+        .arg(entry_key(u))
         .query(&mut redis())
         .unwrap();
     let missed = read_until(read, |p| p["source"] == "store");
