@@ -426,10 +426,17 @@ impl HbaseStore {
     ///
     /// # Errors
     /// [`super::Error::TableNotFound`], or a failure retrying did not cure.
-    pub fn scan_each(
+    pub fn scan_each(&self, table: &str, spec: &ScanSpec, each: impl FnMut(Row)) -> Result<usize> {
+        self.scan_filtered(table, spec, None, each)
+    }
+
+    /// As [`HbaseStore::scan_each`], the scan filtered on the region servers by `filter`, a
+    /// filter in HBase's filter language (`TScan.filterString`).
+    fn scan_filtered(
         &self,
         table: &str,
         spec: &ScanSpec,
+        filter: Option<&[u8]>,
         mut each: impl FnMut(Row),
     ) -> Result<usize> {
         if empty_in_hbase(spec.time_range) {
@@ -441,7 +448,11 @@ impl HbaseStore {
         let what = format!("scan of {table}");
         self.stats.scans.fetch_add(1, Ordering::Relaxed);
         retrying(&self.cfg.retry, &what, || {
-            self.scan_from(&mut conn, table, spec, &mut start, &mut seen, &mut each)
+            let at = Resume {
+                start: &mut start,
+                seen: &mut seen,
+            };
+            self.scan_from(&mut conn, table, spec, filter, at, &mut each)
         })?;
         Ok(seen)
     }
@@ -458,10 +469,11 @@ impl HbaseStore {
         conn: &mut Connection<Thrift2>,
         table: &str,
         spec: &ScanSpec,
-        start: &mut Vec<u8>,
-        seen: &mut usize,
+        filter: Option<&[u8]>,
+        at: Resume<'_>,
         each: &mut impl FnMut(Row),
     ) -> Result<()> {
+        let Resume { start, seen } = at;
         let remaining = |seen: usize| spec.limit.map_or(usize::MAX, |l| l.saturating_sub(seen));
         let caching = self.cfg.scan_caching.clamp(1, i32::MAX as usize);
         let as_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
@@ -483,6 +495,7 @@ impl HbaseStore {
             max_versions: thrift_versions(spec.max_versions),
             // `scan_each` has answered the ranges that end at or below 0.
             time_range: spec.time_range.map(ttime_range),
+            filter_string: filter.map(<[u8]>::to_vec),
             reversed: None,
             cache_blocks: None,
             limit: limit.map(as_i32),
@@ -590,8 +603,22 @@ impl TableReader for HbaseStore {
         spec: &ScanSpec,
         visit: &mut dyn FnMut(&[u8]),
     ) -> crate::Result<usize> {
-        Ok(self.scan_each(table, spec, |row| visit(&row.key))?)
+        // The region servers send each row's first visible cell, without its value: the rows
+        // are those of the scan (a row is returned when a cell of it is visible), their cells
+        // do not cross the wire.
+        Ok(self.scan_filtered(table, spec, Some(KEYS_ONLY), |row| visit(&row.key))?)
     }
+}
+
+/// The filter of a scan of keys: a row's first visible cell, stripped of its value (what HBase's
+/// `RowCounter` asks for).
+const KEYS_ONLY: &[u8] = b"FirstKeyOnlyFilter() AND KeyOnlyFilter()";
+
+/// Where a scan's next attempt starts (strictly after the last row passed on) and how many rows
+/// it has passed on.
+struct Resume<'a> {
+    start: &'a mut Vec<u8>,
+    seen: &'a mut usize,
 }
 
 #[cfg(test)]

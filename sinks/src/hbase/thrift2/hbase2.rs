@@ -683,13 +683,14 @@ pub struct TScan {
   pub caching: Option<i32>,
   pub max_versions: Option<i32>,
   pub time_range: Option<TTimeRange>,
+  pub filter_string: Option<Vec<u8>>,
   pub reversed: Option<bool>,
   pub cache_blocks: Option<bool>,
   pub limit: Option<i32>,
 }
 
 impl TScan {
-  pub fn new<F1, F2, F3, F4, F5, F6, F11, F12, F15>(start_row: F1, stop_row: F2, columns: F3, caching: F4, max_versions: F5, time_range: F6, reversed: F11, cache_blocks: F12, limit: F15) -> TScan where F1: Into<Option<Vec<u8>>>, F2: Into<Option<Vec<u8>>>, F3: Into<Option<Vec<TColumn>>>, F4: Into<Option<i32>>, F5: Into<Option<i32>>, F6: Into<Option<TTimeRange>>, F11: Into<Option<bool>>, F12: Into<Option<bool>>, F15: Into<Option<i32>> {
+  pub fn new<F1, F2, F3, F4, F5, F6, F7, F11, F12, F15>(start_row: F1, stop_row: F2, columns: F3, caching: F4, max_versions: F5, time_range: F6, filter_string: F7, reversed: F11, cache_blocks: F12, limit: F15) -> TScan where F1: Into<Option<Vec<u8>>>, F2: Into<Option<Vec<u8>>>, F3: Into<Option<Vec<TColumn>>>, F4: Into<Option<i32>>, F5: Into<Option<i32>>, F6: Into<Option<TTimeRange>>, F7: Into<Option<Vec<u8>>>, F11: Into<Option<bool>>, F12: Into<Option<bool>>, F15: Into<Option<i32>> {
     TScan {
       start_row: start_row.into(),
       stop_row: stop_row.into(),
@@ -697,6 +698,7 @@ impl TScan {
       caching: caching.into(),
       max_versions: max_versions.into(),
       time_range: time_range.into(),
+      filter_string: filter_string.into(),
       reversed: reversed.into(),
       cache_blocks: cache_blocks.into(),
       limit: limit.into(),
@@ -713,6 +715,7 @@ impl TSerializable for TScan {
     let mut f_4: Option<i32> = None;
     let mut f_5: Option<i32> = None;
     let mut f_6: Option<TTimeRange> = None;
+    let mut f_7: Option<Vec<u8>> = None;
     let mut f_11: Option<bool> = None;
     let mut f_12: Option<bool> = None;
     let mut f_15: Option<i32> = None;
@@ -753,6 +756,10 @@ impl TSerializable for TScan {
           let val = TTimeRange::read_from_in_protocol(i_prot)?;
           f_6 = Some(val);
         },
+        7 => {
+          let val = i_prot.read_bytes()?;
+          f_7 = Some(val);
+        },
         11 => {
           let val = i_prot.read_bool()?;
           f_11 = Some(val);
@@ -779,6 +786,7 @@ impl TSerializable for TScan {
       caching: f_4,
       max_versions: f_5,
       time_range: f_6,
+      filter_string: f_7,
       reversed: f_11,
       cache_blocks: f_12,
       limit: f_15,
@@ -822,6 +830,11 @@ impl TSerializable for TScan {
       fld_var.write_to_out_protocol(o_prot)?;
       o_prot.write_field_end()?
     }
+    if let Some(ref fld_var) = self.filter_string {
+      o_prot.write_field_begin(&TFieldIdentifier::new("filterString", TType::String, 7))?;
+      o_prot.write_bytes(fld_var)?;
+      o_prot.write_field_end()?
+    }
     if let Some(fld_var) = self.reversed {
       o_prot.write_field_begin(&TFieldIdentifier::new("reversed", TType::Bool, 11))?;
       o_prot.write_bool(fld_var)?;
@@ -851,6 +864,7 @@ impl Default for TScan {
       caching: Some(0),
       max_versions: Some(0),
       time_range: None,
+      filter_string: None,
       reversed: Some(false),
       cache_blocks: Some(false),
       limit: Some(0),
