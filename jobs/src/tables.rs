@@ -169,26 +169,31 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                         writeln!(out, "{table}: exists with the same schema; left as is")?;
                     }
                     Created::ExistsWithOtherSplits { regions, missing } => {
+                        let text = other_splits_text(&table, &specs, regions, &missing);
+                        writeln!(out, "{text}")?;
+                        eprintln!("warning: {text}");
+                    }
+                    Created::ExistsWithOtherStorage {
+                        differences,
+                        alter,
+                        regions,
+                        missing,
+                    } => {
                         let text = format!(
-                            "{table}: exists with the same schema, but in {regions} region{} \
-                             without {} of the {} split points asked for ({}){}; left as is. \
-                             `hourglass tables split --table {table}` (with the same split \
-                             flags) splits it or prints the HBase shell commands that do",
-                            if regions == 1 { "" } else { "s" },
-                            missing.len(),
-                            specs
-                                .iter()
-                                .find(|s| s.name == table)
-                                .map_or(0, |s| s.split_keys.len()),
-                            preview(&missing),
-                            if regions == 1 {
-                                ": every read and write of it goes to one region server"
-                            } else {
-                                ""
-                            },
+                            "{table}: exists with the same schema but another block layout ({}); \
+                             used as it is (it stores and answers the same; only its files' size \
+                             and read cost differ). The HBase shell commands `{}` give it the \
+                             spec's",
+                            differences.join("; "),
+                            alter.join("; ")
                         );
                         writeln!(out, "{text}")?;
                         eprintln!("warning: {text}");
+                        if !missing.is_empty() {
+                            let text = other_splits_text(&table, &specs, regions, &missing);
+                            writeln!(out, "{text}")?;
+                            eprintln!("warning: {text}");
+                        }
                     }
                 }
             }
@@ -219,8 +224,14 @@ pub fn run(cmd: TablesCommand) -> Result<ExitCode> {
                     let ttl = f.ttl_secs.map_or("FOREVER".into(), |s| s.to_string());
                     writeln!(
                         out,
-                        "  family {}: TTL {ttl}, COMPRESSION {}, BLOOMFILTER {}, VERSIONS {}",
-                        f.name, f.compression, f.bloom, f.max_versions
+                        "  family {}: TTL {ttl}, COMPRESSION {}, BLOOMFILTER {}, VERSIONS {}, \
+                         BLOCKSIZE {}, DATA_BLOCK_ENCODING {}",
+                        f.name,
+                        f.compression,
+                        f.bloom,
+                        f.max_versions,
+                        f.block_size,
+                        f.data_block_encoding
                     )?;
                 }
                 writeln!(out, "  {} regions:", t.regions.len())?;
@@ -322,6 +333,32 @@ fn unknown_table(table: &str) -> String {
 }
 
 /// The first few of `keys`, for a message.
+/// The warning for a table that exists without some of the split points its spec asks for.
+fn other_splits_text(
+    table: &str,
+    specs: &[TableSpec],
+    regions: usize,
+    missing: &[Vec<u8>],
+) -> String {
+    format!(
+        "{table}: exists with the same schema, but in {regions} region{} without {} of the {} \
+         split points asked for ({}){}; left as is. `hourglass tables split --table {table}` \
+         (with the same split flags) splits it or prints the HBase shell commands that do",
+        if regions == 1 { "" } else { "s" },
+        missing.len(),
+        specs
+            .iter()
+            .find(|s| s.name == table)
+            .map_or(0, |s| s.split_keys.len()),
+        preview(missing),
+        if regions == 1 {
+            ": every read and write of it goes to one region server"
+        } else {
+            ""
+        },
+    )
+}
+
 fn preview(keys: &[Vec<u8>]) -> String {
     const SHOWN: usize = 4;
     let mut text: Vec<String> = keys

@@ -18,6 +18,22 @@ pub enum Created {
         /// The spec's split keys that are no region boundary, in key order.
         missing: Vec<Vec<u8>>,
     },
+    /// The table existed with the same schema (TTL, versions, compression, bloom filter) but
+    /// another block size or data block encoding in some family: what it stores and answers is
+    /// the same, only its files' size and read cost differ, so it is used as it is and
+    /// nothing was changed. `alter` holds the HBase shell commands that give it the spec's
+    /// (an `alter` per family, then a `major_compact` that rewrites the files written before).
+    ExistsWithOtherStorage {
+        /// What differs, `have X, want Y` per attribute.
+        differences: Vec<String>,
+        /// The HBase shell commands that make the families the spec's.
+        alter: Vec<String>,
+        /// Regions it has.
+        regions: usize,
+        /// The spec's split keys that are no region boundary, in key order (as
+        /// [`Created::ExistsWithOtherSplits`]; empty when every one is).
+        missing: Vec<Vec<u8>>,
+    },
 }
 
 /// A column family as HBase describes it.
@@ -33,6 +49,10 @@ pub struct FamilyDescription {
     pub bloom: String,
     /// Maximum versions kept.
     pub max_versions: u32,
+    /// Data block size in bytes (`BLOCKSIZE`).
+    pub block_size: u32,
+    /// Data block encoding, as HBase names it (`NONE`, `FAST_DIFF`, `ROW_INDEX_V1`, …).
+    pub data_block_encoding: String,
 }
 
 /// One region of a table.

@@ -1,5 +1,5 @@
-//! What a table is, as data: [`TableSpec`] (name, families with TTL, versions, compression and
-//! bloom filter, split keys) and the split policies that compute split keys. A domain declares
+//! What a table is, as data: [`TableSpec`] (name, families with TTL, versions, compression,
+//! bloom filter, block size and encoding, split keys) and the split policies that compute split keys. A domain declares
 //! its tables with them (the sensor tables: `sensor::tables`); storage knows no domain.
 
 use std::fmt;
@@ -43,6 +43,35 @@ impl Bloom {
     }
 }
 
+/// How HBase encodes the keys inside a family's data blocks, before block compression
+/// (HBase's `DATA_BLOCK_ENCODING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataBlockEncoding {
+    /// Keys stored whole (HBase's default).
+    None,
+    /// Each key as the length it shares with the previous key and the rest, with timestamps
+    /// and types as deltas: the smallest files for keys that share long prefixes, such as a
+    /// device's readings, at some CPU to decode a block.
+    FastDiff,
+    /// Keys stored whole plus an index of the block's rows, so that a Get seeks within a block
+    /// instead of walking it: for point reads of small rows.
+    RowIndexV1,
+}
+
+impl DataBlockEncoding {
+    /// The name HBase uses.
+    pub fn hbase_name(self) -> &'static str {
+        match self {
+            DataBlockEncoding::None => "NONE",
+            DataBlockEncoding::FastDiff => "FAST_DIFF",
+            DataBlockEncoding::RowIndexV1 => "ROW_INDEX_V1",
+        }
+    }
+}
+
+/// HBase's default block size of a family, 64 KiB (`BLOCKSIZE`).
+pub const DEFAULT_BLOCK_SIZE: u32 = 64 * 1024;
+
 /// One column family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FamilySpec {
@@ -56,6 +85,15 @@ pub struct FamilySpec {
     pub bloom: Bloom,
     /// Maximum number of versions kept per cell.
     pub max_versions: u32,
+    /// HBase only: the size in bytes a data block is cut at before it is encoded and
+    /// compressed, the unit a Get reads from disk or the block cache (default
+    /// [`DEFAULT_BLOCK_SIZE`], HBase's). Smaller blocks make point reads read less; larger ones
+    /// compress better and make scans read fewer. The embedded store ignores it.
+    pub block_size: u32,
+    /// HBase only: how keys are encoded inside a data block (default
+    /// [`DataBlockEncoding::None`], HBase's). The embedded store, which has its own block
+    /// format, ignores it.
+    pub data_block_encoding: DataBlockEncoding,
     /// Embedded store only: each put's cells of this family are stored as one key-value instead
     /// of one per cell (HBase stores them as it always does), or as a few when they list more
     /// than a key's worth of qualifiers (docs/ARCHITECTURE.md §7). Reads answer the same either
@@ -119,9 +157,39 @@ impl PartialEq for SeriesLayout {
 impl Eq for SeriesLayout {}
 
 impl FamilySpec {
+    /// The family's attributes as the HBase shell writes them (`{NAME => 'd', VERSIONS => 1,
+    /// …}`), for `create` and `alter`. The block size and data block encoding are named only
+    /// when they are not HBase's defaults.
+    pub fn hbase_shell_family(&self) -> String {
+        let ttl = self
+            .ttl_secs
+            .map_or("FOREVER".to_string(), |t| t.to_string());
+        let mut out = format!(
+            "{{NAME => '{}', VERSIONS => {}, TTL => {}, COMPRESSION => '{}', BLOOMFILTER => '{}'",
+            self.name,
+            self.max_versions,
+            ttl,
+            self.compression.hbase_name(),
+            self.bloom.hbase_name()
+        );
+        if self.block_size != DEFAULT_BLOCK_SIZE {
+            let _ = write!(out, ", BLOCKSIZE => {}", self.block_size);
+        }
+        if self.data_block_encoding != DataBlockEncoding::None {
+            let _ = write!(
+                out,
+                ", DATA_BLOCK_ENCODING => '{}'",
+                self.data_block_encoding.hbase_name()
+            );
+        }
+        out.push('}');
+        out
+    }
+
     /// The family `name` as the domains' tables declare theirs unless they say otherwise: cells
-    /// kept `ttl_secs` (`None`: forever), one version, Snappy blocks, a row bloom filter, not
-    /// packed. Other settings by struct update:
+    /// kept `ttl_secs` (`None`: forever), one version, Snappy blocks of HBase's default size
+    /// and encoding (64 KiB, none), a row bloom filter, not packed. Other settings by struct
+    /// update:
     /// `FamilySpec { packed: true, ..FamilySpec::new("t", None) }`.
     pub const fn new(name: &'static str, ttl_secs: Option<u64>) -> Self {
         FamilySpec {
@@ -130,6 +198,8 @@ impl FamilySpec {
             compression: Compression::Snappy,
             bloom: Bloom::Row,
             max_versions: 1,
+            block_size: DEFAULT_BLOCK_SIZE,
+            data_block_encoding: DataBlockEncoding::None,
             packed: false,
             packed_apart: &[],
         }
@@ -239,20 +309,12 @@ impl TableSpec {
         self.families.iter().find(|f| f.name == name)
     }
 
-    /// The HBase shell command that creates this table.
+    /// The HBase shell command that creates this table. A family's block size and data block
+    /// encoding are named only when they are not HBase's defaults.
     pub fn hbase_shell_ddl(&self) -> String {
         let mut out = format!("create '{}'", self.name);
         for f in &self.families {
-            let ttl = f.ttl_secs.map_or("FOREVER".to_string(), |t| t.to_string());
-            let _ = write!(
-                out,
-                ", {{NAME => '{}', VERSIONS => {}, TTL => {}, COMPRESSION => '{}', BLOOMFILTER => '{}'}}",
-                f.name,
-                f.max_versions,
-                ttl,
-                f.compression.hbase_name(),
-                f.bloom.hbase_name()
-            );
+            let _ = write!(out, ", {}", f.hbase_shell_family());
         }
         if !self.split_keys.is_empty() {
             let keys: Vec<String> = self.split_keys.iter().map(|k| shell_string(k)).collect();
@@ -418,6 +480,25 @@ mod tests {
         let keys = quantile_split_keys([("r1", 5), ("r2", 5)], 16, b'_');
         assert_eq!(keys, vec![b"r2_".to_vec()]);
         assert!(quantile_split_keys(std::iter::empty(), 16, b'_').is_empty());
+    }
+
+    #[test]
+    fn the_shell_ddl_names_a_block_layout_only_when_it_is_not_hbases_default() {
+        let family = FamilySpec::new("t", Some(60));
+        assert_eq!(
+            family.hbase_shell_family(),
+            "{NAME => 't', VERSIONS => 1, TTL => 60, COMPRESSION => 'SNAPPY', BLOOMFILTER => 'ROW'}"
+        );
+        let tuned = FamilySpec {
+            block_size: 16 * 1024,
+            data_block_encoding: DataBlockEncoding::RowIndexV1,
+            ..family
+        };
+        assert_eq!(
+            tuned.hbase_shell_family(),
+            "{NAME => 't', VERSIONS => 1, TTL => 60, COMPRESSION => 'SNAPPY', BLOOMFILTER => 'ROW', \
+             BLOCKSIZE => 16384, DATA_BLOCK_ENCODING => 'ROW_INDEX_V1'}"
+        );
     }
 
     #[test]

@@ -13,8 +13,9 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use sinks::admin::Created;
 use sinks::config::{StoreConfig, StoreKind};
-use sinks::schema::{Bloom, Compression, FamilySpec, TableSpec};
+use sinks::schema::{Bloom, Compression, DataBlockEncoding, FamilySpec, TableSpec};
 use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader, TimeRange};
 use sinks::{OpenOptions, Store};
 
@@ -30,6 +31,9 @@ const TTL_SECS: u64 = 3600;
 const VERSIONED: &str = "v";
 /// Versions [`VERSIONED`] keeps.
 const VERSIONS: u32 = 3;
+
+/// The block size of the `ttl` table's family and of [`VERSIONED`] (HBase's default is 64 KiB).
+const SMALL_BLOCK: u32 = 16 * 1024;
 
 /// Rows per multi-get call of the `data` table: few, so that a multi-get of a few dozen rows
 /// takes several calls.
@@ -109,6 +113,8 @@ impl Tables {
             compression: Compression::None,
             bloom: Bloom::Row,
             max_versions: 1,
+            block_size: sinks::schema::DEFAULT_BLOCK_SIZE,
+            data_block_encoding: sinks::schema::DataBlockEncoding::None,
             packed: self.packed,
             // Packed, one qualifier goes apart, as the hourly table's summary does.
             packed_apart: if self.packed { &["q2"] } else { &[] },
@@ -129,17 +135,26 @@ impl Tables {
             get_rows_per_call: ROWS_PER_CALL,
             ..spec(self.data, vec![family(None)])
         };
-        // A packed family keeps one version: only `FAMILY` follows `packed`.
+        // A packed family keeps one version: only `FAMILY` follows `packed`. Its blocks are laid
+        // out otherwise than HBase's defaults (the embedded store ignores both), as is the
+        // `ttl` table's family: every read below runs on each encoding hourglass declares.
         let versioned = FamilySpec {
             name: VERSIONED,
             max_versions: VERSIONS,
             packed: false,
             packed_apart: &[],
+            block_size: SMALL_BLOCK,
+            data_block_encoding: DataBlockEncoding::RowIndexV1,
+            ..family(Some(TTL_SECS))
+        };
+        let fast_diff = FamilySpec {
+            block_size: SMALL_BLOCK,
+            data_block_encoding: DataBlockEncoding::FastDiff,
             ..family(Some(TTL_SECS))
         };
         vec![
             data,
-            spec(self.ttl, vec![family(Some(TTL_SECS))]),
+            spec(self.ttl, vec![fast_diff]),
             spec(self.versions, vec![family(None), versioned]),
         ]
     }
@@ -1395,9 +1410,86 @@ fn hbase_conforms() {
     );
     store.admin().create_tables().expect("creating the tables");
     store.ensure_tables().expect("every table exists");
+    block_layouts_are_the_specs(&store, &tables);
     assert!(
         store.reader().stat("get_row_calls").is_some(),
         "an HBase reader counts its calls"
     );
     conforms(&store, &tables);
+}
+
+/// The tables HBase created have their specs' block sizes and encodings, and a spec that
+/// differs from an existing table in those alone keeps the table and says how to alter it.
+fn block_layouts_are_the_specs(store: &Store, tables: &Tables) {
+    let described = store
+        .admin()
+        .describe_tables()
+        .expect("describing the tables");
+    let family = |table: &str, family: &str| {
+        described
+            .iter()
+            .find(|t| t.name == table)
+            .and_then(|t| t.families.iter().find(|f| f.name == family))
+            .unwrap_or_else(|| panic!("{table} has no family {family}: {described:?}"))
+            .clone()
+    };
+    let ttl = family(tables.ttl, FAMILY);
+    assert_eq!(
+        (ttl.block_size, ttl.data_block_encoding.as_str()),
+        (SMALL_BLOCK, "FAST_DIFF")
+    );
+    let versioned = family(tables.versions, VERSIONED);
+    assert_eq!(
+        (versioned.block_size, versioned.data_block_encoding.as_str()),
+        (SMALL_BLOCK, "ROW_INDEX_V1")
+    );
+    let plain = family(tables.versions, FAMILY);
+    assert_eq!(
+        (plain.block_size, plain.data_block_encoding.as_str()),
+        (64 * 1024, "NONE")
+    );
+
+    let Some(hbase) = store.downcast_ref::<sinks::hbase::HbaseStorage>() else {
+        panic!("the HBase run opened another backend");
+    };
+    let mut specs = tables.specs();
+    let ttl_spec = specs
+        .iter_mut()
+        .find(|t| t.name == tables.ttl)
+        .expect("the ttl table's spec");
+    ttl_spec.families[0].data_block_encoding = DataBlockEncoding::None;
+    ttl_spec.families[0].block_size = 64 * 1024;
+    let again = sinks::hbase::admin::create_tables(hbase.config(), std::slice::from_ref(ttl_spec))
+        .expect("a spec that differs in block layout alone is accepted");
+    let [(
+        name,
+        Created::ExistsWithOtherStorage {
+            differences,
+            alter,
+            missing,
+            ..
+        },
+    )] = again.as_slice()
+    else {
+        panic!("{again:?}");
+    };
+    assert_eq!(name, tables.ttl);
+    assert_eq!(
+        differences,
+        &[
+            format!("family {FAMILY}: BLOCKSIZE is 16384, want 65536"),
+            format!("family {FAMILY}: DATA_BLOCK_ENCODING is FAST_DIFF, want NONE"),
+        ]
+    );
+    assert_eq!(
+        alter,
+        &[
+            format!(
+                "alter '{}', {{NAME => '{FAMILY}', BLOCKSIZE => 65536, DATA_BLOCK_ENCODING => 'NONE'}}",
+                tables.ttl
+            ),
+            format!("major_compact '{}'", tables.ttl),
+        ]
+    );
+    assert!(missing.is_empty(), "{missing:?}");
 }

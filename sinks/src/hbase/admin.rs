@@ -1,6 +1,6 @@
 //! Table admin on HBase: create tables pre-split (Thrift2), describe them, drop them.
 
-use crate::schema::{shell_string, FamilySpec, TableSpec};
+use crate::schema::{shell_string, DataBlockEncoding, FamilySpec, TableSpec, DEFAULT_BLOCK_SIZE};
 use crate::table::ScanSpec;
 use hbase_thrift::hbase::THbaseSyncClient;
 
@@ -8,8 +8,8 @@ use super::client::{Connection, Thrift1, Thrift2};
 use super::config::HbaseConfig;
 use super::retry::retrying;
 use super::thrift2::{
-    TBloomFilterType, TColumnFamilyDescriptor, TCompressionAlgorithm, TTHBaseServiceSyncClient,
-    TTableDescriptor, TTableName,
+    TBloomFilterType, TColumnFamilyDescriptor, TCompressionAlgorithm, TDataBlockEncoding,
+    TTHBaseServiceSyncClient, TTableDescriptor, TTableName,
 };
 use super::{Error, Result};
 use crate::admin::{Created, FamilyDescription, RegionDescription, TableDescription};
@@ -32,6 +32,25 @@ fn bloom_to_thrift(b: crate::schema::Bloom) -> TBloomFilterType {
     match b {
         crate::schema::Bloom::None => TBloomFilterType::NONE,
         crate::schema::Bloom::Row => TBloomFilterType::ROW,
+    }
+}
+
+fn encoding_to_thrift(e: DataBlockEncoding) -> TDataBlockEncoding {
+    match e {
+        DataBlockEncoding::None => TDataBlockEncoding::NONE,
+        DataBlockEncoding::FastDiff => TDataBlockEncoding::FAST_DIFF,
+        DataBlockEncoding::RowIndexV1 => TDataBlockEncoding::ROW_INDEX_V1,
+    }
+}
+
+fn encoding_name(e: TDataBlockEncoding) -> String {
+    match e {
+        TDataBlockEncoding::NONE => "NONE".into(),
+        TDataBlockEncoding::PREFIX => "PREFIX".into(),
+        TDataBlockEncoding::DIFF => "DIFF".into(),
+        TDataBlockEncoding::FAST_DIFF => "FAST_DIFF".into(),
+        TDataBlockEncoding::ROW_INDEX_V1 => "ROW_INDEX_V1".into(),
+        TDataBlockEncoding(other) => format!("UNKNOWN({other})"),
     }
 }
 
@@ -61,7 +80,7 @@ fn bloom_name(b: TBloomFilterType) -> String {
 /// The Thrift2 descriptor of `spec`.
 ///
 /// # Errors
-/// [`Error::IllegalArgument`] if a TTL does not fit HBase's 32-bit seconds.
+/// [`Error::IllegalArgument`] if a TTL or a block size does not fit HBase's 32-bit fields.
 fn descriptor(spec: &TableSpec) -> Result<TTableDescriptor> {
     let mut columns = Vec::with_capacity(spec.families.len());
     for f in &spec.families {
@@ -73,10 +92,20 @@ fn descriptor(spec: &TableSpec) -> Result<TTableDescriptor> {
                 message: format!("TTL {secs} s of family {} exceeds HBase's limit", f.name),
             })?,
         };
+        let block_size = i32::try_from(f.block_size).map_err(|_| Error::IllegalArgument {
+            call: "createTable",
+            table: spec.name.to_string(),
+            message: format!(
+                "block size {} of family {} exceeds HBase's limit",
+                f.block_size, f.name
+            ),
+        })?;
         columns.push(TColumnFamilyDescriptor::new(
             f.name.as_bytes().to_vec(),
+            block_size,
             bloom_to_thrift(f.bloom),
             compression_to_thrift(f.compression),
+            encoding_to_thrift(f.data_block_encoding),
             i32::try_from(f.max_versions).unwrap_or(i32::MAX),
             ttl,
         ));
@@ -94,6 +123,13 @@ fn family_from_thrift(f: &TColumnFamilyDescriptor) -> FamilyDescription {
         compression: compression_name(f.compression_type.unwrap_or(TCompressionAlgorithm::NONE)),
         bloom: bloom_name(f.bloomn_filter_type.unwrap_or(TBloomFilterType::NONE)),
         max_versions: f.max_versions.map_or(1, |v| u32::try_from(v).unwrap_or(0)),
+        // HBase's gateway always sends both; absent, they are HBase's defaults.
+        block_size: f
+            .block_size
+            .map_or(DEFAULT_BLOCK_SIZE, |b| u32::try_from(b).unwrap_or(0)),
+        data_block_encoding: encoding_name(
+            f.data_block_encoding.unwrap_or(TDataBlockEncoding::NONE),
+        ),
     }
 }
 
@@ -101,8 +137,11 @@ fn ttl_text(ttl: Option<u64>) -> String {
     ttl.map_or_else(|| "FOREVER".to_string(), |t| t.to_string())
 }
 
-/// What differs between the families hourglass wants and the ones HBase has, one
-/// `have X, want Y` phrase per attribute; empty if they match.
+/// What differs between the families hourglass wants and the ones HBase has in what a table
+/// keeps and how (TTL, versions, compression, bloom filter, the families themselves), one
+/// `have X, want Y` phrase per attribute; empty if they match. `tables create` refuses a table
+/// that differs so ([`Error::SchemaMismatch`]). The block size and data block encoding are
+/// [`storage_differences`].
 pub fn schema_differences(want: &[FamilySpec], have: &[FamilyDescription]) -> Vec<String> {
     let mut out = Vec::new();
     for w in want {
@@ -145,6 +184,61 @@ pub fn schema_differences(want: &[FamilySpec], have: &[FamilyDescription]) -> Ve
         if !want.iter().any(|w| w.name == h.name) {
             out.push(format!("unexpected family {}", h.name));
         }
+    }
+    out
+}
+
+/// What differs between the families hourglass wants and the ones HBase has in how their
+/// files are laid out (block size, data block encoding), one `have X, want Y` phrase per
+/// attribute; empty if they match. A table that differs only so stores and answers the same,
+/// so `tables create` keeps it and warns ([`Created::ExistsWithOtherStorage`]): a deployment
+/// made before a spec chose an encoding keeps working. Families missing on either side are
+/// [`schema_differences`]'.
+pub fn storage_differences(want: &[FamilySpec], have: &[FamilyDescription]) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in want {
+        let Some(h) = have.iter().find(|h| h.name == w.name) else {
+            continue;
+        };
+        if h.block_size != w.block_size {
+            out.push(format!(
+                "family {}: BLOCKSIZE is {}, want {}",
+                w.name, h.block_size, w.block_size
+            ));
+        }
+        if h.data_block_encoding != w.data_block_encoding.hbase_name() {
+            out.push(format!(
+                "family {}: DATA_BLOCK_ENCODING is {}, want {}",
+                w.name,
+                h.data_block_encoding,
+                w.data_block_encoding.hbase_name()
+            ));
+        }
+    }
+    out
+}
+
+/// The HBase shell commands that give `table`'s families in `have` the block size and data
+/// block encoding of `want`: an `alter` per family that differs, then a `major_compact`, since
+/// `alter` applies to files written after it and the compaction rewrites the others. Empty if
+/// none differs. (HBase's Thrift2 `modifyColumnFamily` does the same as the `alter`; hourglass
+/// leaves an existing table's layout to whoever runs it, as it does its splits.)
+pub fn alter_commands(table: &str, want: &[FamilySpec], have: &[FamilyDescription]) -> Vec<String> {
+    let mut out: Vec<String> = want
+        .iter()
+        .filter(|w| !storage_differences(std::slice::from_ref(w), have).is_empty())
+        .map(|w| {
+            format!(
+                "alter {}, {{NAME => '{}', BLOCKSIZE => {}, DATA_BLOCK_ENCODING => '{}'}}",
+                shell_string(table.as_bytes()),
+                w.name,
+                w.block_size,
+                w.data_block_encoding.hbase_name()
+            )
+        })
+        .collect();
+    if !out.is_empty() {
+        out.push(format!("major_compact {}", shell_string(table.as_bytes())));
     }
     out
 }
@@ -226,11 +320,13 @@ impl Admin {
         Ok(region_descriptions(regions))
     }
 
-    fn check_schema(&mut self, spec: &TableSpec) -> Result<()> {
+    /// The table's families, if they keep what `spec`'s keep (their block size and encoding
+    /// may differ).
+    fn check_schema(&mut self, spec: &TableSpec) -> Result<Vec<FamilyDescription>> {
         let have = self.families(spec.name)?;
         let differences = schema_differences(&spec.families, &have);
         if differences.is_empty() {
-            Ok(())
+            Ok(have)
         } else {
             Err(Error::SchemaMismatch {
                 table: spec.name.to_string(),
@@ -240,12 +336,21 @@ impl Admin {
         }
     }
 
-    /// What an existing table with the right schema lacks of `spec`'s split keys.
+    /// What an existing table with the right schema lacks of `spec`'s block layout and split
+    /// keys.
     fn existing(&mut self, spec: &TableSpec) -> Result<Created> {
-        self.check_schema(spec)?;
+        let have = self.check_schema(spec)?;
         let regions = self.regions(spec.name)?;
         let missing = missing_split_keys(&spec.split_keys, &regions);
-        Ok(if missing.is_empty() {
+        let differences = storage_differences(&spec.families, &have);
+        Ok(if !differences.is_empty() {
+            Created::ExistsWithOtherStorage {
+                differences,
+                alter: alter_commands(spec.name, &spec.families, &have),
+                regions: regions.len(),
+                missing,
+            }
+        } else if missing.is_empty() {
             Created::AlreadyExists
         } else {
             Created::ExistsWithOtherSplits {
@@ -391,10 +496,12 @@ pub fn recreate_if_empty(cfg: &HbaseConfig, spec: &TableSpec) -> Result<bool> {
     Ok(true)
 }
 
-/// Creates each table of `specs` with its families and split keys through the Thrift2 gateway
-/// (Thrift1's `createTable` takes no split keys). A table that already exists with the same
-/// families, TTLs, compression, bloom filters and versions is left alone, and its regions are
-/// compared with the split keys: [`Created::ExistsWithOtherSplits`] names the ones it lacks.
+/// Creates each table of `specs` with its families (block size and data block encoding
+/// included) and split keys through the Thrift2 gateway (Thrift1's `createTable` takes no split
+/// keys). A table that already exists with the same families, TTLs, compression, bloom filters
+/// and versions is left alone: [`Created::ExistsWithOtherStorage`] names another block size or
+/// encoding and the commands that change it, [`Created::ExistsWithOtherSplits`] the split keys
+/// it lacks.
 ///
 /// # Errors
 /// [`Error::SchemaMismatch`] naming what differs if a table exists with another schema; an
@@ -408,7 +515,7 @@ pub fn create_tables(cfg: &HbaseConfig, specs: &[TableSpec]) -> Result<Vec<(Stri
 }
 
 /// Describes the tables of `specs` as HBase has them: families (TTL, compression, bloom filter,
-/// versions) from Thrift2 and region boundaries from Thrift1 `getTableRegions`.
+/// versions, block size, data block encoding) from Thrift2 and region boundaries from Thrift1 `getTableRegions`.
 ///
 /// # Errors
 /// [`Error::TableNotFound`] if a table does not exist; an unreachable gateway.

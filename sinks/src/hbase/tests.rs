@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use crate::schema::{Bloom, Compression, FamilySpec};
+use crate::schema::{Bloom, Compression, DataBlockEncoding, FamilySpec, DEFAULT_BLOCK_SIZE};
 use crate::table::Cell;
 use crate::test_tables as schema;
 use hbase_thrift::hbase::{IOError, IllegalArgument};
 
-use super::admin::schema_differences;
+use super::admin::{alter_commands, schema_differences, storage_differences};
 use super::client::classify;
 use super::config::{default_thrift2, HbaseConfig, RetryPolicy};
 use super::retry::retrying;
@@ -601,6 +601,8 @@ fn described(ttl: Option<u64>, compression: &str, bloom: &str, versions: u32) ->
         compression: compression.into(),
         bloom: bloom.into(),
         max_versions: versions,
+        block_size: DEFAULT_BLOCK_SIZE,
+        data_block_encoding: "NONE".into(),
     }
 }
 
@@ -630,6 +632,8 @@ fn schema_differences_name_each_attribute() {
         compression: Compression::None,
         bloom: Bloom::None,
         max_versions: 1,
+        block_size: DEFAULT_BLOCK_SIZE,
+        data_block_encoding: DataBlockEncoding::None,
         packed: false,
         packed_apart: &[],
     }];
@@ -637,4 +641,124 @@ fn schema_differences_name_each_attribute() {
         schema_differences(&want, &[extra]),
         ["family t is missing", "unexpected family x"]
     );
+}
+
+#[test]
+fn block_layout_differences_are_apart_from_the_schema_and_say_how_to_alter() {
+    let mut want = schema::narrow_table().families;
+    want[0].block_size = 16 * 1024;
+    want[0].data_block_encoding = DataBlockEncoding::FastDiff;
+    let have = described(Some(schema::RETENTION_SECS), "SNAPPY", "ROW", 1);
+    assert!(schema_differences(&want, std::slice::from_ref(&have)).is_empty());
+    assert_eq!(
+        storage_differences(&want, std::slice::from_ref(&have)),
+        [
+            "family t: BLOCKSIZE is 65536, want 16384",
+            "family t: DATA_BLOCK_ENCODING is NONE, want FAST_DIFF",
+        ]
+    );
+    assert_eq!(
+        alter_commands("ts_metric", &want, std::slice::from_ref(&have)),
+        [
+            "alter 'ts_metric', {NAME => 't', BLOCKSIZE => 16384, DATA_BLOCK_ENCODING => 'FAST_DIFF'}",
+            "major_compact 'ts_metric'",
+        ]
+    );
+    let same = FamilyDescription {
+        block_size: 16 * 1024,
+        data_block_encoding: "FAST_DIFF".into(),
+        ..have
+    };
+    assert!(storage_differences(&want, std::slice::from_ref(&same)).is_empty());
+    assert!(alter_commands("ts_metric", &want, &[same]).is_empty());
+}
+
+/// The descriptor's fields hourglass sets, block size and data block encoding included, read
+/// back as written through Thrift's binary protocol, with HBase's field ids.
+#[test]
+fn a_family_descriptor_round_trips_through_the_binary_protocol() {
+    use super::thrift2::{
+        TBloomFilterType, TColumnFamilyDescriptor, TCompressionAlgorithm, TDataBlockEncoding,
+    };
+    use thrift::protocol::{
+        TBinaryInputProtocol, TBinaryOutputProtocol, TFieldIdentifier, TOutputProtocol,
+        TSerializable, TStructIdentifier, TType,
+    };
+
+    for encoding in [
+        TDataBlockEncoding::NONE,
+        TDataBlockEncoding::FAST_DIFF,
+        TDataBlockEncoding::ROW_INDEX_V1,
+    ] {
+        let desc = TColumnFamilyDescriptor::new(
+            b"t".to_vec(),
+            16_384,
+            TBloomFilterType::ROW,
+            TCompressionAlgorithm::SNAPPY,
+            encoding,
+            1,
+            7_776_000,
+        );
+        let mut bytes = Vec::new();
+        desc.write_to_out_protocol(&mut TBinaryOutputProtocol::new(&mut bytes, true))
+            .unwrap();
+        // Field 4 (i32 16384) and field 8 (the enum as an i32), as HBase's IDL numbers them.
+        let field = |id: u8, value: i32| {
+            let mut f = vec![8, 0, id];
+            f.extend_from_slice(&value.to_be_bytes());
+            f
+        };
+        for f in [field(4, 16_384), field(8, encoding.0)] {
+            assert!(bytes.windows(f.len()).any(|w| w == f), "{f:?} in {bytes:?}");
+        }
+        let back = TColumnFamilyDescriptor::read_from_in_protocol(&mut TBinaryInputProtocol::new(
+            &bytes[..],
+            true,
+        ))
+        .unwrap();
+        assert_eq!(back, desc);
+    }
+
+    // A descriptor as HBase sends it, with fields hourglass does not declare (7: i16
+    // dfsReplication, 14: bool blockCacheEnabled): they are skipped, the rest read.
+    let mut bytes = Vec::new();
+    {
+        let mut o = TBinaryOutputProtocol::new(&mut bytes, true);
+        o.write_struct_begin(&TStructIdentifier::new("TColumnFamilyDescriptor"))
+            .unwrap();
+        o.write_field_begin(&TFieldIdentifier::new("name", TType::String, 1))
+            .unwrap();
+        o.write_bytes(b"d").unwrap();
+        o.write_field_end().unwrap();
+        o.write_field_begin(&TFieldIdentifier::new("blockSize", TType::I32, 4))
+            .unwrap();
+        o.write_i32(65_536).unwrap();
+        o.write_field_end().unwrap();
+        o.write_field_begin(&TFieldIdentifier::new("dfsReplication", TType::I16, 7))
+            .unwrap();
+        o.write_i16(3).unwrap();
+        o.write_field_end().unwrap();
+        o.write_field_begin(&TFieldIdentifier::new("dataBlockEncoding", TType::I32, 8))
+            .unwrap();
+        o.write_i32(7).unwrap();
+        o.write_field_end().unwrap();
+        o.write_field_begin(&TFieldIdentifier::new("blockCacheEnabled", TType::Bool, 14))
+            .unwrap();
+        o.write_bool(true).unwrap();
+        o.write_field_end().unwrap();
+        o.write_field_stop().unwrap();
+        o.write_struct_end().unwrap();
+    }
+    let read = TColumnFamilyDescriptor::read_from_in_protocol(&mut TBinaryInputProtocol::new(
+        &bytes[..],
+        true,
+    ))
+    .unwrap();
+    assert_eq!(read.name, b"d");
+    assert_eq!(read.block_size, Some(65_536));
+    assert_eq!(
+        read.data_block_encoding,
+        Some(TDataBlockEncoding::ROW_INDEX_V1)
+    );
+    assert_eq!(read.compression_type, None);
 }

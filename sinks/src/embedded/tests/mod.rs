@@ -28,6 +28,8 @@ fn family(name: &'static str, ttl_secs: Option<u64>) -> FamilySpec {
         compression: Compression::None,
         bloom: Bloom::None,
         max_versions: 1,
+        block_size: crate::schema::DEFAULT_BLOCK_SIZE,
+        data_block_encoding: crate::schema::DataBlockEncoding::None,
         packed: false,
         packed_apart: &[],
     }

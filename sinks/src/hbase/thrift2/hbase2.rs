@@ -149,6 +149,66 @@ impl From<&TCompressionAlgorithm> for i32 {
 }
 
 #[derive(Copy, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+pub struct TDataBlockEncoding(pub i32);
+
+impl TDataBlockEncoding {
+  pub const NONE: TDataBlockEncoding = TDataBlockEncoding(0);
+  pub const PREFIX: TDataBlockEncoding = TDataBlockEncoding(2);
+  pub const DIFF: TDataBlockEncoding = TDataBlockEncoding(3);
+  pub const FAST_DIFF: TDataBlockEncoding = TDataBlockEncoding(4);
+  pub const ROW_INDEX_V1: TDataBlockEncoding = TDataBlockEncoding(7);
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::NONE,
+    Self::PREFIX,
+    Self::DIFF,
+    Self::FAST_DIFF,
+    Self::ROW_INDEX_V1,
+  ];
+}
+
+impl TSerializable for TDataBlockEncoding {
+  #[allow(clippy::trivially_copy_pass_by_ref)]
+  fn write_to_out_protocol(&self, o_prot: &mut dyn TOutputProtocol) -> thrift::Result<()> {
+    o_prot.write_i32(self.0)
+  }
+  fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TDataBlockEncoding> {
+    let enum_value = i_prot.read_i32()?;
+    Ok(TDataBlockEncoding::from(enum_value))
+  }
+}
+
+impl From<i32> for TDataBlockEncoding {
+  fn from(i: i32) -> Self {
+    match i {
+      0 => TDataBlockEncoding::NONE,
+      2 => TDataBlockEncoding::PREFIX,
+      3 => TDataBlockEncoding::DIFF,
+      4 => TDataBlockEncoding::FAST_DIFF,
+      7 => TDataBlockEncoding::ROW_INDEX_V1,
+      _ => TDataBlockEncoding(i)
+    }
+  }
+}
+
+impl From<&i32> for TDataBlockEncoding {
+  fn from(i: &i32) -> Self {
+    TDataBlockEncoding::from(*i)
+  }
+}
+
+impl From<TDataBlockEncoding> for i32 {
+  fn from(e: TDataBlockEncoding) -> i32 {
+    e.0
+  }
+}
+
+impl From<&TDataBlockEncoding> for i32 {
+  fn from(e: &TDataBlockEncoding) -> i32 {
+    e.0
+  }
+}
+
+#[derive(Copy, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub struct TDeleteType(pub i32);
 
 impl TDeleteType {
@@ -1144,18 +1204,22 @@ impl TSerializable for TTableName {
 #[derive(Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 pub struct TColumnFamilyDescriptor {
   pub name: Vec<u8>,
+  pub block_size: Option<i32>,
   pub bloomn_filter_type: Option<TBloomFilterType>,
   pub compression_type: Option<TCompressionAlgorithm>,
+  pub data_block_encoding: Option<TDataBlockEncoding>,
   pub max_versions: Option<i32>,
   pub time_to_live: Option<i32>,
 }
 
 impl TColumnFamilyDescriptor {
-  pub fn new<F5, F6, F10, F13>(name: Vec<u8>, bloomn_filter_type: F5, compression_type: F6, max_versions: F10, time_to_live: F13) -> TColumnFamilyDescriptor where F5: Into<Option<TBloomFilterType>>, F6: Into<Option<TCompressionAlgorithm>>, F10: Into<Option<i32>>, F13: Into<Option<i32>> {
+  pub fn new<F4, F5, F6, F8, F10, F13>(name: Vec<u8>, block_size: F4, bloomn_filter_type: F5, compression_type: F6, data_block_encoding: F8, max_versions: F10, time_to_live: F13) -> TColumnFamilyDescriptor where F4: Into<Option<i32>>, F5: Into<Option<TBloomFilterType>>, F6: Into<Option<TCompressionAlgorithm>>, F8: Into<Option<TDataBlockEncoding>>, F10: Into<Option<i32>>, F13: Into<Option<i32>> {
     TColumnFamilyDescriptor {
       name,
+      block_size: block_size.into(),
       bloomn_filter_type: bloomn_filter_type.into(),
       compression_type: compression_type.into(),
+      data_block_encoding: data_block_encoding.into(),
       max_versions: max_versions.into(),
       time_to_live: time_to_live.into(),
     }
@@ -1166,8 +1230,10 @@ impl TSerializable for TColumnFamilyDescriptor {
   fn read_from_in_protocol(i_prot: &mut dyn TInputProtocol) -> thrift::Result<TColumnFamilyDescriptor> {
     i_prot.read_struct_begin()?;
     let mut f_1: Option<Vec<u8>> = None;
+    let mut f_4: Option<i32> = None;
     let mut f_5: Option<TBloomFilterType> = None;
     let mut f_6: Option<TCompressionAlgorithm> = None;
+    let mut f_8: Option<TDataBlockEncoding> = None;
     let mut f_10: Option<i32> = None;
     let mut f_13: Option<i32> = None;
     loop {
@@ -1181,6 +1247,10 @@ impl TSerializable for TColumnFamilyDescriptor {
           let val = i_prot.read_bytes()?;
           f_1 = Some(val);
         },
+        4 => {
+          let val = i_prot.read_i32()?;
+          f_4 = Some(val);
+        },
         5 => {
           let val = TBloomFilterType::read_from_in_protocol(i_prot)?;
           f_5 = Some(val);
@@ -1188,6 +1258,10 @@ impl TSerializable for TColumnFamilyDescriptor {
         6 => {
           let val = TCompressionAlgorithm::read_from_in_protocol(i_prot)?;
           f_6 = Some(val);
+        },
+        8 => {
+          let val = TDataBlockEncoding::read_from_in_protocol(i_prot)?;
+          f_8 = Some(val);
         },
         10 => {
           let val = i_prot.read_i32()?;
@@ -1207,8 +1281,10 @@ impl TSerializable for TColumnFamilyDescriptor {
     verify_required_field_exists("TColumnFamilyDescriptor.name", &f_1)?;
     let ret = TColumnFamilyDescriptor {
       name: f_1.expect("auto-generated code should have checked for presence of required fields"),
+      block_size: f_4,
       bloomn_filter_type: f_5,
       compression_type: f_6,
+      data_block_encoding: f_8,
       max_versions: f_10,
       time_to_live: f_13,
     };
@@ -1220,6 +1296,11 @@ impl TSerializable for TColumnFamilyDescriptor {
     o_prot.write_field_begin(&TFieldIdentifier::new("name", TType::String, 1))?;
     o_prot.write_bytes(&self.name)?;
     o_prot.write_field_end()?;
+    if let Some(fld_var) = self.block_size {
+      o_prot.write_field_begin(&TFieldIdentifier::new("blockSize", TType::I32, 4))?;
+      o_prot.write_i32(fld_var)?;
+      o_prot.write_field_end()?
+    }
     if let Some(ref fld_var) = self.bloomn_filter_type {
       o_prot.write_field_begin(&TFieldIdentifier::new("bloomnFilterType", TType::I32, 5))?;
       fld_var.write_to_out_protocol(o_prot)?;
@@ -1227,6 +1308,11 @@ impl TSerializable for TColumnFamilyDescriptor {
     }
     if let Some(ref fld_var) = self.compression_type {
       o_prot.write_field_begin(&TFieldIdentifier::new("compressionType", TType::I32, 6))?;
+      fld_var.write_to_out_protocol(o_prot)?;
+      o_prot.write_field_end()?
+    }
+    if let Some(ref fld_var) = self.data_block_encoding {
+      o_prot.write_field_begin(&TFieldIdentifier::new("dataBlockEncoding", TType::I32, 8))?;
       fld_var.write_to_out_protocol(o_prot)?;
       o_prot.write_field_end()?
     }

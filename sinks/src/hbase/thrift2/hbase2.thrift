@@ -31,6 +31,14 @@ enum TCompressionAlgorithm {
   ZSTD = 6
 }
 
+enum TDataBlockEncoding {
+  NONE = 0,
+  PREFIX = 2,
+  DIFF = 3,
+  FAST_DIFF = 4,
+  ROW_INDEX_V1 = 7
+}
+
 enum TDeleteType {
   DELETE_COLUMN = 0,
   DELETE_COLUMNS = 1,
@@ -103,8 +111,10 @@ struct TTableName {
 
 struct TColumnFamilyDescriptor {
   1: required binary name
+  4: optional i32 blockSize
   5: optional TBloomFilterType bloomnFilterType
   6: optional TCompressionAlgorithm compressionType
+  8: optional TDataBlockEncoding dataBlockEncoding
   10: optional i32 maxVersions
   13: optional i32 timeToLive
 }

@@ -23,6 +23,9 @@ import org.apache.hadoop.hbase.TableName;
 import org.apache.hadoop.hbase.client.Admin;
 import org.apache.hadoop.hbase.client.BufferedMutator;
 import org.apache.hadoop.hbase.client.BufferedMutatorParams;
+import org.apache.hadoop.hbase.client.ColumnFamilyDescriptor;
+import org.apache.hadoop.hbase.client.ColumnFamilyDescriptorBuilder;
+import org.apache.hadoop.hbase.client.CompactionState;
 import org.apache.hadoop.hbase.client.Connection;
 import org.apache.hadoop.hbase.client.ConnectionFactory;
 import org.apache.hadoop.hbase.client.Put;
@@ -30,6 +33,8 @@ import org.apache.hadoop.hbase.client.Result;
 import org.apache.hadoop.hbase.client.ResultScanner;
 import org.apache.hadoop.hbase.client.Scan;
 import org.apache.hadoop.hbase.client.Table;
+import org.apache.hadoop.hbase.io.encoding.DataBlockEncoding;
+import org.apache.hadoop.hbase.util.Bytes;
 
 /**
  * The Java peer of {@code hourglass replay --hbase} (docs/BENCHMARKS.md, issue 11): the same
@@ -40,7 +45,12 @@ import org.apache.hadoop.hbase.client.Table;
  *   HbaseJava write FILE.jsonl   replay a recording into ts_metric, ts_metric_hourly, ts_room_latest
  *   HbaseJava digest [FROM_MS TO_MS]  SHA-256 over every visible cell of the three tables
  *                                     (with cell timestamps in [FROM_MS, TO_MS) if given)
- *   HbaseJava truncate           empty the three tables, keeping their region splits
+ *   HbaseJava truncate [TABLE...]  empty the tables (default the three), keeping their region splits
+ *   HbaseJava compact TABLE...   flush each table, major-compact it and wait until HBase says no
+ *                                compaction runs (for bytes-on-disk figures: bench/hbase-java/disk.sh)
+ *   HbaseJava family TABLE FAMILY ENCODING BLOCK_BYTES
+ *                                set a family's data block encoding (NONE, FAST_DIFF, ROW_INDEX_V1, …)
+ *                                and block size, for benchmarks that compare them on one table
  * </pre>
  *
  * <p>What {@code write} writes, as hourglass does: a narrow row per reading as it comes (t:v, and
@@ -65,8 +75,11 @@ public final class HbaseJava {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 1 || (args[0].equals("write") && args.length != 2)
-                || (args[0].equals("digest") && args.length != 1 && args.length != 3)) {
-            System.err.println("usage: HbaseJava write RECORDING.jsonl | digest [FROM_MS TO_MS] | truncate "
+                || (args[0].equals("digest") && args.length != 1 && args.length != 3)
+                || (args[0].equals("compact") && args.length < 2)
+                || (args[0].equals("family") && args.length != 5)) {
+            System.err.println("usage: HbaseJava write RECORDING.jsonl | digest [FROM_MS TO_MS] | truncate [TABLE...] "
+                    + "| compact TABLE... | family TABLE FAMILY ENCODING BLOCK_BYTES "
                     + "(-Dzk=HOST:PORT of HBase's ZooKeeper, default 127.0.0.1:2181; "
                     + "-Dbuffer.mb=N write buffer, default 8)");
             System.exit(2);
@@ -76,9 +89,13 @@ public final class HbaseJava {
                 case "write" -> write(conn, args[1]);
                 case "digest" -> digest(conn, args.length == 3 ? Long.parseLong(args[1]) : 0,
                         args.length == 3 ? Long.parseLong(args[2]) : Long.MAX_VALUE);
-                case "truncate" -> truncate(conn);
+                case "truncate" -> truncate(conn, args.length > 1
+                        ? Arrays.copyOfRange(args, 1, args.length) : Rows.TABLES);
+                case "compact" -> compact(conn, Arrays.copyOfRange(args, 1, args.length));
+                case "family" -> family(conn, args[1], args[2], args[3], Integer.parseInt(args[4]));
                 default -> {
-                    System.err.println("unknown mode " + args[0] + ": use write, digest or truncate");
+                    System.err.println("unknown mode " + args[0]
+                            + ": use write, digest, truncate, compact or family");
                     System.exit(2);
                 }
             }
@@ -362,10 +379,10 @@ public final class HbaseJava {
         md.update(array, offset, length);
     }
 
-    /** Empties the three tables, keeping their region boundaries (missing tables are skipped). */
-    private static void truncate(Connection conn) throws IOException {
+    /** Empties the tables, keeping their region boundaries (missing tables are skipped). */
+    private static void truncate(Connection conn, String[] tables) throws IOException {
         try (Admin admin = conn.getAdmin()) {
-            for (String name : Rows.TABLES) {
+            for (String name : tables) {
                 TableName table = TableName.valueOf(name);
                 if (!admin.tableExists(table)) {
                     continue;
@@ -375,6 +392,58 @@ public final class HbaseJava {
                 }
                 admin.truncateTable(table, true);
             }
+        }
+    }
+
+    // ------------------------------------------------------------------ compact, family
+
+    /**
+     * Flushes each table's memstores to store files, asks for a major compaction and waits until
+     * the master reports no compaction of the table (polled every second). A major compaction is
+     * queued after the call returns, so the state is polled until it has been seen running, or
+     * for 20 s if it never shows (a table already in one file per store). Prints one line per
+     * table with the seconds it took.
+     */
+    private static void compact(Connection conn, String[] tables) throws IOException, InterruptedException {
+        try (Admin admin = conn.getAdmin()) {
+            for (String name : tables) {
+                TableName table = TableName.valueOf(name);
+                long started = System.nanoTime();
+                admin.flush(table);
+                admin.majorCompact(table);
+                boolean seen = false;
+                while (true) {
+                    Thread.sleep(1000);
+                    CompactionState state = admin.getCompactionState(table);
+                    double secs = (System.nanoTime() - started) / 1e9;
+                    if (state != CompactionState.NONE) {
+                        seen = true;
+                    } else if (seen || secs > 20) {
+                        break;
+                    }
+                }
+                System.out.printf(Locale.ROOT, "{\"table\":\"%s\",\"flush_compact_s\":%.1f}%n", name,
+                        (System.nanoTime() - started) / 1e9);
+            }
+        }
+    }
+
+    /** Sets a family's data block encoding and block size (the table stays online). */
+    private static void family(Connection conn, String name, String family, String encoding, int blockBytes)
+            throws IOException {
+        try (Admin admin = conn.getAdmin()) {
+            TableName table = TableName.valueOf(name);
+            ColumnFamilyDescriptor have = admin.getDescriptor(table).getColumnFamily(Bytes.toBytes(family));
+            if (have == null) {
+                throw new IOException("table " + name + " has no family " + family);
+            }
+            admin.modifyColumnFamily(table, ColumnFamilyDescriptorBuilder.newBuilder(have)
+                    .setDataBlockEncoding(DataBlockEncoding.valueOf(encoding))
+                    .setBlocksize(blockBytes)
+                    .build());
+            ColumnFamilyDescriptor now = admin.getDescriptor(table).getColumnFamily(Bytes.toBytes(family));
+            System.out.printf(Locale.ROOT, "{\"table\":\"%s\",\"family\":\"%s\",\"encoding\":\"%s\",\"block_bytes\":%d}%n",
+                    name, family, now.getDataBlockEncoding(), now.getBlocksize());
         }
     }
 }
