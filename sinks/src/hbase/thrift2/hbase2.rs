@@ -924,7 +924,7 @@ impl Default for TScan {
       caching: Some(0),
       max_versions: Some(0),
       time_range: None,
-      filter_string: None,
+      filter_string: Some(Vec::new()),
       reversed: Some(false),
       cache_blocks: Some(false),
       limit: Some(0),

@@ -86,6 +86,7 @@ struct TScan {
   4: optional i32 caching,
   5: optional i32 maxVersions=1,
   6: optional TTimeRange timeRange,
+  7: optional binary filterString,
   11: optional bool reversed
   12: optional bool cacheBlocks
   15: optional i32 limit
