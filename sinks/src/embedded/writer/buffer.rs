@@ -256,7 +256,7 @@ fn sort_run(arena: &[u8], run: &mut [Slot], depth: usize) {
     // A key ending within the window is a prefix of any longer key with the same window (the
     // longer one's bytes past its end are zeros, as the padding): it comes first.
     let held = |slot: &Slot| (slot.key().len() - depth).min(16);
-    run.sort_unstable_by(|a, b| (a.prefix, held(a), a.start).cmp(&(b.prefix, held(b), b.start)));
+    run.sort_unstable_by_key(|s| (s.prefix, held(s), s.start));
     for equal in run.chunk_by_mut(|a, b| a.prefix == b.prefix && held(a) == held(b)) {
         // Keys that end within the window are equal, already in arrival order.
         if equal.len() > 1 && held(&equal[0]) == 16 {
