@@ -126,6 +126,63 @@ pub fn index_row(code: &str, value: &IndexValue, user: &str) -> Vec<u8> {
     row
 }
 
+/// Calls `each` with every index row of `user` having the stored cell text `cell` for `code`,
+/// a tag of `data_type`: the rows [`index_row`] makes of [`values_of_cell`]'s values, built in
+/// `scratch` (cleared first) without building the values. The job's upkeep makes a row or two
+/// per written tag, and the values' strings and the rows' vectors were most of its allocations.
+pub fn for_each_row_of_cell(
+    code: &str,
+    data_type: DataType,
+    cell: &[u8],
+    user: &str,
+    scratch: &mut Vec<u8>,
+    mut each: impl FnMut(&[u8]),
+) {
+    let Ok(text) = std::str::from_utf8(cell) else {
+        return;
+    };
+    scratch.clear();
+    scratch.extend_from_slice(code.as_bytes());
+    scratch.push(SEPARATOR);
+    let head = scratch.len();
+    let mut row = |scratch: &mut Vec<u8>, encode: &dyn Fn(&mut Vec<u8>)| {
+        scratch.truncate(head);
+        encode(scratch);
+        scratch.push(SEPARATOR);
+        scratch.extend_from_slice(user.as_bytes());
+        each(scratch);
+    };
+    match data_type {
+        DataType::Boolean => {
+            if let Ok(b) = text.parse::<bool>() {
+                row(scratch, &|out| IndexValue::Bool(b).encode_into(out));
+            }
+        }
+        DataType::Int => {
+            if let Ok(i) = text.parse::<i64>() {
+                row(scratch, &|out| IndexValue::Int(i).encode_into(out));
+            }
+        }
+        DataType::Float => {
+            if let Some(f) = text.parse::<f64>().ok().filter(|f| f.is_finite()) {
+                row(scratch, &|out| IndexValue::Float(f).encode_into(out));
+            }
+        }
+        DataType::String => row(scratch, &|out| {
+            out.push(b'S');
+            percent(out, text);
+        }),
+        DataType::MultiValue => {
+            for element in serde_json::from_str::<Vec<String>>(text).unwrap_or_default() {
+                row(scratch, &|out| {
+                    out.push(b'M');
+                    percent(out, &element);
+                });
+            }
+        }
+    }
+}
+
 /// The prefix of every row of `code` with `value`: `<code>_<mark><value>_`.
 pub fn value_prefix(code: &str, value: &IndexValue) -> Vec<u8> {
     let mut row = code_key(code);
@@ -423,6 +480,31 @@ mod tests {
             prop_assert!(in_range(&row, &code_range(&code)));
             prop_assert!(row.starts_with(&value_prefix(&code, &v)));
             prop_assert_eq!(index_row_user(&row), Some(user.as_str()));
+        }
+
+        #[test]
+        fn a_cells_rows_are_those_of_its_values(
+            code in "[a-z][a-z0-9_]{0,10}",
+            cell in prop_oneof![
+                any::<bool>().prop_map(|b| b.to_string()),
+                any::<i64>().prop_map(|i| i.to_string()),
+                any::<f64>().prop_map(|f| f.to_string()),
+                Just("inf".to_string()),
+                any::<String>(),
+                proptest::collection::vec("[a-z_ %é]{0,4}", 0..4)
+                    .prop_map(|v| serde_json::to_string(&v).unwrap()),
+            ],
+            user in "[A-Za-z0-9.:-]{1,20}",
+        ) {
+            for data_type in [DataType::Boolean, DataType::Int, DataType::Float, DataType::String, DataType::MultiValue] {
+                let want: Vec<Vec<u8>> = values_of_cell(data_type, cell.as_bytes())
+                    .iter()
+                    .map(|v| index_row(&code, v, &user))
+                    .collect();
+                let mut got = Vec::new();
+                for_each_row_of_cell(&code, data_type, cell.as_bytes(), &user, &mut Vec::new(), |r| got.push(r.to_vec()));
+                prop_assert_eq!(got, want, "{:?}", data_type);
+            }
         }
 
         #[test]

@@ -26,16 +26,110 @@
 
 use sinks::table::{Cell, Mutation, ScanSpec, TableReader, TableWriter};
 
-use super::index::{
-    code_range, index_row, values_of_cell, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER,
-};
+use super::index::{code_range, for_each_row_of_cell, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER};
 use super::INDEX_TABLE;
 use crate::tag::DataType;
 
 /// A tag's value as stored: its stamp (ms) and cell text.
 pub type Stored<'a> = Option<(i64, &'a [u8])>;
 
-/// Appends to `out` the index mutations of writing `cell` (qualifier = tag code) for `user`,
+/// One entry version put or retracted, its row in [`Changes::rows`].
+#[derive(Debug, Clone, Copy)]
+struct Change {
+    start: u32,
+    end: u32,
+    ts_ms: i64,
+    put: bool,
+}
+
+/// The index changes of a batch of writes, as [`changes`] appends them: the rows in one byte
+/// buffer, no mutation built until [`Changes::net`] has dropped the ones a later change undoes.
+#[derive(Debug, Default)]
+pub struct Changes {
+    rows: Vec<u8>,
+    changes: Vec<Change>,
+    scratch: Vec<u8>,
+}
+
+impl Changes {
+    /// Whether no change was appended since the last [`Changes::net`].
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    fn push(&mut self, row: &[u8], ts_ms: i64, put: bool) {
+        let start = self.rows.len();
+        self.rows.extend_from_slice(row);
+        // Rows are a batch's, far below 4 GiB; a longer buffer would only mis-net, never panic.
+        let offset = |at: usize| u32::try_from(at).unwrap_or(u32::MAX);
+        self.changes.push(Change {
+            start: offset(start),
+            end: offset(self.rows.len()),
+            ts_ms,
+            put,
+        });
+    }
+
+    fn row(&self, c: &Change) -> &[u8] {
+        self.rows
+            .get(c.start as usize..c.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The changes' mutations as their net effect per entry version (row and stamp): the last
+    /// of a version's puts and retractions. An entry put then retracted in one batch is not
+    /// written; one retracted then put again is put. So no version is both put and deleted in
+    /// a batch, which HBase, where a deleted version hides a put of it whatever their order,
+    /// needs. The retractions come first, then the puts, each in row order. Empties `self`.
+    pub fn net(&mut self) -> Vec<Mutation> {
+        // By version, in the order they were appended among a version's changes (stable).
+        let mut order: Vec<u32> =
+            (0..u32::try_from(self.changes.len()).unwrap_or(u32::MAX)).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&self.changes[a as usize], &self.changes[b as usize]);
+            self.row(a).cmp(self.row(b)).then(a.ts_ms.cmp(&b.ts_ms))
+        });
+        let mut last: Vec<&Change> = Vec::with_capacity(order.len());
+        for &i in &order {
+            let c = &self.changes[i as usize];
+            match last.last_mut() {
+                Some(l) if l.ts_ms == c.ts_ms && self.row(l) == self.row(c) => *l = c,
+                _ => last.push(c),
+            }
+        }
+        let mut out = Vec::with_capacity(last.len());
+        for put in [false, true] {
+            for c in last.iter().filter(|c| c.put == put) {
+                let row = self.row(c).to_vec();
+                out.push(if put {
+                    Mutation::Put {
+                        table: INDEX_TABLE,
+                        row,
+                        cells: vec![Cell {
+                            family: INDEX_FAMILY.to_string(),
+                            qualifier: INDEX_QUALIFIER.to_vec(),
+                            ts_ms: c.ts_ms,
+                            value: INDEX_CELL.to_vec(),
+                        }],
+                    }
+                } else {
+                    Mutation::DeleteVersion {
+                        table: INDEX_TABLE,
+                        row,
+                        family: INDEX_FAMILY.to_string(),
+                        qualifier: INDEX_QUALIFIER.to_vec(),
+                        ts_ms: c.ts_ms,
+                    }
+                });
+            }
+        }
+        self.rows.clear();
+        self.changes.clear();
+        out
+    }
+}
+
+/// Appends to `out` the index changes of writing `cell` (qualifier = tag code) for `user`,
 /// whose stored value is `old`, for a tag of `data_type`. Returns whether the written value is
 /// now the newest (so later writes of the same flush compare with it).
 pub fn changes(
@@ -44,36 +138,23 @@ pub fn changes(
     data_type: DataType,
     cell: &Cell,
     old: Stored<'_>,
-    out: &mut Vec<Mutation>,
+    out: &mut Changes,
 ) -> bool {
+    let mut scratch = std::mem::take(&mut out.scratch);
     match old {
         Some((ts, _)) if cell.ts_ms < ts => return false,
         Some((ts, value)) if ts == cell.ts_ms && value == cell.value.as_slice() => return true,
         Some((ts, value)) => {
-            for e in values_of_cell(data_type, value) {
-                out.push(Mutation::DeleteVersion {
-                    table: INDEX_TABLE,
-                    row: index_row(code, &e, user),
-                    family: INDEX_FAMILY.to_string(),
-                    qualifier: INDEX_QUALIFIER.to_vec(),
-                    ts_ms: ts,
-                });
-            }
+            for_each_row_of_cell(code, data_type, value, user, &mut scratch, |row| {
+                out.push(row, ts, false);
+            });
         }
         None => {}
     }
-    for e in values_of_cell(data_type, &cell.value) {
-        out.push(Mutation::Put {
-            table: INDEX_TABLE,
-            row: index_row(code, &e, user),
-            cells: vec![Cell {
-                family: INDEX_FAMILY.to_string(),
-                qualifier: INDEX_QUALIFIER.to_vec(),
-                ts_ms: cell.ts_ms,
-                value: INDEX_CELL.to_vec(),
-            }],
-        });
-    }
+    for_each_row_of_cell(code, data_type, &cell.value, user, &mut scratch, |row| {
+        out.push(row, cell.ts_ms, true);
+    });
+    out.scratch = scratch;
     true
 }
 
@@ -134,11 +215,15 @@ mod tests {
         }
     }
 
-    /// The mutations as `+row@ts` / `-row@ts`.
+    /// The changes as `+row@ts` / `-row@ts`, retractions first.
     fn run(dt: DataType, new: Cell, old: Stored<'_>) -> (bool, Vec<String>) {
-        let mut out = Vec::new();
+        let mut out = Changes::default();
         let newest = changes("u1", "dim_x", dt, &new, old, &mut out);
-        let shown = out
+        (newest, shown(&out.net()))
+    }
+
+    fn shown(mutations: &[Mutation]) -> Vec<String> {
+        mutations
             .iter()
             .map(|m| match m {
                 Mutation::Put { row, cells, .. } => {
@@ -149,8 +234,31 @@ mod tests {
                 }
                 other => format!("{other:?}"),
             })
-            .collect();
-        (newest, shown)
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_nets_to_the_last_change_of_each_version_retractions_first() {
+        let mut c = Changes::default();
+        for (row, ts, put) in [
+            ("a", 5, false),
+            ("b", 10, true),
+            ("c", 10, true),
+            ("b", 10, false),
+            ("a", 20, true),
+            ("d", 3, false),
+            ("e", 7, false),
+            ("e", 7, true),
+            ("c", 9, true),
+        ] {
+            c.push(row.as_bytes(), ts, put);
+        }
+        assert_eq!(
+            shown(&c.net()),
+            ["-a@5", "-b@10", "-d@3", "+a@20", "+c@9", "+c@10", "+e@7"]
+        );
+        assert!(c.is_empty());
+        assert!(c.net().is_empty());
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub struct Limits {
 /// limits.
 ///
 /// Off by default, for now: on the embedded store the job's upkeep of the index costs about
-/// twice its CPU (a replay of 300k events of 1M users: 6.8–9.1 CPU s against 3.4–4.1; the
+/// 1.6–1.8× its CPU (a replay of 300k events of 1M users: 6.7–6.8 CPU s against 3.8–4.3; the
 /// issue asks 1.2×), though a retraction reads nothing (the delete of its entry's one version)
 /// and each worker reads a user's row at most once, remembering its values (`cache_mib`). Turn
 /// it on where audience queries are needed, from the job's first run: one left off while the

@@ -38,7 +38,7 @@ use quick_cache::unsync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
 use sinks::table::{Mutation, Row, ScanSpec, TableReader};
 
-use crate::audience::maintain::changes;
+use crate::audience::maintain::{changes, Changes};
 use crate::key::parse_profile_row;
 use crate::merge::FastMap;
 use crate::registry::{RegistryUrl, TagRegistry};
@@ -176,6 +176,8 @@ pub(crate) struct IndexingWriter<W> {
     first_load: Option<bool>,
     /// The users `cache` evicted.
     evicted: Evicted,
+    /// The index changes of the batch being written.
+    changes: Changes,
     control: Arc<JobControl>,
 }
 
@@ -209,6 +211,7 @@ impl<W> IndexingWriter<W> {
             ),
             first_load: None,
             evicted: Evicted::default(),
+            changes: Changes::default(),
             control,
         }
     }
@@ -271,9 +274,8 @@ impl<W> IndexingWriter<W> {
                 _ => None,
             })
             .collect();
-        let mut out = Vec::new();
         let Some(reader) = self.reader.clone().filter(|_| !puts.is_empty()) else {
-            return Ok(out);
+            return Ok(Vec::new());
         };
         let first_load = match self.first_load {
             Some(empty) => empty,
@@ -313,61 +315,34 @@ impl<W> IndexingWriter<W> {
                 self.pending.insert((*user).to_string(), known);
             }
         }
+        let mut ids = Vec::new();
         for (user, _, cells) in puts {
+            // The cells' codes first: `known` borrows `self`.
+            ids.clear();
             for cell in cells {
-                let Ok(code) = std::str::from_utf8(&cell.qualifier) else {
+                let code = std::str::from_utf8(&cell.qualifier).ok();
+                ids.push(code.and_then(|c| Some((c, self.code(c)?))));
+            }
+            let known = match self.pending.get_mut(user) {
+                Some(known) => known,
+                None => self.pending.entry(user.to_string()).or_default(),
+            };
+            for (cell, id) in cells.iter().zip(&ids) {
+                let Some((code, (id, data_type))) = *id else {
                     continue;
                 };
-                let Some((id, data_type)) = self.code(code) else {
-                    continue;
-                };
-                let known = self.pending.entry(user.to_string()).or_default();
                 // A remembered value written again at its stamp: its entry is put again.
                 let stored = known.get(id);
                 let again = known.remembered
                     && stored.is_some_and(|(ts, v)| v == cell.value.as_slice() && cell.ts_ms == ts);
                 let old = if again { None } else { stored };
-                if changes(user, code, data_type, cell, old, &mut out) {
+                if changes(user, code, data_type, cell, old, &mut self.changes) {
                     known.set(id, cell.ts_ms, &cell.value);
                 }
             }
         }
-        Ok(net(out))
+        Ok(self.changes.net())
     }
-}
-
-/// `changes`'s mutations of a batch as their net effect per index entry version (row and
-/// stamp): the last of a version's puts and deletes, the deletes first. An entry put then
-/// retracted in one batch is not written; one retracted then put again is put. So no version is
-/// both put and deleted in a batch, which HBase, where a deleted version hides a put of it
-/// whatever their order, needs.
-fn net(out: Vec<Mutation>) -> Vec<Mutation> {
-    // Per version: its last mutation.
-    let mut last: FastMap<(Vec<u8>, i64), Mutation> = FastMap::default();
-    let mut order: Vec<(Vec<u8>, i64)> = Vec::new();
-    for m in out {
-        let version = match &m {
-            Mutation::Put { row, cells, .. } => {
-                (row.clone(), cells.first().map_or(i64::MIN, |c| c.ts_ms))
-            }
-            Mutation::DeleteVersion { row, ts_ms, .. }
-            | Mutation::DeleteRow { row, ts_ms, .. }
-            | Mutation::DeleteColumn { row, ts_ms, .. } => (row.clone(), *ts_ms),
-        };
-        if last.insert(version.clone(), m).is_none() {
-            order.push(version);
-        }
-    }
-    let (mut deletes, mut puts) = (Vec::new(), Vec::new());
-    for version in order {
-        match last.remove(&version) {
-            Some(put @ Mutation::Put { .. }) => puts.push(put),
-            Some(delete) => deletes.push(delete),
-            None => {}
-        }
-    }
-    deletes.extend(puts);
-    deletes
 }
 
 impl<W: BatchWriter<Mutation, Error = sinks::Error>> BatchWriter<Mutation> for IndexingWriter<W> {
@@ -628,53 +603,5 @@ mod tests {
         w.write(vec![put("u1", 20, "hz")]).unwrap();
         w.flush().unwrap();
         assert_eq!(entries(&f.store), ["dim_city_Shz_u1"]);
-    }
-
-    fn entry(row: &str, ts_ms: i64) -> Mutation {
-        Mutation::Put {
-            table: INDEX_TABLE,
-            row: row.as_bytes().to_vec(),
-            cells: vec![Cell {
-                family: "i".into(),
-                qualifier: b"u".to_vec(),
-                ts_ms,
-                value: b"1".to_vec(),
-            }],
-        }
-    }
-
-    fn retract(row: &str, ts_ms: i64) -> Mutation {
-        Mutation::DeleteVersion {
-            table: INDEX_TABLE,
-            row: row.as_bytes().to_vec(),
-            family: "i".into(),
-            qualifier: b"u".to_vec(),
-            ts_ms,
-        }
-    }
-
-    #[test]
-    fn a_batch_nets_to_the_last_mutation_of_each_version_deletes_first() {
-        let got = net(vec![
-            retract("a", 5),
-            entry("b", 10),
-            entry("c", 10),
-            retract("b", 10),
-            entry("a", 20),
-            retract("d", 3),
-            retract("e", 7),
-            entry("e", 7),
-        ]);
-        assert_eq!(
-            got,
-            [
-                retract("a", 5),
-                retract("b", 10),
-                retract("d", 3),
-                entry("c", 10),
-                entry("a", 20),
-                entry("e", 7)
-            ]
-        );
     }
 }

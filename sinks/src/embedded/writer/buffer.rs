@@ -214,7 +214,7 @@ impl Pending {
                 }
             }
             if !in_order {
-                run.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.start.cmp(&b.start)));
+                sort_run(arena, run, 0);
                 repeated |= run.windows(2).any(|pair| key(&pair[0]) == key(&pair[1]));
             }
         }
@@ -234,6 +234,34 @@ impl Pending {
         self.cells.clear();
         self.removals = 0;
         (self.lo, self.hi) = (i64::MAX, i64::MIN);
+    }
+}
+
+/// Sorts `run`, cells whose keys are equal in their first `depth` bytes and no shorter, by
+/// key, in arrival order among equal keys: each slot's `prefix` is replaced by its key's 16
+/// bytes from `depth` (zero-padded), the run sorted by those and by how many of them the key
+/// has, and each run of keys equal in all 16 refined in turn. An index's keys share their first
+/// 16 bytes by the thousand (`<tag code>_<mark>`), and a sort comparing them whole read each
+/// key from the arena about log2(run) times. Equal keys keep equal prefixes, which
+/// [`Pending::sorted`]'s check for repeats needs.
+fn sort_run(arena: &[u8], run: &mut [Slot], depth: usize) {
+    if run.len() < 8 {
+        let key = |slot: &Slot| &arena[slot.key()];
+        run.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.start.cmp(&b.start)));
+        return;
+    }
+    for slot in run.iter_mut() {
+        slot.prefix = Slot::prefix_of(&arena[slot.start as usize + depth..slot.key_end as usize]);
+    }
+    // A key ending within the window is a prefix of any longer key with the same window (the
+    // longer one's bytes past its end are zeros, as the padding): it comes first.
+    let held = |slot: &Slot| (slot.key().len() - depth).min(16);
+    run.sort_unstable_by_key(|s| (s.prefix, held(s), s.start));
+    for equal in run.chunk_by_mut(|a, b| a.prefix == b.prefix && held(a) == held(b)) {
+        // Keys that end within the window are equal, already in arrival order.
+        if equal.len() > 1 && held(&equal[0]) == 16 {
+            sort_run(arena, equal, depth + 16);
+        }
     }
 }
 
