@@ -4,7 +4,9 @@
 //! `cargo run -p hourglass-sinks --example series_runs -- STORE_DIR [TABLE]` (default
 //! `ts_metric`). It opens a copy of the store's directory (fjall replays its journal, which
 //! would change the original) and reads the keys of `#series#TABLE`: `partition (8) ‖ bucket
-//! (2) ‖ seq (8)`, a 10-byte key being a partition's marker (never merged).
+//! (2) ‖ seq (8)`, a 10-byte key being a partition's marker (never merged). Then it compacts
+//! the copy's series keyspace whole and prints its disk bytes before and after: runs a merge
+//! replaced stay on disk, shadowed, until compactions reach them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -59,5 +61,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if *marked { ", marked" } else { "" }
         );
     }
+    let before = keyspace.disk_space();
+    keyspace.rotate_memtable_and_wait()?;
+    keyspace.major_compact()?;
+    println!(
+        "#series#{table} on disk: {before} bytes, {} after a major compaction",
+        keyspace.disk_space()
+    );
+    let before = keyspace.disk_space();
+    keyspace.rotate_memtable_and_wait()?;
+    keyspace.major_compact()?;
+    println!(
+        "#series#{table} on disk: {before} bytes, {} after a major compaction",
+        keyspace.disk_space()
+    );
     Ok(())
 }
