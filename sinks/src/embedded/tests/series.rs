@@ -9,7 +9,7 @@ use crate::schema::SeriesLayout;
 use crate::table::TableReader;
 
 /// Rows `<series>/<second:10>`; `v` a double as Rust prints it, `x` any text.
-pub(super) const LAYOUT: SeriesLayout = SeriesLayout {
+const LAYOUT: SeriesLayout = SeriesLayout {
     name: "test-v1",
     split: |row| {
         let text = std::str::from_utf8(row).ok()?;
@@ -28,7 +28,7 @@ pub(super) const LAYOUT: SeriesLayout = SeriesLayout {
     extra: b"x",
 };
 
-pub(super) fn series_table() -> TableSpec {
+fn series_table() -> TableSpec {
     let mut spec = table_with(true);
     spec.key = spec.key.with_series(LAYOUT);
     spec

@@ -8,7 +8,8 @@ use crate::Result;
 use std::collections::HashMap;
 
 impl EmbeddedWriter {
-    /// Commits the queued batch, if any, with the series points buffered so far sealed into it.
+    /// Commits the queued batch, if any, with the series points buffered so far sealed into it;
+    /// then registers the sealed runs and merges those that make a full group (`settle_series`).
     pub(super) fn commit(&mut self) -> Result<()> {
         // On an error, what was sealed stays in the batch for the next commit, its seqs held.
         self.seal_all_series()?;
