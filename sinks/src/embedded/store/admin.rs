@@ -110,6 +110,15 @@ impl EmbeddedStore {
                 .major_compact()
                 .map_err(|e| inner.fjall_error("major compaction", e))?;
         }
+        if let Some(runs) = &t.series {
+            // Runs a merge replaced, and points deletes rewrote, stay on disk until then.
+            runs.keyspace
+                .rotate_memtable_and_wait()
+                .map_err(|e| inner.fjall_error("major compaction", e))?;
+            runs.keyspace
+                .major_compact()
+                .map_err(|e| inner.fjall_error("major compaction", e))?;
+        }
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use super::ttl::Clock;
 use super::StoreError;
 use crate::{Error, Result};
 use fjall::{Database, Keyspace, PersistMode};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,9 @@ pub(crate) struct Inner {
     /// Seqs below this are recorded as handed out ([`SEQ_KEY`]); passing it takes `seq_lock`.
     seq_reserved: AtomicU64,
     seq_lock: Mutex<()>,
+    /// Seqs of series runs sealed into a writer's batch that is not committed yet
+    /// ([`Inner::next_series_seq`]); the lowest bounds what merges may take.
+    series_pending: Mutex<BTreeSet<u64>>,
     pub(crate) now_ms: Clock,
     /// What opening dropped from the journals.
     pub(crate) dropped: Vec<JournalDamage>,
@@ -105,6 +109,46 @@ impl Inner {
             }
         }
         Ok(seq)
+    }
+
+    /// A seq for a series run (see [`Inner::next_seq`]), held as not committed until the
+    /// writer gives it up with [`Inner::settle_series_seqs`] once its batch is committed or
+    /// failed. Taken and held under one lock, so [`Inner::merge_watermark`] never misses one.
+    pub(crate) fn next_series_seq(&self) -> Result<u64> {
+        let mut pending = self
+            .series_pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let seq = self.next_seq()?;
+        pending.insert(seq);
+        Ok(seq)
+    }
+
+    /// Gives up seqs of [`Inner::next_series_seq`]: their runs are committed (and registered
+    /// for merges) or never will be.
+    pub(crate) fn settle_series_seqs(&self, seqs: &[u64]) {
+        if seqs.is_empty() {
+            return;
+        }
+        let mut pending = self
+            .series_pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for seq in seqs {
+            pending.remove(seq);
+        }
+    }
+
+    /// The lowest seq whose series run may still be committed: the lowest held by a writer, or
+    /// the next to be given. Every series run below it is committed, so merges take only runs
+    /// below it.
+    pub(crate) fn merge_watermark(&self) -> u64 {
+        let pending = self
+            .series_pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let next = self.seq.load(Ordering::SeqCst);
+        pending.first().copied().map_or(next, |held| held.min(next))
     }
 }
 

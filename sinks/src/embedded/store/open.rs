@@ -354,6 +354,7 @@ impl EmbeddedStore {
                 seq: AtomicU64::new(seq),
                 seq_reserved: AtomicU64::new(seq),
                 seq_lock: Mutex::new(()),
+                series_pending: Mutex::new(std::collections::BTreeSet::new()),
                 now_ms,
                 dropped,
                 absent,

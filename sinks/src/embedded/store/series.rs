@@ -6,9 +6,10 @@ use crate::embedded::codec;
 use crate::embedded::series::{self, Point};
 use crate::schema::SeriesLayout;
 use crate::table::TimeRange;
-use fjall::{Keyspace, KvPair, OwnedWriteBatch, Slice};
-use std::collections::BTreeSet;
-use std::sync::{PoisonError, RwLock};
+use fjall::{Database, Keyspace, KvPair, OwnedWriteBatch, PersistMode, Slice};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// A time partition's width: an hour of cell stamps. Whole partitions go at the TTL.
@@ -20,6 +21,20 @@ pub(crate) const BUCKETS: u64 = 64;
 
 /// Bytes of a run key: partition (8), bucket (2), seq (8).
 const RUN_KEY: usize = 18;
+
+/// Runs of one (partition, bucket) merged at once: when the newest mergeable runs include
+/// this many of one level, they become one run of the next level (a run sealed by a writer is
+/// level 0), so a point is rewritten about log_8 of its bucket's runs times.
+pub(crate) const MERGE_FANIN: usize = 8;
+
+/// A partition is closed, and its buckets' runs merged whole, once a run is sealed into a
+/// partition this many hours newer.
+pub(crate) const CLOSE_AFTER: i64 = 2;
+
+/// The bucket bytes of a partition's marker key (`partition ‖ 0xFFFF`, after its runs): the
+/// partition holds generic key-values of the layout's family, or had points deleted, so its
+/// runs are never merged. No bucket reaches it ([`BUCKETS`]).
+const MARKER_BUCKET: [u8; 2] = [0xFF, 0xFF];
 
 /// The name of the keyspace of `table`'s series runs. `#` starts no generation's name.
 pub(crate) fn keyspace_name(table: &str) -> String {
@@ -51,6 +66,26 @@ pub(crate) fn run_key(partition: i64, bucket: u16, seq: u64) -> [u8; RUN_KEY] {
     key
 }
 
+/// The marker key of `partition` (see [`MARKER_BUCKET`]).
+fn marker_key(partition: i64) -> [u8; 10] {
+    let mut key = [0; 10];
+    key[..8].copy_from_slice(&partition_bytes(partition));
+    key[8..].copy_from_slice(&MARKER_BUCKET);
+    key
+}
+
+/// Whether `key` is a partition's marker key.
+fn is_marker(key: &[u8]) -> bool {
+    key.len() == 10 && key[8..] == MARKER_BUCKET
+}
+
+/// The partition of a key of the series keyspace (at least 8 bytes long).
+fn partition_of_key(key: &[u8]) -> i64 {
+    let mut bytes = [0; 8];
+    bytes.copy_from_slice(&key[..8]);
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
 /// `(partition, bucket, seq)` of a run key; `None` if it is not one.
 fn parse_run_key(key: &[u8]) -> Option<(i64, u16, u64)> {
     let key: &[u8; RUN_KEY] = key.try_into().ok()?;
@@ -60,12 +95,52 @@ fn parse_run_key(key: &[u8]) -> Option<(i64, u16, u64)> {
     Some((partition as i64, bucket, seq))
 }
 
+/// A committed run as the merge policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunInfo {
+    seq: u64,
+    /// 0 for a run a writer sealed (or found on disk); a merge of runs of level `l` is `l + 1`.
+    level: u8,
+}
+
+/// A run a writer sealed into its batch: registered with [`SeriesTable::register`] once the
+/// batch is committed, then offered to [`SeriesTable::merge`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SealedRun {
+    pub(crate) partition: i64,
+    pub(crate) bucket: u16,
+    pub(crate) seq: u64,
+}
+
 /// A table's series runs.
 pub(crate) struct SeriesTable {
     pub(crate) layout: SeriesLayout,
     pub(crate) keyspace: Keyspace,
-    /// The partitions that hold runs.
+    /// The partitions that hold runs (or a marker).
     partitions: RwLock<BTreeSet<i64>>,
+    /// The partitions that are never merged ([`MARKER_BUCKET`]), as their marker keys say.
+    marked: RwLock<BTreeSet<i64>>,
+    /// Per (partition, bucket) a writer of this process sealed runs into: its committed runs by
+    /// seq, loaded from the keyspace when first touched. Forgotten when the partition is closed.
+    index: Mutex<HashMap<(i64, u16), Vec<RunInfo>>>,
+    /// Held by a merge from choosing its runs until its batch is committed, and by whoever
+    /// marks a partition or queues rewrites or removals of its runs (deletes, expiry), so
+    /// that none of them acts on runs a merge is replacing.
+    merging: Mutex<()>,
+    /// The newest partition a run was sealed into by this process: partitions
+    /// [`CLOSE_AFTER`] older are closed.
+    newest: AtomicI64,
+}
+
+/// What a merge needs from the store.
+pub(crate) struct MergeContext<'a> {
+    pub(crate) db: &'a Database,
+    /// The lowest seq that may still be committed ([`super::Inner::merge_watermark`]): runs at
+    /// or above it are not merged.
+    pub(crate) watermark: &'a dyn Fn() -> u64,
+    /// The family's TTL and the clock: a partition past it is left to `drop_expired`.
+    pub(crate) ttl_ms: Option<i64>,
+    pub(crate) now_ms: i64,
 }
 
 /// A damaged run, as the fjall error that reads carry.
@@ -80,14 +155,22 @@ impl SeriesTable {
     /// The runs of `keyspace`, their partitions found by one seek each.
     pub(crate) fn open(layout: SeriesLayout, keyspace: Keyspace) -> fjall::Result<Self> {
         let mut partitions = BTreeSet::new();
+        let mut marked = BTreeSet::new();
         let mut from = [0u8; 8];
         loop {
             let Some(first) = keyspace.range(from.as_slice()..).next() else {
                 break;
             };
             let key = first.key()?;
-            let (partition, _, _) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
+            let partition = match parse_run_key(&key) {
+                Some((partition, _, _)) => partition,
+                None if is_marker(&key) => partition_of_key(&key),
+                None => return Err(damaged("key")),
+            };
             partitions.insert(partition);
+            if keyspace.contains_key(marker_key(partition))? {
+                marked.insert(partition);
+            }
             if partition == i64::MAX {
                 break;
             }
@@ -97,6 +180,10 @@ impl SeriesTable {
             layout,
             keyspace,
             partitions: RwLock::new(partitions),
+            marked: RwLock::new(marked),
+            index: Mutex::new(HashMap::new()),
+            merging: Mutex::new(()),
+            newest: AtomicI64::new(i64::MIN),
         })
     }
 
@@ -127,13 +214,68 @@ impl SeriesTable {
         held.insert(partition);
     }
 
-    /// Forgets `partition` (its runs were dropped).
-    pub(crate) fn forget_partition(&self, partition: i64) {
+    /// Forgets `partition` (its runs were dropped): its runs, mark and merge index.
+    fn forget_partition(&self, partition: i64) {
         let mut held = self
             .partitions
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         held.remove(&partition);
+        drop(held);
+        self.marked
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&partition);
+        self.index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(p, _), _| *p != partition);
+    }
+
+    /// Whether `partition` is marked never to be merged.
+    pub(crate) fn is_marked(&self, partition: i64) -> bool {
+        let marked = self.marked.read().unwrap_or_else(PoisonError::into_inner);
+        marked.contains(&partition)
+    }
+
+    /// Marks the partition of `row`'s stamp (if the row splits) never to be merged, in memory
+    /// and on disk (its marker key, synced), before the caller writes a generic key-value of
+    /// the layout's family for the row: a merge of runs on either side of its seq would reorder
+    /// them. A merge holds [`SeriesTable::merging`] while it checks the mark, and this takes it
+    /// to set one, so a merge either finished before or sees the mark.
+    pub(crate) fn mark_row(&self, row: &[u8], db: &Database) -> fjall::Result<()> {
+        let Some(partition) = self.partition_of_row(row) else {
+            return Ok(());
+        };
+        if self.is_marked(partition) {
+            return Ok(());
+        }
+        let _held = self.merging.lock().unwrap_or_else(PoisonError::into_inner);
+        self.mark_held(partition, db)
+    }
+
+    /// [`SeriesTable::mark_row`] for a partition, with [`SeriesTable::merging`] held.
+    fn mark_held(&self, partition: i64, db: &Database) -> fjall::Result<()> {
+        if self.is_marked(partition) {
+            return Ok(());
+        }
+        // Once a partition is marked in a process it is never merged; the marker must be on
+        // disk before the generic key-value it guards, which may be ingested (not journaled)
+        // before the writer's batch is committed. One sync per partition ever marked.
+        self.keyspace.insert(marker_key(partition), [])?;
+        db.persist(PersistMode::SyncAll)?;
+        self.add_partition(partition);
+        self.marked
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(partition);
+        Ok(())
+    }
+
+    /// The partition of a row's point, if the row splits into one.
+    fn partition_of_row(&self, row: &[u8]) -> Option<i64> {
+        let (_, ts) = (self.layout.split)(row)?;
+        Some(partition_of(ts.checked_mul(self.layout.unit_ms)?))
     }
 
     /// The runs of `partition` (of one bucket if given): `(key, seq, points)`.
@@ -149,6 +291,9 @@ impl SeriesTable {
         let mut out = Vec::new();
         for item in self.keyspace.prefix(&prefix) {
             let (key, value) = item.into_inner()?;
+            if is_marker(&key) {
+                continue;
+            }
             let (_, _, seq) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
             let points = series::decode(&value).map_err(damaged)?;
             out.push((key, seq, points));
@@ -250,9 +395,15 @@ impl SeriesTable {
 
     /// Queues in `batch` the removal of `row`'s point from every run holding it (each run
     /// rewritten without it, or removed when it held nothing else); whether any held it.
+    ///
+    /// The row's partition is marked first ([`SeriesTable::mark_row`]) and the runs read with
+    /// [`SeriesTable::merging`] held: the rewrites, committed later, replace runs no merge will
+    /// have replaced, and the caller's write-back of the row's surviving cells (a generic put)
+    /// is ordered against runs that stay as they are.
     pub(crate) fn remove_point(
         &self,
         row: &[u8],
+        db: &Database,
         batch: &mut OwnedWriteBatch,
     ) -> fjall::Result<bool> {
         let Some((series, ts)) = (self.layout.split)(row) else {
@@ -262,6 +413,8 @@ impl SeriesTable {
             return Ok(false);
         };
         let partition = partition_of(stamp);
+        let _held = self.merging.lock().unwrap_or_else(PoisonError::into_inner);
+        self.mark_held(partition, db)?;
         if !self.holds(partition) {
             return Ok(false);
         }
@@ -283,6 +436,182 @@ impl SeriesTable {
         Ok(found)
     }
 
+    /// Records runs a writer's batch committed, so that merges see them. Called before the
+    /// writer gives up their seqs ([`super::Inner::settle_series_seqs`]): a run whose seq is
+    /// below the merge watermark is in the index, so merges never skip over one.
+    pub(crate) fn register(&self, runs: &[SealedRun]) -> fjall::Result<()> {
+        let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        for run in runs {
+            let entry = match index.entry((run.partition, run.bucket)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    // The runs already there (an earlier process's, or another writer's just
+                    // committed), as level 0: a merge of them with new ones is one rewrite more.
+                    e.insert(self.load_runs(run.partition, run.bucket)?)
+                }
+            };
+            if let Err(at) = entry.binary_search_by_key(&run.seq, |r| r.seq) {
+                entry.insert(
+                    at,
+                    RunInfo {
+                        seq: run.seq,
+                        level: 0,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The runs of `(partition, bucket)` in the keyspace, by seq, as level 0.
+    fn load_runs(&self, partition: i64, bucket: u16) -> fjall::Result<Vec<RunInfo>> {
+        let mut prefix = partition_bytes(partition).to_vec();
+        prefix.extend_from_slice(&bucket.to_be_bytes());
+        let mut out = Vec::new();
+        for item in self.keyspace.prefix(&prefix) {
+            let key = item.key()?;
+            let (_, _, seq) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
+            out.push(RunInfo { seq, level: 0 });
+        }
+        Ok(out)
+    }
+
+    /// Merges runs of `(partition, bucket)`: [`MERGE_FANIN`] consecutive mergeable runs of one
+    /// level (see [`choose`]), again while there are such, or with `whole` every mergeable run
+    /// at once. How many merges were committed.
+    ///
+    /// A merged run keeps, per (series, time), the point of the run with the highest seq and is
+    /// stored under that run's seq, the merged runs' keys removed in the same atomic batch. It
+    /// answers as the runs did if nothing else of the rows can lie between their seqs, which
+    /// is what makes runs mergeable:
+    /// - every seq below the watermark is committed, or never will be (no writer holds it);
+    ///   the runs are below it and consecutive among the (partition, bucket)'s committed runs
+    ///   (checked against the keyspace under the lock);
+    /// - the partition is not marked: no generic key-value of the family has a row in it
+    ///   ([`SeriesTable::mark_row`], taken before the put's seq), and no delete rewrote its runs;
+    /// - the partition is not past the TTL, which `drop_expired` handles.
+    ///
+    /// # Errors
+    /// A fjall error, or a damaged run.
+    pub(crate) fn merge(
+        &self,
+        cx: &MergeContext<'_>,
+        partition: i64,
+        bucket: u16,
+        whole: bool,
+    ) -> fjall::Result<usize> {
+        let _held = self.merging.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut merges = 0;
+        loop {
+            if self.is_marked(partition) || !self.holds(partition) {
+                break;
+            }
+            let newest = partition
+                .saturating_mul(PARTITION_MS)
+                .saturating_add(PARTITION_MS - 1);
+            if codec::is_expired(newest, cx.ttl_ms, cx.now_ms) {
+                break;
+            }
+            // After the mark is checked, under the lock: a generic put marks its partition
+            // before it takes its seq, so one not seen marked here has a seq above this.
+            let watermark = (cx.watermark)();
+            let chosen: Vec<RunInfo> = {
+                let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(runs) = index.get(&(partition, bucket)) else {
+                    break;
+                };
+                choose(runs, watermark, whole).to_vec()
+            };
+            if chosen.len() < 2 {
+                break;
+            }
+            let (first, last) = (chosen[0].seq, chosen[chosen.len() - 1].seq);
+            let mut keys = Vec::with_capacity(chosen.len());
+            let mut points = Vec::new();
+            let range = run_key(partition, bucket, first)..=run_key(partition, bucket, last);
+            for item in self.keyspace.range(range) {
+                let (key, value) = item.into_inner()?;
+                let (_, _, seq) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
+                if chosen.get(keys.len()).is_none_or(|r| r.seq != seq) {
+                    break;
+                }
+                points.extend(series::decode(&value).map_err(damaged)?);
+                keys.push(key);
+            }
+            if keys.len() != chosen.len() {
+                // The index no longer says what is stored (a run removed by a delete, which
+                // also marks the partition): read it again rather than merge around it.
+                let runs = self.load_runs(partition, bucket)?;
+                let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+                index.insert((partition, bucket), runs);
+                break;
+            }
+            // Runs were read in seq order: of a (series, time), the newest run's point last.
+            points.sort_by(|a, b| a.series.cmp(&b.series).then(a.ts.cmp(&b.ts)));
+            points.reverse();
+            points.dedup_by(|older, kept| older.series == kept.series && older.ts == kept.ts);
+            let chunk = series::encode(&points).map_err(damaged)?;
+            let mut batch = cx.db.batch().durability(Some(PersistMode::Buffer));
+            for key in &keys[..keys.len() - 1] {
+                batch.remove(&self.keyspace, key.clone());
+            }
+            batch.insert(&self.keyspace, run_key(partition, bucket, last), chunk);
+            batch.commit()?;
+            merges += 1;
+            let level = chosen.iter().map(|r| r.level).max().unwrap_or(0);
+            let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(runs) = index.get_mut(&(partition, bucket)) {
+                runs.retain(|r| r.seq < first || r.seq > last);
+                let at = runs.partition_point(|r| r.seq < last);
+                runs.insert(
+                    at,
+                    RunInfo {
+                        seq: last,
+                        level: level.saturating_add(1),
+                    },
+                );
+            }
+            if whole {
+                break;
+            }
+        }
+        Ok(merges)
+    }
+
+    /// Notes that a run was sealed into `partition`; if that makes older partitions closed
+    /// ([`CLOSE_AFTER`]), merges each of their buckets' runs whole and forgets them in the
+    /// index (a late run there loads them again). How many merges were committed.
+    ///
+    /// # Errors
+    /// As [`SeriesTable::merge`].
+    pub(crate) fn close_before(
+        &self,
+        cx: &MergeContext<'_>,
+        partition: i64,
+    ) -> fjall::Result<usize> {
+        if self.newest.fetch_max(partition, Ordering::AcqRel) >= partition {
+            return Ok(0);
+        }
+        let closed = partition.saturating_sub(CLOSE_AFTER);
+        let buckets: Vec<(i64, u16)> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            index
+                .keys()
+                .filter(|(p, _)| *p <= closed)
+                .copied()
+                .collect()
+        };
+        let mut merges = 0;
+        for (p, b) in buckets {
+            merges += self.merge(cx, p, b, true)?;
+            let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            if index.get(&(p, b)).is_some_and(|runs| runs.len() <= 1) {
+                index.remove(&(p, b));
+            }
+        }
+        Ok(merges)
+    }
+
     /// Queues in `batch` the removal of every run of the partitions wholly expired at `now_ms`
     /// for cells kept `ttl_ms`, and forgets them; how many partitions went.
     pub(crate) fn drop_expired(
@@ -291,12 +620,22 @@ impl SeriesTable {
         now_ms: i64,
         batch: &mut OwnedWriteBatch,
     ) -> fjall::Result<usize> {
-        let mut dropped = 0;
-        for partition in self.partitions() {
+        let expired = |partition: i64| {
             let newest = partition
                 .saturating_mul(PARTITION_MS)
                 .saturating_add(PARTITION_MS - 1);
-            if !codec::is_expired(newest, Some(ttl_ms), now_ms) {
+            codec::is_expired(newest, Some(ttl_ms), now_ms)
+        };
+        let oldest = self.partitions().first().copied();
+        if oldest.is_none_or(|p| !expired(p)) {
+            return Ok(0);
+        }
+        // Merges skip expired partitions; the lock keeps one from committing a merged run in
+        // a partition between the listing of its keys below and their removal.
+        let _held = self.merging.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut dropped = 0;
+        for partition in self.partitions() {
+            if !expired(partition) {
                 break;
             }
             for item in self.keyspace.prefix(partition_bytes(partition)) {
@@ -307,6 +646,28 @@ impl SeriesTable {
         }
         Ok(dropped)
     }
+}
+
+/// The runs a merge of `runs` (by seq) takes: of those below `watermark`, all if `whole`, else
+/// the oldest [`MERGE_FANIN`] of the oldest stretch of at least that many consecutive runs of
+/// one level (so levels fall from the oldest run to the newest, as digits of a count in base
+/// [`MERGE_FANIN`]); fewer than two means none.
+fn choose(runs: &[RunInfo], watermark: u64, whole: bool) -> &[RunInfo] {
+    let below = runs.partition_point(|r| r.seq < watermark);
+    let runs = &runs[..below];
+    if whole {
+        return runs;
+    }
+    let mut at = 0;
+    while at < runs.len() {
+        let level = runs[at].level;
+        let same = runs[at..].iter().take_while(|r| r.level == level).count();
+        if same >= MERGE_FANIN {
+            return &runs[at..at + MERGE_FANIN];
+        }
+        at += same;
+    }
+    &[]
 }
 
 #[cfg(test)]
@@ -325,6 +686,37 @@ mod tests {
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(parse_run_key(&run_key(-3, 5, 9)), Some((-3, 5, 9)));
         assert_eq!(parse_run_key(&keys[1][..17]), None);
+    }
+
+    #[test]
+    fn merges_take_full_groups_of_one_level_below_the_watermark() {
+        let runs = |levels: &[u8]| -> Vec<RunInfo> {
+            levels
+                .iter()
+                .enumerate()
+                .map(|(i, &level)| RunInfo {
+                    seq: 10 + i as u64,
+                    level,
+                })
+                .collect()
+        };
+        let seqs = |chosen: &[RunInfo]| chosen.iter().map(|r| r.seq).collect::<Vec<_>>();
+        let sealed = runs(&[0; 9]);
+        assert_eq!(
+            seqs(choose(&sealed, u64::MAX, false)),
+            (10..18).collect::<Vec<_>>()
+        );
+        assert!(
+            choose(&sealed, 17, false).is_empty(),
+            "seq 17 may not be committed"
+        );
+        assert_eq!(seqs(choose(&sealed, 13, true)), [10, 11, 12]);
+        let mixed = runs(&[2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
+        assert_eq!(
+            seqs(choose(&mixed, u64::MAX, false)),
+            (11..19).collect::<Vec<_>>()
+        );
+        assert!(choose(&runs(&[1, 1, 1, 1, 0, 0, 0, 0]), u64::MAX, false).is_empty());
     }
 
     #[test]

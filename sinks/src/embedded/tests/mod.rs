@@ -5,6 +5,7 @@ mod delete_column;
 mod delete_version;
 mod generations;
 mod lifecycle;
+mod merge;
 mod model;
 mod semantics;
 mod series;

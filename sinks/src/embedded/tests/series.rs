@@ -34,7 +34,7 @@ fn series_table() -> TableSpec {
     spec
 }
 
-fn open_series(dir: &TempDir, series_layout: bool) -> (EmbeddedStore, Arc<AtomicI64>) {
+pub(super) fn open_series(dir: &TempDir, series_layout: bool) -> (EmbeddedStore, Arc<AtomicI64>) {
     let (now, clock) = clock();
     let store = EmbeddedStore::open_with_layouts(
         dir.path(),
@@ -48,15 +48,15 @@ fn open_series(dir: &TempDir, series_layout: bool) -> (EmbeddedStore, Arc<Atomic
 }
 
 /// Stamped `NOW` rounded down to the second, plus `secs`.
-fn second(secs: i64) -> i64 {
+pub(super) fn second(secs: i64) -> i64 {
     NOW / 1000 + secs
 }
 
-fn row(series: &str, ts: i64) -> Vec<u8> {
+pub(super) fn row(series: &str, ts: i64) -> Vec<u8> {
     format!("{series}/{ts:010}").into_bytes()
 }
 
-fn reading(series: &str, ts: i64, value: &str) -> Mutation {
+pub(super) fn reading(series: &str, ts: i64, value: &str) -> Mutation {
     put(
         &row(series, ts),
         vec![
@@ -72,7 +72,7 @@ fn runs(store: &EmbeddedStore) -> usize {
     t.series.as_ref().map_or(0, |s| s.keyspace.iter().count())
 }
 
-fn value_of(store: &EmbeddedStore, key: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn value_of(store: &EmbeddedStore, key: &[u8]) -> Option<Vec<u8>> {
     let row = store.get(T, key, None).unwrap()?;
     row.cell("t", b"v").map(|c| c.value.clone())
 }

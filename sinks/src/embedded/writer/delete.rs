@@ -209,7 +209,7 @@ impl EmbeddedWriter {
         // The row's series point is one of the family's key-values: it goes with them.
         if let Some(runs) = at.table.series.as_ref() {
             if runs.layout.family == family {
-                runs.remove_point(at.row, &mut self.batch)
+                runs.remove_point(at.row, &self.store.inner.db, &mut self.batch)
                     .map_err(|e| self.store.inner.fjall_error("delete", e))?;
             }
         }

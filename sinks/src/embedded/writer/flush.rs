@@ -8,12 +8,14 @@ use crate::Result;
 use std::collections::HashMap;
 
 impl EmbeddedWriter {
-    /// Commits the queued batch, if any, with the series points buffered so far sealed into it.
+    /// Commits the queued batch, if any, with the series points buffered so far sealed into it;
+    /// then registers the sealed runs and merges those that make a full group (`settle_series`).
     pub(super) fn commit(&mut self) -> Result<()> {
+        // On an error, what was sealed stays in the batch for the next commit, its seqs held.
         self.seal_all_series()?;
         if self.batch.is_empty() {
             self.queued = 0;
-            return Ok(());
+            return self.settle_series(false);
         }
         let next = new_batch(&self.store, self.batch.len());
         let full = std::mem::replace(&mut self.batch, next);
@@ -24,11 +26,12 @@ impl EmbeddedWriter {
         let inner = &self.store.inner;
         let committed = full.commit().map_err(|e| inner.fjall_error("write", e));
         self.leases.clear();
+        let settled = self.settle_series(committed.is_ok());
         committed?;
-        for index in 0..inner.tables.len() {
-            inner.close_full_generation(index)?;
+        for index in 0..self.store.inner.tables.len() {
+            self.store.inner.close_full_generation(index)?;
         }
-        Ok(())
+        settled
     }
 
     /// Writes table `index`'s pending cells: ingested as a sorted table when there are at least

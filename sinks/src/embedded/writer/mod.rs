@@ -68,6 +68,10 @@ pub struct EmbeddedWriter {
     /// Per table: series points not sealed yet (`writer/series.rs`), sealed into the batch
     /// when it is committed.
     series: Vec<Vec<super::series::Point>>,
+    /// Runs sealed into `batch` (by table index), and their seqs, held as not committed until
+    /// `batch` is (`writer/series.rs`, `settle_series`).
+    sealed: Vec<(usize, super::store::series::SealedRun)>,
+    sealed_seqs: Vec<u64>,
     /// Removals (and, with `newest_timestamp_wins`, puts) queued for the next commit.
     batch: OwnedWriteBatch,
     /// Mutations in `batch`.
@@ -120,6 +124,8 @@ impl EmbeddedWriter {
             store,
             pending,
             series,
+            sealed: Vec::new(),
+            sealed_seqs: Vec::new(),
             batch,
             queued: 0,
             leases: Vec::new(),

@@ -4,7 +4,7 @@
 
 use super::EmbeddedWriter;
 use crate::embedded::series::{self, Point};
-use crate::embedded::store::series::{bucket_of, partition_of, run_key};
+use crate::embedded::store::series::{bucket_of, partition_of, run_key, MergeContext, SealedRun};
 use crate::embedded::store::Table;
 use crate::table::Cell;
 use crate::{Error, Result};
@@ -37,8 +37,11 @@ impl EmbeddedWriter {
         }
         let Some(point) = self.as_point(layout, row, cells) else {
             // A put of another shape is stored generic, under a seq given after every point
-            // buffered so far: seal those first, so that the later put wins.
+            // buffered so far: seal those first, so that the later put wins. Its partition is
+            // marked before it takes that seq, so no merge reorders runs around it.
             self.seal_series(table_index)?;
+            runs.mark_row(row, &self.store.inner.db)
+                .map_err(|e| self.store.inner.fjall_error("mark a series partition", e))?;
             return Ok(false);
         };
         let buffer = &mut self.series[table_index];
@@ -104,7 +107,8 @@ impl EmbeddedWriter {
         let Some(runs) = &table.series else {
             return Ok(());
         };
-        let seq = inner.next_seq()?;
+        let seq = inner.next_series_seq()?;
+        self.sealed_seqs.push(seq);
         let unit = runs.layout.unit_ms;
         let group = |p: &Point| {
             (
@@ -152,11 +156,91 @@ impl EmbeddedWriter {
             self.batch
                 .insert(&runs.keyspace, run_key(partition, bucket, seq), bytes);
             runs.add_partition(partition);
+            self.sealed.push((
+                index,
+                SealedRun {
+                    partition,
+                    bucket,
+                    seq,
+                },
+            ));
             at = end;
         }
         if let Some((_, Some(ttl))) = table.family(runs.layout.family.as_bytes()) {
             runs.drop_expired(ttl, (inner.now_ms)(), &mut self.batch)
                 .map_err(|e| inner.fjall_error("drop expired series partitions", e))?;
+        }
+        Ok(())
+    }
+
+    /// After the writer's batch was committed (`committed`) or failed: registers the runs it
+    /// sealed for merges, then gives up their seqs, in that order (see
+    /// [`crate::embedded::store::series::SeriesTable::register`]); then, if committed, merges
+    /// the runs of each (partition, bucket) it wrote to that make a full group, and closes the
+    /// partitions its newest run makes old. Merges run here, on the writer's thread, between
+    /// its flushes.
+    pub(super) fn settle_series(&mut self, committed: bool) -> Result<()> {
+        let sealed = std::mem::take(&mut self.sealed);
+        let seqs = std::mem::take(&mut self.sealed_seqs);
+        let inner = &self.store.inner;
+        let registered = if committed {
+            self.register(&sealed)
+        } else {
+            Ok(())
+        };
+        inner.settle_series_seqs(&seqs);
+        registered?;
+        if !committed || sealed.is_empty() {
+            return Ok(());
+        }
+        let watermark = || inner.merge_watermark();
+        let mut touched: Vec<(usize, i64, u16)> = sealed
+            .iter()
+            .map(|(t, r)| (*t, r.partition, r.bucket))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let now_ms = (inner.now_ms)();
+        for index in 0..inner.tables.len() {
+            let table = &inner.tables[index];
+            let Some(runs) = &table.series else {
+                continue;
+            };
+            let cx = MergeContext {
+                db: &inner.db,
+                watermark: &watermark,
+                ttl_ms: table
+                    .family(runs.layout.family.as_bytes())
+                    .and_then(|(_, ttl)| ttl),
+                now_ms,
+            };
+            let fail = |e| inner.fjall_error("merge series runs", e);
+            for &(_, partition, bucket) in touched.iter().filter(|t| t.0 == index) {
+                runs.merge(&cx, partition, bucket, false).map_err(fail)?;
+            }
+            if let Some(newest) = touched.iter().filter(|t| t.0 == index).map(|t| t.1).max() {
+                runs.close_before(&cx, newest).map_err(fail)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers committed runs with their tables.
+    fn register(&self, sealed: &[(usize, SealedRun)]) -> Result<()> {
+        let inner = &self.store.inner;
+        for (index, table) in inner.tables.iter().enumerate() {
+            let Some(runs) = &table.series else {
+                continue;
+            };
+            let of_table: Vec<SealedRun> = sealed
+                .iter()
+                .filter(|(t, _)| *t == index)
+                .map(|(_, r)| *r)
+                .collect();
+            if !of_table.is_empty() {
+                runs.register(&of_table)
+                    .map_err(|e| inner.fjall_error("register series runs", e))?;
+            }
         }
         Ok(())
     }
