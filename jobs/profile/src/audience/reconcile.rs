@@ -299,19 +299,12 @@ mod tests {
 
     use super::*;
     use crate::key::profile_row;
-    use crate::tag::{DataType, TagStatus};
+    use crate::tag::DataType;
 
     fn def(code: &str, data_type: DataType, value_type: ValueType) -> TagDef {
         TagDef {
-            tag_code: code.into(),
-            name: code.into(),
-            data_type,
             value_type,
-            status: TagStatus::Online,
-            ttl_secs: None,
-            category: String::new(),
-            owner: String::new(),
-            update_frequency: String::new(),
+            ..crate::audience::tests::def(code, data_type)
         }
     }
 

@@ -17,7 +17,8 @@ use crate::key::profile_row;
 use crate::tables::{DIMENSION_FAMILY, PROFILE_TABLE};
 use crate::tag::{DataType, TagStatus, ValueType};
 
-fn def(code: &str, data_type: DataType) -> TagDef {
+/// An online tag of the dimension family.
+pub(super) fn def(code: &str, data_type: DataType) -> TagDef {
     TagDef {
         tag_code: code.into(),
         name: code.into(),
