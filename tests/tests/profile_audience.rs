@@ -55,10 +55,12 @@ fn audience(dir: &Path, now: &str, store: &[&str], query: &str) -> BTreeSet<Stri
     ok(dir, now, &args).lines().map(str::to_string).collect()
 }
 
-#[test]
-fn generated_traffic_audiences_match_brute_force() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
+/// Generates `users` users' `events` tag events (`--seed seed`) and their registry in `dir`,
+/// imports the registry and replays the events into `store` with the index on, in two replays:
+/// the second one's changes retract entries of values stored by the first (read from the
+/// store), and each one's own repeated users those of its earlier batches (held by the writer
+/// until its flush). Returns the events' lines.
+fn generate_and_replay_in_halves(dir: &Path, users: &str, events: &str, seed: &str) -> Vec<String> {
     ok(
         dir,
         NOW,
@@ -66,11 +68,11 @@ fn generated_traffic_audiences_match_brute_force() {
             "profile",
             "generate",
             "--users",
-            "60",
+            users,
             "--events",
-            "2000",
+            events,
             "--seed",
-            "37",
+            seed,
             "--out",
             "ev.jsonl",
             "--registry-out",
@@ -83,13 +85,9 @@ fn generated_traffic_audiences_match_brute_force() {
         NOW,
         &["tags", "import", "reg.csv", "--config", "p.toml"],
     );
-    // Two replays, so that the second one's changes retract entries of values stored by the
-    // first (read from the store), and each one's own repeated users those of its earlier
-    // batches (held by the writer until its flush).
-    let events = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
-    let lines: Vec<&str> = events.lines().collect();
+    let text = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
     let (first, second) = lines.split_at(lines.len() / 2);
-    let mut users = BTreeSet::new();
     for (name, part) in [("a.jsonl", first), ("b.jsonl", second)] {
         std::fs::write(dir.join(name), part.join("\n") + "\n").unwrap();
         ok(
@@ -110,13 +108,21 @@ fn generated_traffic_audiences_match_brute_force() {
                 "1",
             ],
         );
-        for line in part {
-            let e: Value = serde_json::from_str(line).unwrap();
-            users.insert(match &e["user_id"] {
-                Value::String(s) => s.clone(),
-                n => n.to_string(),
-            });
-        }
+    }
+    lines.into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn generated_traffic_audiences_match_brute_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut users = BTreeSet::new();
+    for line in generate_and_replay_in_halves(dir, "60", "2000", "37") {
+        let e: Value = serde_json::from_str(&line).unwrap();
+        users.insert(match &e["user_id"] {
+            Value::String(s) => s.clone(),
+            n => n.to_string(),
+        });
     }
     let registry = format!("sqlite://{}", dir.join("tags.sqlite").display());
     let defs = profile::registry::open(&registry).unwrap().list().unwrap();
@@ -173,52 +179,7 @@ fn generated_traffic_audiences_match_brute_force() {
 fn a_replay_with_the_index_on_leaves_nothing_to_reconcile() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    ok(
-        dir,
-        NOW,
-        &[
-            "profile",
-            "generate",
-            "--users",
-            "2000",
-            "--events",
-            "30000",
-            "--seed",
-            "7",
-            "--out",
-            "ev.jsonl",
-            "--registry-out",
-            "reg.csv",
-        ],
-    );
-    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
-    ok(
-        dir,
-        NOW,
-        &["tags", "import", "reg.csv", "--config", "p.toml"],
-    );
-    let events = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
-    let lines: Vec<&str> = events.lines().collect();
-    let (first, second) = lines.split_at(lines.len() / 2);
-    for (name, part) in [("a.jsonl", first), ("b.jsonl", second)] {
-        std::fs::write(dir.join(name), part.join("\n") + "\n").unwrap();
-        ok(
-            dir,
-            NOW,
-            &[
-                "profile",
-                "replay",
-                name,
-                "--config",
-                "p.toml",
-                "--store",
-                "store",
-                "--quiet",
-                "--workers",
-                "1",
-            ],
-        );
-    }
+    generate_and_replay_in_halves(dir, "2000", "30000", "7");
     let args = [
         "profile",
         "reconcile",
