@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sinks::table::{Cell, Mutation, Row, ScanSpec, TableReader, TableWriter};
 
 use super::index::{
-    code_range, index_row, values_of_cell, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER,
+    code_range, index_row, values_of_cell, IndexValue, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER,
 };
 use super::INDEX_TABLE;
 use crate::key::parse_profile_row;
@@ -90,7 +90,7 @@ fn reconcile_in_passes(
     let mut per_code: BTreeMap<&str, usize> = BTreeMap::new();
     each_row(reader, PROFILE_TABLE, (&[], &[]), &mut |row| {
         found.profile_rows += 1;
-        each_entry(&types, &row, None, &mut |code, _, _| {
+        each_entry(&types, &row, None, &mut |code, _, _, _| {
             *per_code.entry(code).or_default() += 1;
         });
     })?;
@@ -107,8 +107,8 @@ fn reconcile_in_passes(
         let mut expected: Vec<(Vec<u8>, i64)> = Vec::new();
         if !codes.is_empty() {
             each_row(reader, PROFILE_TABLE, (&[], &[]), &mut |row| {
-                each_entry(&types, &row, Some(codes), &mut |_, key, ts_ms| {
-                    expected.push((key, ts_ms));
+                each_entry(&types, &row, Some(codes), &mut |code, v, user, ts_ms| {
+                    expected.push((index_row(code, v, user), ts_ms));
                 });
             })?;
         }
@@ -221,13 +221,14 @@ fn each_row(
     }
 }
 
-/// Calls `each` with the code, index key and stamp of every entry `row` (a profile row) needs,
-/// of the codes of `only` if given.
+/// Calls `each` with the code, value, user and stamp of every entry `row` (a profile row)
+/// needs, of the codes of `only` if given; the entry's key is [`index_row`] of them, built only
+/// where a pass keeps it (the counting pass needs none).
 fn each_entry<'a>(
     types: &BTreeMap<&'a str, crate::tag::DataType>,
     row: &Row,
     only: Option<&BTreeSet<&str>>,
-    each: &mut dyn FnMut(&'a str, Vec<u8>, i64),
+    each: &mut dyn FnMut(&'a str, &IndexValue, &str, i64),
 ) {
     let Some(user) = parse_profile_row(&row.key) else {
         return;
@@ -243,7 +244,7 @@ fn each_entry<'a>(
             continue;
         }
         for v in values_of_cell(data_type, &cell.value) {
-            each(code, index_row(code, &v, user), cell.ts_ms);
+            each(code, &v, user, cell.ts_ms);
         }
     }
 }
