@@ -16,9 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sinks::admin::Created;
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::schema::{Bloom, Compression, DataBlockEncoding, FamilySpec, TableSpec};
-use sinks::table::{
-    Cell, Column, KeyBatch, Mutation, Row, ScanSpec, TableReader, TableWriter, TimeRange,
-};
+use sinks::table::{Cell, Column, KeyBatch, Mutation, Row, ScanSpec, TableReader, TimeRange};
 use sinks::{OpenOptions, Store};
 
 const THRIFT1: &str = "127.0.0.1:9090";
