@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sinks::admin::Created;
 use sinks::config::{StoreConfig, StoreKind};
 use sinks::schema::{Bloom, Compression, DataBlockEncoding, FamilySpec, TableSpec};
-use sinks::table::{Cell, Column, Mutation, Row, ScanSpec, TableReader, TimeRange};
+use sinks::table::{Cell, Column, KeyBatch, Mutation, Row, ScanSpec, TableReader, TimeRange};
 use sinks::{OpenOptions, Store};
 
 const THRIFT1: &str = "127.0.0.1:9090";
@@ -258,6 +258,7 @@ fn conforms(store: &Store, t: &Tables) {
     deletes(store, t, now);
     column_deletes(store, t, now);
     version_deletes(store, t, now);
+    key_batches(store, t, now);
     timestamps(store, t, now);
     ttl(store, t, now);
     time_ranges(store, t, now);
@@ -582,6 +583,52 @@ fn version_deletes(store: &Store, t: &Tables, now: i64) {
             ("q2".into(), now - 10, "two".into())
         ],
         "a newer put of a deleted column shows"
+    );
+}
+
+/// Key batches (`TableWriter::write_keys`, an inverted index's entries): each entry a put of
+/// the batch's value or a version delete, as the same mutations would be; an entry put and
+/// deleted in one batch is gone, one deleted and then put again is not (netted first, as the
+/// index's upkeep does: HBase hides a put of a version deleted in the same batch).
+fn key_batches(store: &Store, t: &Tables, now: i64) {
+    let mut first = KeyBatch::new(t.data, FAMILY, b"u", b"1");
+    for row in ["n/a", "n/b", "n/c"] {
+        first.put(row.as_bytes(), now - 10);
+    }
+    let mut w = store.writer();
+    w.write_keys(&first).expect("write_keys");
+    w.flush().expect("flush");
+    let mut second = KeyBatch::new(t.data, FAMILY, b"u", b"1");
+    second.delete(b"n/a", now - 10);
+    second.delete(b"n/b", now - 11);
+    second.delete(b"n/c", now - 10);
+    second.put(b"n/c", now - 5);
+    second.put(b"n/d", now - 5);
+    second.delete(b"n/missing", now);
+    w.write_keys(&second).expect("write_keys");
+    w.write_keys(&KeyBatch::new(t.data, FAMILY, b"u", b"1"))
+        .expect("an empty batch writes nothing");
+    w.flush().expect("flush");
+    let spec = ScanSpec::prefix(b"n/");
+    assert_eq!(
+        scan(store, t.data, spec),
+        ["n/b", "n/c", "n/d"],
+        "the deleted version's row goes, another stamp deletes nothing"
+    );
+    for (row, ts) in [("n/b", now - 10), ("n/c", now - 5), ("n/d", now - 5)] {
+        assert_eq!(
+            values(get(store, t.data, row).as_ref()),
+            [("u".into(), ts, "1".into())],
+            "{row}"
+        );
+    }
+    // Refused as it is queued (the embedded store) or as it is sent (HBase).
+    let mut bad = KeyBatch::new(t.data, "nope", b"u", b"1");
+    bad.put(b"n/e", now);
+    let mut w = store.writer();
+    assert!(
+        w.write_keys(&bad).and_then(|()| w.flush()).is_err(),
+        "a family the table lacks is refused"
     );
 }
 

@@ -24,7 +24,7 @@
 //! earlier deleted version of its entry stays hidden until a major compaction (HBase masks a
 //! put of a deleted version); `profile reconcile` reports it as missing.
 
-use sinks::table::{Cell, Mutation, ScanSpec, TableReader, TableWriter};
+use sinks::table::{Cell, KeyBatch, Mutation, ScanSpec, TableReader, TableWriter};
 
 use super::index::{code_range, for_each_row_of_cell, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER};
 use super::INDEX_TABLE;
@@ -43,7 +43,7 @@ struct Change {
 }
 
 /// The index changes of a batch of writes, as [`changes`] appends them: the rows in one byte
-/// buffer, no mutation built until [`Changes::net`] has dropped the ones a later change undoes.
+/// buffer, nothing written until [`Changes::net`] has dropped the ones a later change undoes.
 #[derive(Debug, Default)]
 pub struct Changes {
     rows: Vec<u8>,
@@ -76,12 +76,13 @@ impl Changes {
             .unwrap_or_default()
     }
 
-    /// The changes' mutations as their net effect per entry version (row and stamp): the last
-    /// of a version's puts and retractions. An entry put then retracted in one batch is not
-    /// written; one retracted then put again is put. So no version is both put and deleted in
-    /// a batch, which HBase, where a deleted version hides a put of it whatever their order,
-    /// needs. The retractions come first, then the puts, each in row order. Empties `self`.
-    pub fn net(&mut self) -> Vec<Mutation> {
+    /// Appends to `out` (a batch of [`INDEX_TABLE`]'s entries, [`new_batch`]) the changes'
+    /// net effect per entry version (row and stamp): the last of a version's puts and
+    /// retractions. An entry put then retracted in one batch is not written; one retracted then
+    /// put again is put. So no version is both put and deleted in a batch, which HBase, where a
+    /// deleted version hides a put of it whatever their order, needs. The retractions come
+    /// first, then the puts, each in row order. Empties `self`.
+    pub fn net(&mut self, out: &mut KeyBatch) {
         // By version, in the order they were appended among a version's changes (stable).
         let mut order: Vec<u32> =
             (0..u32::try_from(self.changes.len()).unwrap_or(u32::MAX)).collect();
@@ -97,36 +98,24 @@ impl Changes {
                 _ => last.push(c),
             }
         }
-        let mut out = Vec::with_capacity(last.len());
         for put in [false, true] {
             for c in last.iter().filter(|c| c.put == put) {
-                let row = self.row(c).to_vec();
-                out.push(if put {
-                    Mutation::Put {
-                        table: INDEX_TABLE,
-                        row,
-                        cells: vec![Cell {
-                            family: INDEX_FAMILY.to_string(),
-                            qualifier: INDEX_QUALIFIER.to_vec(),
-                            ts_ms: c.ts_ms,
-                            value: INDEX_CELL.to_vec(),
-                        }],
-                    }
+                if put {
+                    out.put(self.row(c), c.ts_ms);
                 } else {
-                    Mutation::DeleteVersion {
-                        table: INDEX_TABLE,
-                        row,
-                        family: INDEX_FAMILY.to_string(),
-                        qualifier: INDEX_QUALIFIER.to_vec(),
-                        ts_ms: c.ts_ms,
-                    }
-                });
+                    out.delete(self.row(c), c.ts_ms);
+                }
             }
         }
         self.rows.clear();
         self.changes.clear();
-        out
     }
+}
+
+/// An empty batch of [`INDEX_TABLE`]'s entries: the cell `i:u` of each entry's row, put with
+/// [`INDEX_CELL`] or deleted, written with [`TableWriter::write_keys`].
+pub fn new_batch() -> KeyBatch {
+    KeyBatch::new(INDEX_TABLE, INDEX_FAMILY, INDEX_QUALIFIER, INDEX_CELL)
 }
 
 /// Appends to `out` the index changes of writing `cell` (qualifier = tag code) for `user`,
@@ -219,20 +208,18 @@ mod tests {
     fn run(dt: DataType, new: Cell, old: Stored<'_>) -> (bool, Vec<String>) {
         let mut out = Changes::default();
         let newest = changes("u1", "dim_x", dt, &new, old, &mut out);
-        (newest, shown(&out.net()))
+        (newest, netted(&mut out))
     }
 
-    fn shown(mutations: &[Mutation]) -> Vec<String> {
-        mutations
+    /// The netted changes as `+row@ts` / `-row@ts`.
+    fn netted(changes: &mut Changes) -> Vec<String> {
+        let mut batch = new_batch();
+        changes.net(&mut batch);
+        batch
             .iter()
-            .map(|m| match m {
-                Mutation::Put { row, cells, .. } => {
-                    format!("+{}@{}", String::from_utf8_lossy(row), cells[0].ts_ms)
-                }
-                Mutation::DeleteVersion { row, ts_ms, .. } => {
-                    format!("-{}@{ts_ms}", String::from_utf8_lossy(row))
-                }
-                other => format!("{other:?}"),
+            .map(|(row, ts, put)| {
+                let sign = if put { '+' } else { '-' };
+                format!("{sign}{}@{ts}", String::from_utf8_lossy(row))
             })
             .collect()
     }
@@ -254,11 +241,11 @@ mod tests {
             c.push(row.as_bytes(), ts, put);
         }
         assert_eq!(
-            shown(&c.net()),
+            netted(&mut c),
             ["-a@5", "-b@10", "-d@3", "+a@20", "+c@9", "+c@10", "+e@7"]
         );
         assert!(c.is_empty());
-        assert!(c.net().is_empty());
+        assert!(netted(&mut c).is_empty());
     }
 
     #[test]

@@ -83,11 +83,12 @@ pub struct Limits {
 /// limits.
 ///
 /// Off by default, for now: on the embedded store the job's upkeep of the index costs about
-/// 1.6–1.8× its CPU (a replay of 300k events of 1M users: 6.7–6.8 CPU s against 3.8–4.3; the
-/// issue asks 1.2×), though a retraction reads nothing (the delete of its entry's one version)
-/// and each worker reads a user's row at most once, remembering its values (`cache_mib`). Turn
-/// it on where audience queries are needed, from the job's first run: one left off while the
-/// job writes goes stale (`profile reconcile --repair` rebuilds it).
+/// 1.5× its CPU (a replay of 300k events of 1M users: 5.6 CPU s against 3.7, means of six
+/// rounds; the issue asks 1.2×), though a retraction reads nothing (the delete of its entry's
+/// one version), each worker reads a user's row at most once, remembering its values
+/// (`cache_mib`), and the entries reach the store as one batch of keys. Turn it on where
+/// audience queries are needed, from the job's first run: one left off while the job writes
+/// goes stale (`profile reconcile --repair` rebuilds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexConfig {

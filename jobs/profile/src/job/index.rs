@@ -32,13 +32,12 @@
 
 use std::sync::Arc;
 
-use operators::BatchWriter;
 use pipeline::control::JobControl;
 use quick_cache::unsync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, Weighter};
-use sinks::table::{Mutation, Row, ScanSpec, TableReader};
+use sinks::table::{KeyBatch, Mutation, Row, ScanSpec, TableReader, TableWriter};
 
-use crate::audience::maintain::{changes, Changes};
+use crate::audience::maintain::{changes, new_batch, Changes};
 use crate::key::parse_profile_row;
 use crate::merge::FastMap;
 use crate::registry::{RegistryUrl, TagRegistry};
@@ -151,17 +150,19 @@ impl Evicted {
     }
 }
 
-/// Wraps the table writer: before a batch with profile puts is written, adds to it the index
-/// entries of the values that change and the deletes of the entries they replace, comparing
-/// with the values each user's row holds (remembered, or read with one multi-get,
-/// [`TableReader::get_many`], for the users not remembered that may have a row).
+/// Wraps the table writer: after a batch with profile puts, writes the index entries of the
+/// values that change and the deletes of the entries they replace, comparing with the values
+/// each user's row holds (remembered, or read with one multi-get, [`TableReader::get_many`],
+/// for the users not remembered that may have a row). The entries go as one [`KeyBatch`]
+/// ([`TableWriter::write_keys`]): the embedded store encodes them straight into its buffer,
+/// where a mutation per entry cost five allocations, a check and a table lookup each.
 ///
 /// What this writer passed on since the last flush is not yet readable, so the users written
 /// since then are held apart from the cache ([`IndexingWriter::pending`]), and go into it at
 /// the flush. Tag types come from the registry; a code's type never changes once written
 /// (`TagDef::check_change`).
-pub(crate) struct IndexingWriter<W> {
-    inner: W,
+pub(crate) struct IndexingWriter {
+    inner: Box<dyn TableWriter>,
     /// `None`: the index is off (`[index] enabled = false`), batches pass as they are.
     reader: Option<sinks::Reader>,
     url: RegistryUrl,
@@ -178,14 +179,16 @@ pub(crate) struct IndexingWriter<W> {
     evicted: Evicted,
     /// The index changes of the batch being written.
     changes: Changes,
+    /// Those changes netted, as they are written.
+    keys: KeyBatch,
     control: Arc<JobControl>,
 }
 
-impl<W> IndexingWriter<W> {
+impl IndexingWriter {
     /// `inner`, reading stored rows through `reader` (`None`: no index), tag types from the
     /// registry at `url`, remembering up to `cache_bytes` of users' values.
     pub(crate) fn new(
-        inner: W,
+        inner: Box<dyn TableWriter>,
         reader: Option<sinks::Reader>,
         url: RegistryUrl,
         cache_bytes: u64,
@@ -212,6 +215,7 @@ impl<W> IndexingWriter<W> {
             first_load: None,
             evicted: Evicted::default(),
             changes: Changes::default(),
+            keys: new_batch(),
             control,
         }
     }
@@ -263,8 +267,8 @@ impl<W> IndexingWriter<W> {
         known
     }
 
-    /// The index mutations of `batch`'s profile puts.
-    fn index_of(&mut self, batch: &[Mutation]) -> sinks::Result<Vec<Mutation>> {
+    /// Puts the index changes of `batch`'s profile puts into [`IndexingWriter::keys`].
+    fn index_of(&mut self, batch: &[Mutation]) -> sinks::Result<()> {
         let puts: Vec<(&str, &[u8], &[sinks::table::Cell])> = batch
             .iter()
             .filter_map(|m| match m {
@@ -275,7 +279,7 @@ impl<W> IndexingWriter<W> {
             })
             .collect();
         let Some(reader) = self.reader.clone().filter(|_| !puts.is_empty()) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let first_load = match self.first_load {
             Some(empty) => empty,
@@ -341,20 +345,20 @@ impl<W> IndexingWriter<W> {
                 }
             }
         }
-        Ok(self.changes.net())
+        self.changes.net(&mut self.keys);
+        Ok(())
     }
 }
 
-impl<W: BatchWriter<Mutation, Error = sinks::Error>> BatchWriter<Mutation> for IndexingWriter<W> {
-    type Error = sinks::Error;
-
-    fn write(&mut self, mut batch: Vec<Mutation>) -> sinks::Result<()> {
+impl TableWriter for IndexingWriter {
+    fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
         if self.reader.is_none() {
             return self.inner.write(batch);
         }
-        let index = self.index_of(&batch)?;
-        batch.extend(index);
-        self.inner.write(batch)
+        self.keys.clear();
+        self.index_of(&batch)?;
+        self.inner.write(batch)?;
+        self.inner.write_keys(&self.keys)
     }
 
     fn flush(&mut self) -> sinks::Result<()> {
@@ -373,7 +377,7 @@ impl<W: BatchWriter<Mutation, Error = sinks::Error>> BatchWriter<Mutation> for I
 #[cfg(test)]
 mod tests {
     use sinks::config::StoreConfig;
-    use sinks::table::{Cell, ScanSpec, TableWriter};
+    use sinks::table::{Cell, ScanSpec};
     use sinks::OpenOptions;
 
     use super::*;
@@ -382,19 +386,6 @@ mod tests {
     use crate::registry::SqliteRegistry;
     use crate::tables::DIMENSION_FAMILY;
     use crate::tag::{TagDef, TagStatus, ValueType};
-
-    /// The store's writer as the job's sinks see it.
-    struct Direct(Box<dyn TableWriter>);
-
-    impl BatchWriter<Mutation> for Direct {
-        type Error = sinks::Error;
-        fn write(&mut self, batch: Vec<Mutation>) -> sinks::Result<()> {
-            self.0.write(batch)
-        }
-        fn flush(&mut self) -> sinks::Result<()> {
-            self.0.flush()
-        }
-    }
 
     fn city(status: TagStatus) -> TagDef {
         TagDef {
@@ -465,9 +456,9 @@ mod tests {
         }
     }
 
-    fn writer(f: &Fixture, cache_bytes: u64) -> IndexingWriter<Direct> {
+    fn writer(f: &Fixture, cache_bytes: u64) -> IndexingWriter {
         IndexingWriter::new(
-            Direct(f.store.writer()),
+            f.store.writer(),
             Some(f.store.reader()),
             RegistryUrl::Sqlite(f.registry.clone()),
             cache_bytes,

@@ -247,15 +247,16 @@ impl Dataflow for ProfileJob {
                 .map_err(|e| control.fail(format!("opening the profile cache {url}: {e}")))
                 .ok()
         });
+        // Under the counting writer: the index's entries are not counted as the job's writes.
         let indexing = IndexingWriter::new(
-            CountingWriter::new(writer, stats),
+            writer,
             self.index.as_ref().map(|(reader, _)| reader.clone()),
             self.registry.clone(),
             self.index.as_ref().map_or(0, |(_, bytes)| *bytes),
             control.clone(),
         );
         let tables = InvalidatingWriter::new(
-            indexing,
+            CountingWriter::new(Box::new(indexing), stats),
             invalidator,
             self.cache.as_ref().map_or(0, |(_, ttl)| *ttl),
             self.profile.clone(),

@@ -107,3 +107,82 @@ fn a_single_cell_goes_only_at_its_exact_stamp() {
     }
     assert!(matches!(w.write(vec![bad]), Err(crate::Error::Invalid(_))));
 }
+
+/// A key batch (`TableWriter::write_keys`) leaves what its mutations leave, whether its entries
+/// go into the buffer directly (every cell a version) or as mutations (a family of single
+/// cells), through the memtable or ingested; an invalid row refuses the whole batch.
+#[test]
+fn a_key_batch_writes_what_its_mutations_write() {
+    use crate::table::KeyBatch;
+    let mut keys = KeyBatch::new(T, "a", b"q", b"1");
+    keys.put(b"r1", NOW - 5);
+    keys.put(b"r2", NOW);
+    keys.delete(b"r2", NOW);
+    keys.delete(b"r3", NOW - 5);
+    keys.put(b"r3", NOW);
+    keys.delete(b"r4", NOW - 1);
+    for newest in [true, false] {
+        for (ingest, min_ingest) in [(1 << 20, 1 << 20), (1, 1)] {
+            let at = format!("newest_timestamp_wins {newest}, ingest thresholds {ingest}");
+            let stores: Vec<(TempDir, EmbeddedStore)> = (0..2)
+                .map(|_| {
+                    let dir = TempDir::new().unwrap();
+                    let (store, _) = open(&dir);
+                    (dir, store)
+                })
+                .collect();
+            for (i, (_, store)) in stores.iter().enumerate() {
+                let mut w = store
+                    .writer()
+                    .newest_timestamp_wins(newest)
+                    .ingest_thresholds(ingest, min_ingest);
+                // An older version of r3 and r4's only one, stored before the batch.
+                w.write(vec![
+                    put_q(b"r3", NOW - 5, b"1"),
+                    put_q(b"r4", NOW - 1, b"1"),
+                ])
+                .unwrap();
+                w.flush().unwrap();
+                if i == 0 {
+                    w.write_keys(&keys).unwrap();
+                } else {
+                    w.write(keys.to_mutations()).unwrap();
+                }
+                w.flush().unwrap();
+            }
+            let rows = |store: &EmbeddedStore| {
+                [b"r1", b"r2", b"r3", b"r4"].map(|row| versions(store, row))
+            };
+            assert_eq!(rows(&stores[0].1), rows(&stores[1].1), "{at}");
+            assert_eq!(
+                rows(&stores[0].1),
+                [
+                    vec![(NOW - 5, b"1".to_vec())],
+                    vec![],
+                    vec![(NOW, b"1".to_vec())],
+                    vec![]
+                ],
+                "{at}"
+            );
+        }
+    }
+    let dir = TempDir::new().unwrap();
+    let (store, _) = open(&dir);
+    let mut w = store.writer().newest_timestamp_wins(true);
+    let mut bad = KeyBatch::new(T, "a", b"q", b"1");
+    bad.put(b"ok", NOW);
+    bad.put(b"zero\0byte", NOW);
+    assert!(matches!(w.write_keys(&bad), Err(crate::Error::Invalid(_))));
+    let mut unknown = KeyBatch::new(T, "nope", b"q", b"1");
+    unknown.put(b"ok", NOW);
+    assert!(matches!(
+        w.write_keys(&unknown),
+        Err(crate::Error::Invalid(_))
+    ));
+    w.flush().unwrap();
+    assert_eq!(
+        versions(&store, b"ok"),
+        [],
+        "nothing of a refused batch is written"
+    );
+}

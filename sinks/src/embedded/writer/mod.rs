@@ -11,7 +11,7 @@ mod series;
 use super::codec;
 use super::generations::Lease;
 use super::store::EmbeddedStore;
-use crate::table::{Mutation, TableWriter};
+use crate::table::{KeyBatch, Mutation, TableWriter};
 use crate::{Error, Result};
 use buffer::Pending;
 use fjall::{OwnedWriteBatch, PersistMode};
@@ -341,6 +341,16 @@ impl TableWriter for EmbeddedWriter {
     /// `Error::Embedded` if a write fails.
     fn flush(&mut self) -> Result<()> {
         self.write_all()
+    }
+
+    /// Queues the batch's versions straight into the table's buffer, with no mutation built,
+    /// when its family stores each cell as a version (a versioned family, or
+    /// `newest_timestamp_wins`); else as its mutations.
+    ///
+    /// # Errors
+    /// As [`TableWriter::write`].
+    fn write_keys(&mut self, keys: &KeyBatch) -> Result<()> {
+        self.write_key_batch(keys)
     }
 }
 

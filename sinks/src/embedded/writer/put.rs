@@ -1,14 +1,15 @@
 //! Puts: a mutation's cells encoded into a table's buffer (with `newest_timestamp_wins`, each
 //! as a version, with no read), or, for a packed family with `newest_timestamp_wins`, compared
-//! with the stored ones and queued in the batch.
+//! with the stored ones and queued in the batch; and a [`KeyBatch`]'s versions, encoded into
+//! the buffer with no mutation built.
 
 use super::buffer::Slot;
 use super::read_before::visible_ts;
 use super::EmbeddedWriter;
 use crate::embedded::codec;
 use crate::embedded::store::Table;
-use crate::table::Cell;
-use crate::Result;
+use crate::table::{Cell, KeyBatch, TableWriter};
+use crate::{Error, Result};
 
 impl EmbeddedWriter {
     /// Encodes into `self.key` and `self.value` one put of a packed family's `cells`
@@ -169,6 +170,53 @@ impl EmbeddedWriter {
         if self.pending[table_index].bytes() >= self.ingest_bytes {
             self.pending[table_index].bulk = true;
             self.write_pending(table_index, self.ingest_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Queues `keys` ([`TableWriter::write_keys`]): in a family whose cells are each stored as
+    /// a version ([`super::delete::removes_by_key`]), each entry is encoded straight into the
+    /// table's buffer, a put as [`EmbeddedWriter::put_cells`] queues its cell and a delete as
+    /// [`EmbeddedWriter::delete_version`] queues its removal, in the batch's order; checked
+    /// once per batch and once per row rather than per mutation. In another family, as its
+    /// mutations.
+    pub(super) fn write_key_batch(&mut self, keys: &KeyBatch) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let (table_index, table) = store.inner.table(keys.table())?;
+        let (family, qualifier, value) = (keys.family(), keys.qualifier(), keys.value());
+        if table.family(family.as_bytes()).is_none() {
+            return Err(super::no_family(table, family));
+        }
+        if !super::delete::removes_by_key(table, family, self.queued_ts.is_some()) {
+            return self.write(keys.to_mutations());
+        }
+        if u32::try_from(value.len() + 8).is_err() {
+            return Err(Error::Invalid(format!(
+                "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
+                value.len(),
+                table.name
+            )));
+        }
+        for (row, _, _) in keys.iter() {
+            codec::check_row(table.name, row)?;
+            codec::check_version_key_len(table.name, row, family, qualifier)?;
+        }
+        for (row, ts_ms, put) in keys.iter() {
+            codec::encode_version_key(&mut self.key, row, family, qualifier, ts_ms);
+            if put {
+                self.make_room(table_index, Slot::arena_bytes(&self.key, value))?;
+                self.pending[table_index].push(&self.key, ts_ms, value, self.ingest_bytes);
+            } else {
+                self.make_room(table_index, self.key.len())?;
+                self.pending[table_index].push_removal(&self.key, self.ingest_bytes);
+            }
+            if self.pending[table_index].bytes() >= self.ingest_bytes {
+                self.pending[table_index].bulk = true;
+                self.write_pending(table_index, self.ingest_bytes)?;
+            }
         }
         Ok(())
     }
