@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::metadata::KafkaShared;
-use sinks::table::{Mutation, TableWriter};
+use sinks::table::{KeyBatch, Mutation, TableWriter};
 
 /// A [`TableWriter`] that measures produce → durable delays of the rows of the job's record
 /// table, one per record read (see [`KafkaFeed::timed_writer`](super::KafkaFeed::timed_writer)).
@@ -59,6 +59,20 @@ impl TableWriter for TimedWriter {
         written
     }
 
+    /// Forwarded as a batch, so the backend's fast path stays (the default would make a
+    /// mutation per entry); its puts count as rows when they are of the record table.
+    fn write_keys(&mut self, keys: &KeyBatch) -> sinks::Result<()> {
+        if keys.table() == self.table {
+            self.unflushed += keys.iter().filter(|(_, _, put)| *put).count();
+        }
+        let started = std::time::Instant::now();
+        let written = self.inner.write_keys(keys);
+        self.shared
+            .writes
+            .record([started.elapsed().as_millis() as i64]);
+        written
+    }
+
     fn flush(&mut self) -> sinks::Result<()> {
         let started = std::time::Instant::now();
         self.inner.flush()?;
@@ -78,5 +92,61 @@ impl TableWriter for TimedWriter {
             .delays
             .record(produced.into_iter().map(|p| now - p));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What reached the wrapped writer: mutation batches and key batches, in order.
+    #[derive(Default)]
+    struct Seen {
+        writes: usize,
+        keys: Vec<usize>,
+    }
+
+    struct Recording(Arc<Mutex<Seen>>);
+
+    impl TableWriter for Recording {
+        fn write(&mut self, _: Vec<Mutation>) -> sinks::Result<()> {
+            self.0.lock().unwrap().writes += 1;
+            Ok(())
+        }
+        fn flush(&mut self) -> sinks::Result<()> {
+            Ok(())
+        }
+        fn write_keys(&mut self, keys: &KeyBatch) -> sinks::Result<()> {
+            self.0.lock().unwrap().keys.push(keys.len());
+            Ok(())
+        }
+    }
+
+    /// A key batch reaches the wrapped writer as one (its fast path), not as mutations; its
+    /// puts into the record table each take a produce time at the flush, as rows do.
+    #[test]
+    fn key_batches_pass_through_as_batches_and_count_the_record_tables_puts() {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let arrivals = Arc::new(Mutex::new(VecDeque::from([1, 2, 3, 4])));
+        let shared = Arc::new(KafkaShared::new(1, 1));
+        let mut w = TimedWriter::new(
+            Box::new(Recording(seen.clone())),
+            "records",
+            arrivals.clone(),
+            shared,
+        );
+        let mut other = KeyBatch::new("index", "i", b"", b"");
+        other.put(b"a", 1);
+        w.write_keys(&other).unwrap();
+        let mut records = KeyBatch::new("records", "f", b"q", b"v");
+        records.put(b"r1", 1);
+        records.delete(b"r0", 1);
+        records.put(b"r2", 2);
+        w.write_keys(&records).unwrap();
+        assert_eq!(seen.lock().unwrap().keys, [1, 3]);
+        assert_eq!(seen.lock().unwrap().writes, 0);
+        w.flush().unwrap();
+        // Two puts of the record table: two produce times taken, two left.
+        assert_eq!(arrivals.lock().unwrap().len(), 2);
     }
 }
