@@ -2,9 +2,12 @@
 //! encode and decode speed, and what pcodec, varints under zstd and Gorilla make of the same
 //! numeric columns (issue 38; figures in docs/BENCHMARKS.md).
 //!
-//! `cargo run --release -p hourglass-sinks --example series_bytes -- FILE [METRIC] [PARTITION_S]`
-//! (defaults `temp`, 3600). Each line is read as the sensor decoder's reference path does:
-//! `device`, `ts` and the metric apart, every other field as compact JSON with sorted keys.
+//! `cargo run --release -p hourglass-sinks --example series_bytes -- FILE [METRIC] [PARTITION_S]
+//! [BLOCKS]` (defaults `temp`, 3600, none). Each line is read as the sensor decoder's reference
+//! path does: `device`, `ts` and the metric apart, every other field as compact JSON with sorted
+//! keys. `BLOCKS`, a comma-separated list of block sizes in readings (`0`: a block a series,
+//! `max`: one block a chunk), compares them as the store cuts chunks (64 series buckets a
+//! partition): bytes a reading, and the CPU time of a read of one series (`decode_series`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -13,15 +16,29 @@ use std::time::Instant;
 use pco::standalone::{simple_compress, simple_decompress};
 use pco::ChunkConfig;
 use serde_json::Value;
-use sinks::embedded::series::{column_sizes, decode, encode, Point};
+use sinks::embedded::series::{column_sizes, decode, decode_series, encode, encode_blocks, Point};
+use xxhash_rust::xxh3::xxh3_64;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args
         .next()
-        .ok_or("usage: series_bytes FILE [METRIC] [PARTITION_S]")?;
+        .ok_or("usage: series_bytes FILE [METRIC] [PARTITION_S] [BLOCKS]")?;
     let metric = args.next().unwrap_or_else(|| "temp".to_owned());
     let partition: i64 = args.next().map_or(Ok(3600), |s| s.parse())?;
+    let blocks: Vec<usize> = match args.next() {
+        None => Vec::new(),
+        Some(list) => list
+            .split(',')
+            .map(|b| {
+                if b == "max" {
+                    Ok(usize::MAX)
+                } else {
+                    b.parse()
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
 
     let started = Instant::now();
     let mut partitions: BTreeMap<i64, Vec<Point>> = BTreeMap::new();
@@ -123,6 +140,74 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     compare(partitions.values().flatten(), readings, &metric);
+    if !blocks.is_empty() {
+        compare_blocks(&partitions, readings, &blocks)?;
+    }
+    Ok(())
+}
+
+/// Series buckets a partition, as `store/series.rs` cuts runs.
+const BUCKETS: u64 = 64;
+/// Series read per block size, spread over the devices.
+const READS: usize = 2000;
+
+/// Per block size: the bytes a reading of the partitions' chunks cut by bucket as the store
+/// does, and the CPU time of a read of one series from its bucket's chunk.
+fn compare_blocks(
+    partitions: &BTreeMap<i64, Vec<Point>>,
+    readings: usize,
+    blocks: &[usize],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut buckets: Vec<Vec<Point>> = Vec::new();
+    for points in partitions.values() {
+        let mut by_bucket: Vec<Vec<Point>> = vec![Vec::new(); BUCKETS as usize];
+        for p in points {
+            by_bucket[(xxh3_64(p.series.as_bytes()) % BUCKETS) as usize].push(p.clone());
+        }
+        buckets.extend(by_bucket.into_iter().filter(|b| !b.is_empty()));
+    }
+    let mut devices: Vec<&str> = partitions
+        .values()
+        .flatten()
+        .map(|p| p.series.as_str())
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let step = (devices.len() / READS).max(1);
+    let sample: Vec<&str> = devices.iter().step_by(step).copied().collect();
+    println!(
+        "block sizes, {} chunks (partition × bucket), reads of {} series:",
+        buckets.len(),
+        sample.len()
+    );
+    for &block in blocks {
+        let chunks = buckets
+            .iter()
+            .map(|points| encode_blocks(points, block))
+            .collect::<Result<Vec<_>, _>>()?;
+        let bytes: usize = chunks.iter().map(Vec::len).sum();
+        let (mut found, at) = (0usize, cpu_seconds());
+        for id in &sample {
+            let bucket = (xxh3_64(id.as_bytes()) % BUCKETS) as usize;
+            // A series' chunk in every partition of the recording.
+            for (chunk, points) in chunks.iter().zip(&buckets) {
+                if xxh3_64(points[0].series.as_bytes()) % BUCKETS == bucket as u64 {
+                    found += decode_series(chunk, id, id)?.len();
+                }
+            }
+        }
+        let cpu = cpu_seconds() - at;
+        let name = if block == usize::MAX {
+            "max".to_owned()
+        } else {
+            block.to_string()
+        };
+        println!(
+            "  {name:>6} readings a block: {:>7.3} B/reading; a read of one series {:>8.1} µs CPU ({found} readings read)",
+            bytes as f64 / readings as f64,
+            cpu * 1e6 / sample.len() as f64,
+        );
+    }
     Ok(())
 }
 

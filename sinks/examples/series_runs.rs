@@ -4,7 +4,8 @@
 //! `cargo run -p hourglass-sinks --example series_runs -- STORE_DIR [TABLE]` (default
 //! `ts_metric`). It opens a copy of the store's directory (fjall replays its journal, which
 //! would change the original) and reads the keys of `#series#TABLE`: `partition (8) ‖ bucket
-//! (2) ‖ seq (8)`, a 10-byte key being a partition's marker (never merged). Then it compacts
+//! (2) ‖ seq (8)`, a 10-byte key being a partition's marker (never merged), and each run's
+//! chunk header (its blocks, and whether it is of format version 1). Then it compacts
 //! the copy's series keyspace whole and prints its disk bytes before and after: runs a merge
 //! replaced stay on disk, shadowed, until compactions reach them.
 
@@ -35,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keyspace = db.keyspace(&format!("#series#{table}"), Default::default)?;
     // Per partition: runs per bucket, bytes, and whether it is marked.
     let mut partitions: BTreeMap<u64, (BTreeMap<u16, usize>, u64, bool)> = BTreeMap::new();
+    let (mut blocks, mut version_1) = (0usize, 0usize);
     for item in keyspace.iter() {
         let (key, value) = item.into_inner()?;
         let partition = u64::from_be_bytes(key[..8].try_into()?) ^ (1 << 63);
@@ -44,6 +46,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let bucket = u16::from_be_bytes(key[8..10].try_into()?);
                 *entry.0.entry(bucket).or_default() += 1;
                 entry.1 += value.len() as u64;
+                blocks += sinks::embedded::series::block_count(&value)?;
+                version_1 += usize::from(value.get(4) == Some(&1));
             }
             _ => entry.2 = true,
         }
@@ -61,6 +65,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if *marked { ", marked" } else { "" }
         );
     }
+    let runs: usize = partitions
+        .values()
+        .map(|p| p.0.values().sum::<usize>())
+        .sum();
+    println!(
+        "{runs} runs, {blocks} blocks ({:.1} a run), {version_1} runs of format version 1",
+        blocks as f64 / runs.max(1) as f64
+    );
     let before = keyspace.disk_space();
     keyspace.rotate_memtable_and_wait()?;
     keyspace.major_compact()?;

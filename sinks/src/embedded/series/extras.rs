@@ -351,11 +351,14 @@ enum Column {
     },
 }
 
-/// Reads the extras of `n` readings written by [`put`]; `sizes`, when given, receives each
+/// Reads the extras of `n` readings written by [`put`], every column checked, and renders
+/// those of the readings in `keep` (a row range within `n`: a read of one series renders only
+/// its rows, which is most of what decoding extras costs); `sizes`, when given, receives each
 /// column's name and its bytes.
 pub(super) fn get(
     r: &mut Reader<'_>,
     n: usize,
+    keep: std::ops::Range<usize>,
     mut sizes: Option<&mut Vec<(String, usize)>>,
 ) -> Result<Vec<String>> {
     let mut mark = r.remaining();
@@ -450,15 +453,27 @@ pub(super) fn get(
     note(r, "extra raw".to_owned());
 
     let mut cursors = vec![0usize; columns.len()];
-    let mut extras = Vec::with_capacity(n);
+    let mut extras = Vec::with_capacity(keep.len().min(n));
     let mut text = String::new();
-    for &code in &codes {
+    for (row, &code) in codes.iter().enumerate() {
         let (Some(shape), Some(fields)) =
             (shapes.get(code as usize), shape_columns.get(code as usize))
         else {
-            extras.push(raw.str()?.to_owned());
+            let object = raw.str()?;
+            if keep.contains(&row) {
+                extras.push(object.to_owned());
+            }
             continue;
         };
+        if !keep.contains(&row) {
+            // Skipped, but its fields' places in their columns are taken.
+            for &c in fields {
+                if let Some(cursor) = cursors.get_mut(c) {
+                    *cursor += 1;
+                }
+            }
+            continue;
+        }
         text.clear();
         render(&mut text, shape, |i| {
             // Asked only for NUM and STR fields, which all have a column.

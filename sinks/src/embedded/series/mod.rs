@@ -7,7 +7,7 @@
 //! docs/BENCHMARKS.md ("Series chunk bytes") what it reaches on generator data.
 //!
 //! One file per column kind, as Prometheus' `tsdb/chunkenc`: [`chunk`] frames a chunk (header,
-//! sections, checksum) and holds [`Point`]; `ids` the series ids (sorted dictionary and run
+//! block directory, blocks of column sections, checksums) and holds [`Point`]; `ids` the series ids (sorted dictionary and run
 //! lengths); `times` the timestamps (deltas within a series); `floats` the primary value
 //! (decimal-aware: scaled integers, with exact exceptions); `extras` the other fields (a JSON
 //! object per reading, split into typed columns by key, raw where it would not round-trip);
@@ -35,7 +35,10 @@ mod numbers;
 mod strings;
 mod times;
 
-pub use chunk::{column_sizes, decode, encode, Point, FORMAT_VERSION, MAGIC, MAX_POINTS};
+pub use chunk::{
+    block_count, column_sizes, decode, decode_series, encode, encode_blocks, Point, BLOCK_POINTS,
+    FORMAT_VERSION, MAGIC, MAX_POINTS,
+};
 
 /// Why a series chunk could not be encoded or decoded; each message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -49,8 +52,8 @@ pub enum Error {
     Corrupt(String),
     /// The chunk was written by a format version this build does not read.
     #[error(
-        "series chunk has format version {0}, this build reads version {FORMAT_VERSION}; open \
-         the store with the hourglass version that wrote it"
+        "series chunk has format version {0}, this build reads versions 1 to {FORMAT_VERSION}; \
+         open the store with the hourglass version that wrote it"
     )]
     Version(u8),
     /// A column could not be compressed (pcodec refused it).

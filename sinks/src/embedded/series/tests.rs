@@ -152,9 +152,14 @@ fn sensor_readings_are_small() {
     let bytes = encode(&p).unwrap();
     assert_eq!(round_trip(&p), expected(&p));
     let sizes = column_sizes(&bytes).unwrap();
-    // An empty raw column is three zero varints: no object, no byte, an empty section.
+    // An empty raw column is three zero varints a block: no object, no byte, an empty section.
+    let blocks = block_count(&bytes).unwrap();
+    assert_eq!(
+        blocks,
+        10_000_usize.div_ceil(BLOCK_POINTS.next_multiple_of(60))
+    );
     assert!(
-        sizes.contains(&("extra raw".to_owned(), 3)),
+        sizes.contains(&("extra raw".to_owned(), 3 * blocks)),
         "sensor extras went raw: {sizes:?}"
     );
     assert!(bytes.len() < p.len() * 8, "{} bytes", bytes.len());
@@ -251,11 +256,15 @@ proptest! {
     #[test]
     fn random_bytes_are_errors(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
         prop_assert!(decode(&bytes).is_err());
-        let mut framed = MAGIC.to_vec();
-        framed.push(FORMAT_VERSION);
-        framed.extend_from_slice(&bytes);
-        // Past the checksum, any answer but a panic will do: random columns may parse.
-        let _ = decode(&reseal(framed));
+        for version in [1, FORMAT_VERSION] {
+            let mut framed = MAGIC.to_vec();
+            framed.push(version);
+            framed.extend_from_slice(&bytes);
+            // Past the checksums, any answer but a panic will do: random columns may parse.
+            let _ = decode(&reseal(framed.clone()));
+            let _ = decode(&reseal_v2(framed.clone()));
+            let _ = decode_series(&reseal_v2(framed), "dev1", "dev1");
+        }
     }
 
     #[test]
@@ -265,12 +274,257 @@ proptest! {
         xor in 1u8..=255,
         cut in any::<prop::sample::Index>(),
     ) {
-        let bytes = encode(&points).unwrap();
+        // Version 1's framing: one checksum at the end, which `reseal` makes right.
+        let bytes = encode_blocks(&points, usize::MAX).unwrap();
+        let bytes = if points.is_empty() { bytes } else { as_version_1(&bytes) };
         let mut damaged = bytes.clone();
         let i = at.index(damaged.len() - 8);
         damaged[i] ^= xor;
         let _ = decode(&reseal(damaged));
         let truncated = bytes[..cut.index(bytes.len())].to_vec();
         let _ = decode(&reseal(truncated));
+    }
+}
+
+// Version 2: blocks of whole series behind a directory.
+
+/// `bytes` (version 2) with every block checksum and the header checksum made right again, so
+/// the directory and column decoders see the damage; as it was if its directory does not parse.
+fn reseal_v2(mut bytes: Vec<u8>) -> Vec<u8> {
+    let Some((header_end, blocks)) = directory_of(&bytes) else {
+        return bytes;
+    };
+    for (sum_at, range) in blocks {
+        if range.end > bytes.len() || sum_at + 8 > header_end {
+            return bytes;
+        }
+        let sum = xxh3_64(&bytes[range]);
+        bytes[sum_at..sum_at + 8].copy_from_slice(&sum.to_le_bytes());
+    }
+    let sum = xxh3_64(&bytes[..header_end]);
+    bytes[header_end..header_end + 8].copy_from_slice(&sum.to_le_bytes());
+    bytes
+}
+
+/// Where a version 2 chunk's header ends (its checksum's offset) and, per block, the offset of
+/// its checksum in the directory and its bytes.
+#[allow(clippy::type_complexity)]
+fn directory_of(bytes: &[u8]) -> Option<(usize, Vec<(usize, std::ops::Range<usize>)>)> {
+    let head = MAGIC.len() + 1;
+    let mut r = bytes::Reader::new(bytes.get(head..)?, "test");
+    r.varint().ok()?;
+    let count = r.varint().ok()?;
+    let len = usize::try_from(r.varint().ok()?).ok()?;
+    let directory_at = bytes.len() - r.remaining();
+    let directory = r.take(len).ok()?;
+    let header_end = bytes.len() - r.remaining();
+    let mut at = header_end + 8;
+    let mut d = bytes::Reader::new(directory, "test");
+    let mut blocks = Vec::new();
+    for _ in 0..count {
+        d.varint().ok()?;
+        d.section().ok()?;
+        d.varint().ok()?;
+        d.section().ok()?;
+        d.varint().ok()?;
+        let len = usize::try_from(d.varint().ok()?).ok()?;
+        let sum_at = directory_at + directory.len() - d.remaining();
+        d.take(8).ok()?;
+        blocks.push((sum_at, at..at.checked_add(len)?));
+        at += len;
+    }
+    Some((header_end, blocks))
+}
+
+/// A one-block version 2 chunk (of at least one reading) as version 1 wrote it: magic, 1, readings, the four sections,
+/// the xxh3-64 of all before.
+fn as_version_1(v2: &[u8]) -> Vec<u8> {
+    let (_, blocks) = directory_of(v2).expect("a version 2 chunk");
+    let mut r = bytes::Reader::new(&v2[MAGIC.len() + 1..], "test");
+    let n = r.varint().unwrap();
+    let mut out = MAGIC.to_vec();
+    out.push(1);
+    bytes::put_varint(&mut out, n);
+    match blocks.as_slice() {
+        [(_, range)] => out.extend_from_slice(&v2[range.clone()]),
+        _ => panic!("not one block"),
+    }
+    let sum = xxh3_64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// The points of `points` of series `first..=last`, as [`decode_series`] must return them.
+fn expected_series(points: &[Point], first: &str, last: &str) -> Vec<(String, i64, u64, String)> {
+    expected(points)
+        .into_iter()
+        .filter(|p| p.0.as_str() >= first && p.0.as_str() <= last)
+        .collect()
+}
+
+fn keys(points: &[Point]) -> Vec<(String, i64, u64, String)> {
+    points.iter().map(key).collect()
+}
+
+/// The series ids of [`any_points`], and a few between and around them.
+const IDS: [&str; 9] = [
+    "",
+    "dev0",
+    "dev00001",
+    "dev00001x",
+    "dev00002",
+    "dev1",
+    "dev2",
+    "é",
+    "\u{10ffff}",
+];
+
+#[test]
+fn blocks_hold_whole_series_of_about_the_block_size() {
+    let p: Vec<Point> = (0..10_000)
+        .map(|i| point(&format!("dev{:05}", i % 100), i, 1.0, &sensor_extra(i)))
+        .collect();
+    // 100 readings a series: a block is cut after the series that reaches 250, at 300.
+    let bytes = encode_blocks(&p, 250).unwrap();
+    assert_eq!(block_count(&bytes).unwrap(), 34);
+    assert_eq!(keys(&decode(&bytes).unwrap()), expected(&p));
+    for id in ["dev00000", "dev00042", "dev00099"] {
+        assert_eq!(
+            keys(&decode_series(&bytes, id, id).unwrap()),
+            expected_series(&p, id, id)
+        );
+    }
+    assert!(decode_series(&bytes, "dev000420", "dev000429")
+        .unwrap()
+        .is_empty());
+    assert_eq!(block_count(&encode_blocks(&p, 0).unwrap()).unwrap(), 100);
+    assert_eq!(
+        block_count(&encode(&p).unwrap()).unwrap(),
+        10_000_usize.div_ceil(BLOCK_POINTS.next_multiple_of(100)),
+    );
+    assert_eq!(block_count(&encode(&[]).unwrap()).unwrap(), 0);
+}
+
+#[test]
+fn a_read_of_one_series_does_not_check_other_blocks() {
+    let p: Vec<Point> = (0..600)
+        .map(|i| point(&format!("d{}", i % 6), i, 2.5, "{}"))
+        .collect();
+    let bytes = encode_blocks(&p, 1).unwrap();
+    let (_, blocks) = directory_of(&bytes).unwrap();
+    assert_eq!(blocks.len(), 6);
+    let mut damaged = bytes.clone();
+    damaged[blocks[5].1.start] ^= 1;
+    assert!(matches!(decode(&damaged), Err(Error::Corrupt(_))));
+    assert!(matches!(
+        decode_series(&damaged, "d5", "d5"),
+        Err(Error::Corrupt(_))
+    ));
+    assert_eq!(
+        keys(&decode_series(&damaged, "d0", "d4").unwrap()),
+        expected_series(&p, "d0", "d4")
+    );
+}
+
+#[test]
+fn version_1_chunks_read_as_one_block() {
+    let p: Vec<Point> = (0..500)
+        .map(|i| point(&format!("d{}", i % 7), i, i as f64 / 4.0, &sensor_extra(i)))
+        .collect();
+    let v1 = as_version_1(&encode_blocks(&p, usize::MAX).unwrap());
+    assert_eq!(v1[MAGIC.len()], 1);
+    assert_eq!(block_count(&v1).unwrap(), 1);
+    assert_eq!(keys(&decode(&v1).unwrap()), expected(&p));
+    assert_eq!(
+        keys(&decode_series(&v1, "d3", "d4").unwrap()),
+        expected_series(&p, "d3", "d4")
+    );
+    let sizes = column_sizes(&v1).unwrap();
+    assert_eq!(sizes.iter().map(|(_, b)| b).sum::<usize>(), v1.len());
+    for at in 0..v1.len() {
+        let mut damaged = v1.clone();
+        damaged[at] ^= 0x10;
+        assert!(decode(&damaged).is_err(), "byte {at} flipped");
+    }
+}
+
+#[test]
+fn damaged_blocked_chunks_are_errors() {
+    let p: Vec<Point> = (0..500)
+        .map(|i| point(&format!("d{}", i % 7), i, i as f64 / 4.0, &sensor_extra(i)))
+        .collect();
+    let bytes = encode_blocks(&p, 100).unwrap();
+    assert!(block_count(&bytes).unwrap() > 2);
+    let intact = keys(&decode_series(&bytes, "d2", "d3").unwrap());
+    for len in 0..bytes.len() {
+        assert!(decode(&bytes[..len]).is_err(), "truncated to {len}");
+        assert!(
+            decode_series(&bytes[..len], "d2", "d3").is_err(),
+            "truncated to {len}"
+        );
+    }
+    for at in 0..bytes.len() {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x10;
+        assert!(decode(&damaged).is_err(), "byte {at} flipped");
+        // A damaged block it does not read may go unseen; a wrong answer may not.
+        if let Ok(got) = decode_series(&damaged, "d2", "d3") {
+            assert_eq!(keys(&got), intact, "byte {at} flipped");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn blocked_chunks_round_trip_and_read_by_series(
+        points in any_points(),
+        block in prop_oneof![0usize..4, 4usize..300, Just(usize::MAX)],
+        a in prop::sample::select(IDS.to_vec()),
+        b in prop::sample::select(IDS.to_vec()),
+    ) {
+        let bytes = encode_blocks(&points, block).unwrap();
+        prop_assert_eq!(keys(&decode(&bytes).unwrap()), expected(&points));
+        let sizes = column_sizes(&bytes).unwrap();
+        prop_assert_eq!(sizes.iter().map(|(_, b)| b).sum::<usize>(), bytes.len());
+        let (first, last) = if a <= b { (a, b) } else { (b, a) };
+        prop_assert_eq!(
+            keys(&decode_series(&bytes, first, last).unwrap()),
+            expected_series(&points, first, last)
+        );
+        prop_assert_eq!(
+            keys(&decode_series(&bytes, a, a).unwrap()),
+            expected_series(&points, a, a)
+        );
+        if block == usize::MAX && !points.is_empty() {
+            let v1 = as_version_1(&bytes);
+            prop_assert_eq!(keys(&decode(&v1).unwrap()), expected(&points));
+            prop_assert_eq!(
+                keys(&decode_series(&v1, first, last).unwrap()),
+                expected_series(&points, first, last)
+            );
+        }
+    }
+
+    #[test]
+    fn damaged_blocked_chunks_never_panic(
+        points in any_points(),
+        block in 0usize..50,
+        at in any::<prop::sample::Index>(),
+        xor in 1u8..=255,
+        cut in any::<prop::sample::Index>(),
+        id in prop::sample::select(IDS.to_vec()),
+    ) {
+        let bytes = encode_blocks(&points, block).unwrap();
+        let mut damaged = bytes.clone();
+        let i = at.index(damaged.len());
+        damaged[i] ^= xor;
+        let damaged = reseal_v2(damaged);
+        let _ = decode(&damaged);
+        let _ = decode_series(&damaged, id, id);
+        let truncated = reseal_v2(bytes[..cut.index(bytes.len())].to_vec());
+        let _ = decode(&truncated);
+        let _ = decode_series(&truncated, id, id);
     }
 }

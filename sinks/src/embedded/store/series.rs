@@ -278,14 +278,17 @@ impl SeriesTable {
         Some(partition_of(ts.checked_mul(self.layout.unit_ms)?))
     }
 
-    /// The runs of `partition` (of one bucket if given): `(key, seq, points)`.
+    /// The runs of `partition` (of one bucket if given): `(key, seq, points)`, every point or,
+    /// with `only`, that series' (of its bucket, then: a chunk's blocks hold whole series, and
+    /// only the block holding it is decoded).
     fn runs(
         &self,
         partition: i64,
         bucket: Option<u16>,
+        only: Option<&str>,
     ) -> fjall::Result<Vec<(Slice, u64, Vec<Point>)>> {
         let mut prefix = partition_bytes(partition).to_vec();
-        if let Some(b) = bucket {
+        if let Some(b) = only.map(bucket_of).or(bucket) {
             prefix.extend_from_slice(&b.to_be_bytes());
         }
         let mut out = Vec::new();
@@ -295,7 +298,11 @@ impl SeriesTable {
                 continue;
             }
             let (_, _, seq) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
-            let points = series::decode(&value).map_err(damaged)?;
+            let points = match only {
+                Some(id) => series::decode_series(&value, id, id),
+                None => series::decode(&value),
+            }
+            .map_err(damaged)?;
             out.push((key, seq, points));
         }
         Ok(out)
@@ -330,8 +337,8 @@ impl SeriesTable {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        for (_, seq, points) in self.runs(partition, Some(bucket_of(series)))? {
-            for p in points.iter().filter(|p| p.series == series && p.ts == ts) {
+        for (_, seq, points) in self.runs(partition, None, Some(series))? {
+            for p in points.iter().filter(|p| p.ts == ts) {
                 out.push(self.stored(row, seq, p, stamp));
             }
         }
@@ -348,7 +355,6 @@ impl SeriesTable {
     ) -> fjall::Result<Vec<KvPair>> {
         let layout = &self.layout;
         let only = (layout.series_in)(start, stop);
-        let bucket = only.as_deref().map(bucket_of);
         let mut out = Vec::new();
         let mut row = Vec::new();
         for partition in self.partitions() {
@@ -357,11 +363,8 @@ impl SeriesTable {
             if time.is_some_and(|t| !t.overlaps(lo, hi)) {
                 continue;
             }
-            for (_, seq, points) in self.runs(partition, bucket)? {
+            for (_, seq, points) in self.runs(partition, None, only.as_deref())? {
                 for p in &points {
-                    if only.as_deref().is_some_and(|s| s != p.series) {
-                        continue;
-                    }
                     row.clear();
                     (layout.join)(&p.series, p.ts, &mut row);
                     if row.as_slice() < start || (!stop.is_empty() && row.as_slice() >= stop) {
@@ -419,7 +422,7 @@ impl SeriesTable {
             return Ok(false);
         }
         let mut found = false;
-        for (key, _, mut points) in self.runs(partition, Some(bucket_of(series)))? {
+        for (key, _, mut points) in self.runs(partition, Some(bucket_of(series)), None)? {
             let before = points.len();
             points.retain(|p| !(p.series == series && p.ts == ts));
             if points.len() == before {
