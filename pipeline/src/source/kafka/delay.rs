@@ -37,6 +37,15 @@ impl TimedWriter {
     }
 }
 
+impl TimedWriter {
+    /// Records how long a write call that began at `started` took.
+    fn record_write(&self, started: std::time::Instant) {
+        self.shared
+            .writes
+            .record([started.elapsed().as_millis() as i64]);
+    }
+}
+
 impl std::fmt::Debug for TimedWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TimedWriter")
@@ -53,9 +62,7 @@ impl TableWriter for TimedWriter {
             .count();
         let started = std::time::Instant::now();
         let written = self.inner.write(mutations);
-        self.shared
-            .writes
-            .record([started.elapsed().as_millis() as i64]);
+        self.record_write(started);
         written
     }
 
@@ -67,9 +74,7 @@ impl TableWriter for TimedWriter {
         }
         let started = std::time::Instant::now();
         let written = self.inner.write_keys(keys);
-        self.shared
-            .writes
-            .record([started.elapsed().as_millis() as i64]);
+        self.record_write(started);
         written
     }
 
