@@ -294,6 +294,10 @@ fn reseal_v2(mut bytes: Vec<u8>) -> Vec<u8> {
     let Some((header_end, blocks)) = directory_of(&bytes) else {
         return bytes;
     };
+    // Cut inside the header's checksum: nothing to make right.
+    if header_end + 8 > bytes.len() {
+        return bytes;
+    }
     for (sum_at, range) in blocks {
         if range.end > bytes.len() || sum_at + 8 > header_end {
             return bytes;
