@@ -209,13 +209,7 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation, all_versions: bool) -> R
             } else {
                 codec::check_key_len(table.name, row, &cell.family, &cell.qualifier)?;
             }
-            if u32::try_from(cell.value.len() + 8).is_err() {
-                return Err(Error::Invalid(format!(
-                    "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
-                    cell.value.len(),
-                    table.name
-                )));
-            }
+            check_value_len(table, &cell.value)?;
         }
         for family in table.packed.iter().copied() {
             // Each cell's age and length take at most 20 bytes.
@@ -232,6 +226,19 @@ fn validate(store: &EmbeddedStore, mutation: &Mutation, all_versions: bool) -> R
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// Refuses a cell value too large for the embedded store's 4 GiB bound on a stored value (with
+/// its 8-byte stamp).
+fn check_value_len(table: &super::store::Table, value: &[u8]) -> Result<()> {
+    if u32::try_from(value.len() + 8).is_err() {
+        return Err(Error::Invalid(format!(
+            "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
+            value.len(),
+            table.name
+        )));
     }
     Ok(())
 }

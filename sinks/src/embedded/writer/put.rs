@@ -9,7 +9,7 @@ use super::EmbeddedWriter;
 use crate::embedded::codec;
 use crate::embedded::store::Table;
 use crate::table::{Cell, KeyBatch, TableWriter};
-use crate::{Error, Result};
+use crate::Result;
 
 impl EmbeddedWriter {
     /// Encodes into `self.key` and `self.value` one put of a packed family's `cells`
@@ -193,13 +193,7 @@ impl EmbeddedWriter {
         if !super::delete::removes_by_key(table, family, self.queued_ts.is_some()) {
             return self.write(keys.to_mutations());
         }
-        if u32::try_from(value.len() + 8).is_err() {
-            return Err(Error::Invalid(format!(
-                "a cell value of {} bytes for table {} exceeds the embedded store's 4 GiB limit",
-                value.len(),
-                table.name
-            )));
-        }
+        super::check_value_len(table, value)?;
         for (row, _, _) in keys.iter() {
             codec::check_row(table.name, row)?;
             codec::check_version_key_len(table.name, row, family, qualifier)?;
