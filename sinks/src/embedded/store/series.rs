@@ -52,9 +52,29 @@ pub(crate) fn partition_of(stamp_ms: i64) -> i64 {
     stamp_ms.div_euclid(PARTITION_MS)
 }
 
+/// The first and last cell stamps (ms) of `partition`.
+fn partition_span(partition: i64) -> (i64, i64) {
+    let first = partition.saturating_mul(PARTITION_MS);
+    (first, first.saturating_add(PARTITION_MS - 1))
+}
+
+/// Whether every cell stamp of `partition` is past `ttl_ms` at `now_ms`.
+fn partition_expired(partition: i64, ttl_ms: Option<i64>, now_ms: i64) -> bool {
+    codec::is_expired(partition_span(partition).1, ttl_ms, now_ms)
+}
+
 /// A partition's 8 key bytes: the sign bit flipped, big-endian, so that keys sort by time.
 fn partition_bytes(partition: i64) -> [u8; 8] {
     (partition as u64 ^ (1 << 63)).to_be_bytes()
+}
+
+/// The prefix of the keys of `partition` whose bucket bytes are `bucket` (a run's bucket, or
+/// [`MARKER_BUCKET`]).
+fn bucket_prefix(partition: i64, bucket: [u8; 2]) -> [u8; 10] {
+    let mut key = [0; 10];
+    key[..8].copy_from_slice(&partition_bytes(partition));
+    key[8..].copy_from_slice(&bucket);
+    key
 }
 
 /// The key of a run's chunk of `(partition, bucket)`.
@@ -68,10 +88,7 @@ pub(crate) fn run_key(partition: i64, bucket: u16, seq: u64) -> [u8; RUN_KEY] {
 
 /// The marker key of `partition` (see [`MARKER_BUCKET`]).
 fn marker_key(partition: i64) -> [u8; 10] {
-    let mut key = [0; 10];
-    key[..8].copy_from_slice(&partition_bytes(partition));
-    key[8..].copy_from_slice(&MARKER_BUCKET);
-    key
+    bucket_prefix(partition, MARKER_BUCKET)
 }
 
 /// Whether `key` is a partition's marker key.
@@ -287,10 +304,10 @@ impl SeriesTable {
         bucket: Option<u16>,
         only: Option<&str>,
     ) -> fjall::Result<Vec<(Slice, u64, Vec<Point>)>> {
-        let mut prefix = partition_bytes(partition).to_vec();
-        if let Some(b) = only.map(bucket_of).or(bucket) {
-            prefix.extend_from_slice(&b.to_be_bytes());
-        }
+        let prefix = match only.map(bucket_of).or(bucket) {
+            Some(b) => bucket_prefix(partition, b.to_be_bytes()).to_vec(),
+            None => partition_bytes(partition).to_vec(),
+        };
         let mut out = Vec::new();
         for item in self.keyspace.prefix(&prefix) {
             let (key, value) = item.into_inner()?;
@@ -358,8 +375,7 @@ impl SeriesTable {
         let mut out = Vec::new();
         let mut row = Vec::new();
         for partition in self.partitions() {
-            let lo = partition.saturating_mul(PARTITION_MS);
-            let hi = lo.saturating_add(PARTITION_MS - 1);
+            let (lo, hi) = partition_span(partition);
             if time.is_some_and(|t| !t.overlaps(lo, hi)) {
                 continue;
             }
@@ -468,10 +484,11 @@ impl SeriesTable {
 
     /// The runs of `(partition, bucket)` in the keyspace, by seq, as level 0.
     fn load_runs(&self, partition: i64, bucket: u16) -> fjall::Result<Vec<RunInfo>> {
-        let mut prefix = partition_bytes(partition).to_vec();
-        prefix.extend_from_slice(&bucket.to_be_bytes());
         let mut out = Vec::new();
-        for item in self.keyspace.prefix(&prefix) {
+        for item in self
+            .keyspace
+            .prefix(bucket_prefix(partition, bucket.to_be_bytes()))
+        {
             let key = item.key()?;
             let (_, _, seq) = parse_run_key(&key).ok_or_else(|| damaged("key"))?;
             out.push(RunInfo { seq, level: 0 });
@@ -509,10 +526,7 @@ impl SeriesTable {
             if self.is_marked(partition) || !self.holds(partition) {
                 break;
             }
-            let newest = partition
-                .saturating_mul(PARTITION_MS)
-                .saturating_add(PARTITION_MS - 1);
-            if codec::is_expired(newest, cx.ttl_ms, cx.now_ms) {
+            if partition_expired(partition, cx.ttl_ms, cx.now_ms) {
                 break;
             }
             // After the mark is checked, under the lock: a generic put marks its partition
@@ -623,12 +637,7 @@ impl SeriesTable {
         now_ms: i64,
         batch: &mut OwnedWriteBatch,
     ) -> fjall::Result<usize> {
-        let expired = |partition: i64| {
-            let newest = partition
-                .saturating_mul(PARTITION_MS)
-                .saturating_add(PARTITION_MS - 1);
-            codec::is_expired(newest, Some(ttl_ms), now_ms)
-        };
+        let expired = |partition: i64| partition_expired(partition, Some(ttl_ms), now_ms);
         let oldest = self.partitions().first().copied();
         if oldest.is_none_or(|p| !expired(p)) {
             return Ok(0);
