@@ -7,12 +7,12 @@
 //! docs/BENCHMARKS.md ("Series chunk bytes") what it reaches on generator data.
 //!
 //! One file per column kind, as Prometheus' `tsdb/chunkenc`: [`chunk`] frames a chunk (header,
-//! block directory, blocks of column sections, checksums) and holds [`Point`]; `ids` the series ids (sorted dictionary and run
-//! lengths); `times` the timestamps (deltas within a series); `floats` the primary value
-//! (decimal-aware: scaled integers, with exact exceptions); `extras` the other fields (a JSON
-//! object per reading, split into typed columns by key, raw where it would not round-trip);
-//! `strings` dictionary columns; `numbers` the integer column codec; `bytes` varints and the
-//! bounds-checked reader.
+//! block directory, blocks of column sections, checksums) and holds [`Point`]; `ids` the series
+//! ids (sorted dictionary and run lengths); `times` the timestamps (deltas within a series);
+//! `floats` the primary value (decimal-aware: scaled integers, with exact exceptions); `extras`
+//! the other fields (a JSON object per reading, split into typed columns by key, raw where it
+//! would not round-trip); `strings` dictionary columns; `numbers` the integer column codec;
+//! `bytes` varints and the bounds-checked reader.
 //!
 //! Why pcodec for the integer columns and not hand-written Gorilla XOR or delta-of-delta, nor
 //! varints of deltas under zstd: measured on 6 M generator readings (`examples/series_bytes.rs`,
