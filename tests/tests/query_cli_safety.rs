@@ -78,3 +78,58 @@ fn absurd_times_and_ranges_are_refused_naming_the_limit() {
     let out = hourglass_ok(dir.path(), &strs(&args));
     assert!(out.lines().count() > 1, "{out}");
 }
+
+/// `bench queries` times each dashboard query it reports, the month curve included, once per
+/// iteration, on a store holding the devices it samples.
+#[test]
+fn bench_queries_times_each_dashboard_query() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    hourglass_ok(
+        d,
+        &[
+            "generate",
+            "--devices",
+            "4",
+            "--duration",
+            "2h",
+            "--rooms",
+            "2",
+            "--out",
+            "rec.jsonl",
+        ],
+    );
+    hourglass_ok(d, &["replay", "rec.jsonl", "--store", "store", "--quiet"]);
+    hourglass_ok(
+        d,
+        &[
+            "bench",
+            "queries",
+            "--store",
+            "store",
+            "--devices",
+            "4",
+            "--iterations",
+            "3",
+            "--json",
+            "q.json",
+        ],
+    );
+    let q: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("q.json")).expect("q.json")).expect("JSON");
+    for kind in [
+        "query_hour",
+        "query_curve_24h_auto",
+        "query_curve_24h_narrow",
+        "query_curve_30d_auto",
+        "query_room_view",
+        "query_room_fanout",
+    ] {
+        assert_eq!(q[kind]["n"], 3, "{kind}: {q}");
+        let (p50, p99) = (q[kind]["p50_ms"].as_f64(), q[kind]["p99_ms"].as_f64());
+        assert!(
+            p50.zip(p99).is_some_and(|(a, b)| 0.0 <= a && a <= b),
+            "{kind}: {q}"
+        );
+    }
+}

@@ -49,7 +49,8 @@ pub enum BenchCommand {
     /// `--backlog N`, a catch-up: N readings first, then how fast the job consumes them.
     Live(live::LiveArgs),
     /// Latencies (p50/p99) of the dashboard queries on existing tables: `query hour`, a 24 h
-    /// `query curve` (auto vs narrow) and `query room` (view vs fanout over the same devices).
+    /// `query curve` (auto vs narrow), a 30-day `query curve` (auto) and `query room` (view vs
+    /// fanout over the same devices).
     Queries {
         /// Where the tables are.
         #[command(flatten)]
@@ -83,6 +84,9 @@ fn time_ms<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<(f64, T)> {
     Ok((start.elapsed().as_secs_f64() * 1000.0, out))
 }
 
+/// The span of the month curve: 30 days, in seconds (a dashboard's month view).
+const MONTH_SECS: i64 = 30 * 86_400;
+
 fn bench_queries(
     backend: &BackendArgs,
     devices: u32,
@@ -111,8 +115,8 @@ fn bench_queries(
     };
     let at = newest.ts;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    let (mut hour, mut auto, mut narrow, mut view, mut fanout) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut hour, mut auto, mut narrow, mut month, mut view, mut fanout) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..iterations {
         let device = name(rng.random_range(0..devices));
         hour.push(time_ms(|| query::hour(&db, scheme, &device, at - HOUR_SECS))?.0);
@@ -125,6 +129,12 @@ fn bench_queries(
         narrow.push(
             time_ms(|| {
                 query::curve_points(&db, scheme, &device, at - 86_400, at, CurveSource::Narrow)
+            })?
+            .0,
+        );
+        month.push(
+            time_ms(|| {
+                query::curve_points(&db, scheme, &device, at - MONTH_SECS, at, CurveSource::Auto)
             })?
             .0,
         );
@@ -144,6 +154,7 @@ fn bench_queries(
         "query_hour": percentiles(hour),
         "query_curve_24h_auto": percentiles(auto),
         "query_curve_24h_narrow": percentiles(narrow),
+        "query_curve_30d_auto": percentiles(month),
         "query_room_view": percentiles(view),
         "query_room_fanout": percentiles(fanout),
     }))
