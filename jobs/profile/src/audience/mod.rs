@@ -7,6 +7,7 @@
 //! to the end of the code's INT rows); `AND`, `OR` and `NOT` are intersections, unions and
 //! differences of the users' bitmaps.
 
+pub mod build;
 pub mod check;
 pub mod eval;
 pub mod index;
