@@ -17,8 +17,6 @@
 //! deletes any row that is not an entry), `profile run` warns, and `profile reconcile` reports
 //! the entries missing and the row stale.
 
-use std::collections::HashMap;
-
 use sinks::table::{Cell, KeyBatch, Mutation, ScanSpec, TableReader, TableWriter};
 
 use super::index::{for_each_row_of_cell, INDEX_CELL, INDEX_FAMILY, INDEX_QUALIFIER};
@@ -26,6 +24,7 @@ use super::maintain::new_batch;
 use super::reconcile::{each_row, reconcile, Reconciled};
 use super::INDEX_TABLE;
 use crate::key::parse_profile_row;
+use crate::merge::FastMap;
 use crate::tables::PROFILE_TABLE;
 use crate::tag::{DataType, TagDef, ValueType};
 use crate::Result;
@@ -170,7 +169,7 @@ pub fn build(
     writer: &mut dyn TableWriter,
     defs: &[TagDef],
 ) -> Result<Built> {
-    let types: HashMap<&[u8], (&str, DataType)> = defs
+    let types: FastMap<&[u8], (&str, DataType)> = defs
         .iter()
         .filter(|d| d.value_type != ValueType::ShortTerm)
         .map(|d| {
