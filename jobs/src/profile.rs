@@ -14,6 +14,7 @@ use pipeline::driver::{
 };
 use pipeline::source::kafka::KafkaShared;
 use pipeline::store::{Backend, BackendArgs};
+use profile::audience::build::{self, Finished, ReplayIndex};
 use profile::generate::{self, EventGenerator, GenerateConfig};
 use profile::job::{ProfileDecoder, ProfileJob, ProfileReport, ProfileStats};
 use profile::{ProfileConfig, ProfileReader, RejectReason, Selection};
@@ -229,7 +230,66 @@ fn replay(args: &ReplayArgs) -> Result<ProfileReport> {
         control: job.control().clone(),
         report: report(counters.clone(), "replayed".into(), None),
     };
-    run_profile(job, source, &cfg, counters, &backend)
+    // Into a store with no profile and no index, the index is built at the end from the
+    // profiles written, rather than kept up at each write: cheaper, and the same entries. Not
+    // in a cluster, whose processes end at different times.
+    let upkeep = if cfg.index.enabled && !cluster.is_cluster() {
+        build::replay_index(&backend.reader())?
+    } else {
+        ReplayIndex::PerWrite
+    };
+    if upkeep == ReplayIndex::Build {
+        build::mark_pending(backend.writer().as_mut())?;
+    }
+    let report = run_profile(
+        job,
+        source,
+        &cfg,
+        counters,
+        &backend,
+        upkeep == ReplayIndex::PerWrite,
+    )?;
+    finish_index(&cfg, &backend, upkeep, args.quiet)?;
+    Ok(report)
+}
+
+/// Builds or repairs the index at the end of a replay that did not keep it up
+/// ([`profile::audience::build`]), and makes it durable.
+fn finish_index(
+    cfg: &ProfileConfig,
+    backend: &Backend,
+    upkeep: ReplayIndex,
+    quiet: bool,
+) -> Result<()> {
+    if upkeep == ReplayIndex::PerWrite {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let context = "building the audience index (the profiles are written; the next replay, or \
+                   `hourglass profile reconcile --repair`, builds it)";
+    let defs = profile::registry::open(&cfg.registry.url)
+        .and_then(|mut r| r.list())
+        .context(context)?;
+    let mut writer = backend.writer();
+    let finished =
+        build::finish(&backend.reader(), writer.as_mut(), &defs, upkeep).context(context)?;
+    drop(writer);
+    backend.persist()?;
+    let took = started.elapsed().as_secs_f64();
+    match finished {
+        Some(Finished::Built(b)) if !quiet => eprintln!(
+            "audience index: {} entries of {} profile rows built in {took:.1} s",
+            b.entries, b.profile_rows
+        ),
+        // Said even when quiet: an earlier replay was interrupted.
+        Some(Finished::Repaired(r)) => eprintln!(
+            "audience index: an earlier replay's build was interrupted; repaired in {took:.1} s: \
+             {} missing entries put, {} stale deleted",
+            r.missing, r.stale
+        ),
+        _ => {}
+    }
+    Ok(())
 }
 
 fn run_job(args: &RunArgs) -> Result<ProfileReport> {
@@ -253,6 +313,12 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         &RejectReason::KINDS,
     ))?;
     let backend = open_store(&cfg, args.job.recover)?;
+    if cfg.index.enabled && build::is_pending(&backend.reader())? {
+        eprintln!(
+            "warning: a replay's build of the audience index was interrupted: entries are \
+             missing until `hourglass profile reconcile --repair` puts them"
+        );
+    }
     let api = match &args.serve {
         Some(listen) => {
             let stats = Arc::new(profile::cache::CacheStats::default());
@@ -290,7 +356,7 @@ fn run_job(args: &RunArgs) -> Result<ProfileReport> {
         stored: "tags",
         ..TopicSource::new(&job, &cluster, split, decoder, base, report)
     };
-    let report = run_profile(job, topic, &cfg, counters, &backend)?;
+    let report = run_profile(job, topic, &cfg, counters, &backend, true)?;
     drop(api);
     Ok(report)
 }
@@ -323,13 +389,15 @@ fn report(
 }
 
 /// Runs the profile job of `cfg` over `source` into `backend`, counting into `counters`
-/// (which `/metrics` reports).
+/// (which `/metrics` reports), keeping the index up at each write if `[index] enabled` and
+/// `index_upkeep`.
 fn run_profile<S>(
     job: Job,
     source: S,
     cfg: &ProfileConfig,
     counters: Arc<ProfileStats>,
     backend: &Backend,
+    index_upkeep: bool,
 ) -> Result<ProfileReport>
 where
     S: Source<Report = ProfileReport>,
@@ -337,7 +405,7 @@ where
 {
     job.metrics().attach_counters(counters.clone());
     let mut profile = ProfileJob::new(cfg, Pace::of(&source), counters)?;
-    if cfg.index.enabled {
+    if cfg.index.enabled && index_upkeep {
         profile = profile.with_index(backend.reader(), cfg.index.cache_bytes());
     }
     Ok(job.run(source, profile, &cfg.window, &cfg.store, backend)?)

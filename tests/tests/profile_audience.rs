@@ -533,3 +533,119 @@ fn reconcile_finds_missing_and_stale_entries_and_repairs_them() {
     assert_eq!(who("dim_city = gz").into_iter().collect::<Vec<_>>(), [u1]);
     assert!(who("dim_city = hz").is_empty());
 }
+
+/// `profile reconcile`'s answer in `dir`'s store, whatever its exit status.
+fn reconciled(dir: &Path) -> Value {
+    let out = run(
+        dir,
+        NOW,
+        &[
+            "profile",
+            "reconcile",
+            "--config",
+            "p.toml",
+            "--store",
+            "store",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A replay into an empty store builds the index at its end; one killed (SIGKILL) before its
+/// build is written leaves profiles without entries, which `reconcile` reports (and the row
+/// saying the build is pending, as stale), and the next replay into the store repairs the
+/// index, saying so: nothing is left to reconcile.
+#[test]
+fn a_replay_killed_before_its_index_build_is_repaired_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(
+        dir,
+        NOW,
+        &[
+            "profile",
+            "generate",
+            "--users",
+            "3000",
+            "--events",
+            "40000",
+            "--seed",
+            "5",
+            "--out",
+            "ev.jsonl",
+            "--registry-out",
+            "reg.csv",
+        ],
+    );
+    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
+    ok(
+        dir,
+        NOW,
+        &["tags", "import", "reg.csv", "--config", "p.toml"],
+    );
+    let text = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, last) = lines.split_at(lines.len() - 200);
+    std::fs::write(dir.join("a.jsonl"), first.join("\n") + "\n").unwrap();
+    std::fs::write(dir.join("b.jsonl"), last.join("\n") + "\n").unwrap();
+    let replay = |file: &str| {
+        hourglass_command(
+            dir,
+            NOW,
+            &[
+                "profile",
+                "replay",
+                file,
+                "--config",
+                "p.toml",
+                "--store",
+                "store",
+                "--workers",
+                "1",
+            ],
+        )
+    };
+    // Killed after a delay that grows until the kill finds profiles written and no index built
+    // (how long the job takes depends on the build and the machine; the outcome does not).
+    let mut pending = None;
+    for delay_ms in [300, 600, 1200, 100, 2400, 50, 4800] {
+        let _ = std::fs::remove_dir_all(dir.join("store"));
+        let mut child = replay("a.jsonl")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("running hourglass");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        child.kill().expect("SIGKILL");
+        child.wait().unwrap();
+        if !dir.join("store").exists() {
+            continue;
+        }
+        let found = reconciled(dir);
+        if found["stale"] == json!(1) && found["missing"].as_u64().unwrap() > 0 {
+            pending = Some(found);
+            break;
+        }
+    }
+    let killed = pending.expect("no kill landed between the profiles' writes and the build's end");
+
+    let out = replay("b.jsonl").output().expect("running hourglass");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("an earlier replay's build was interrupted; repaired"),
+        "{stderr}"
+    );
+    let found = reconciled(dir);
+    assert_eq!(
+        (found["missing"].clone(), found["stale"].clone()),
+        (json!(0), json!(0)),
+        "{found}"
+    );
+    assert!(
+        found["index_rows"].as_u64() > Some(0),
+        "{found} after {killed}"
+    );
+}

@@ -7,6 +7,7 @@
 //! to the end of the code's INT rows); `AND`, `OR` and `NOT` are intersections, unions and
 //! differences of the users' bitmaps.
 
+pub mod build;
 pub mod check;
 pub mod eval;
 pub mod index;
@@ -82,9 +83,11 @@ pub struct Limits {
 /// `[index]`: whether the profile job maintains `user_tag_index`, and the audience queries'
 /// limits.
 ///
-/// Off by default, for now: on the embedded store the job's upkeep of the index costs about
-/// 1.5× its CPU (a replay of 300k events of 1M users: 5.6 CPU s against 3.7, means of six
-/// rounds; the issue asks 1.2×), though a retraction reads nothing (the delete of its entry's
+/// Off by default, for now: on the embedded store a replay into an empty store, which builds
+/// the index at its end ([`build`]), costs about 1.27× the CPU of one without it (300k events
+/// of 1M users: 5.5 CPU s against 4.35, means of four rounds; 1.41× at 1M events; the issue
+/// asks 1.2×), and the job's upkeep at each write (`profile run`, a replay into a store
+/// holding profiles) about 1.5×, though a retraction reads nothing (the delete of its entry's
 /// one version), each worker reads a user's row at most once, remembering its values
 /// (`cache_mib`), and the entries reach the store as one batch of keys. Turn it on where
 /// audience queries are needed, from the job's first run: one left off while the job writes

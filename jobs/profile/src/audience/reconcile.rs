@@ -193,7 +193,7 @@ fn plan<'a>(
 
 /// Calls `each` with every row of `table` in `[start, stop)` (`stop` empty: to the end), read
 /// [`PAGE`] rows at a time.
-fn each_row(
+pub(super) fn each_row(
     reader: &dyn TableReader,
     table: &str,
     (start, stop): (&[u8], &[u8]),

@@ -19,8 +19,9 @@
 //! A user neither pending nor remembered is read, unless it cannot have a row: when the profile
 //! table was empty as the writer started (a first load), a user it never wrote has none, and
 //! one it wrote and then forgot is in [`Evicted`], a Bloom filter of the users the cache evicted.
-//! A first replay so reads no row until its cache fills, and then only those of users seen
-//! before. (The reads of first-seen users' rows, which find nothing, were 35 % of a replay's
+//! A first run of `profile run` so reads no row until its cache fills, and then only those of
+//! users seen before. (A replay into an empty store keeps no index up: it builds the index at
+//! its end, `crate::audience::build`.) (The reads of first-seen users' rows, which find nothing, were 35 % of a replay's
 //! samples once retractions were blind: a row's read ranges over every table file of every
 //! generation.)
 //!
