@@ -5,9 +5,9 @@
 //! `ts_metric`). It opens a copy of the store's directory (fjall replays its journal, which
 //! would change the original) and reads the keys of `#series#TABLE`: `partition (8) ‖ bucket
 //! (2) ‖ seq (8)`, a 10-byte key being a partition's marker (never merged), and each run's
-//! chunk header (its blocks, and whether it is of format version 1). Then it compacts
-//! the copy's series keyspace whole and prints its disk bytes before and after: runs a merge
-//! replaced stay on disk, shadowed, until compactions reach them.
+//! chunk header (its blocks, and whether it is of format version 1), and every keyspace's disk
+//! bytes. Then it compacts the copy's series keyspace whole and prints its disk bytes before
+//! and after: runs a merge replaced stay on disk, shadowed, until compactions reach them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -73,6 +73,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{runs} runs, {blocks} blocks ({:.1} a run), {version_1} runs of format version 1",
         blocks as f64 / runs.max(1) as f64
     );
+    // Every keyspace's bytes (generations, series runs, spans), before the compaction below.
+    for name in db.list_keyspace_names() {
+        let bytes = db.keyspace(&name, Default::default)?.disk_space();
+        println!("keyspace {name}: {bytes} bytes on disk");
+    }
     let before = keyspace.disk_space();
     keyspace.rotate_memtable_and_wait()?;
     keyspace.major_compact()?;

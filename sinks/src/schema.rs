@@ -107,36 +107,91 @@ pub struct FamilySpec {
     pub packed_apart: &'static [&'static str],
 }
 
-/// How a table's puts of one reading are a series point (issue 38): the row key splits into a
-/// series id and a time, and two qualifiers hold the value and the extra. The domain supplies
-/// the functions (as [`KeyCodec`] does); the store checks every put against them and keeps the
-/// puts that do not round-trip exactly in its generic layout.
+/// How a table's cells are series points (issue 38): a row key splits into a series id and a
+/// *row time*, and the layout's point cells of the row ([`SeriesPoints`]) are points of that
+/// series, all stamped as the row time says ([`SeriesLayout::stamp`]). The domain supplies the
+/// functions (as [`KeyCodec`] does); the store checks every put against them and keeps the
+/// cells that do not round-trip exactly in its generic layout.
 #[derive(Clone, Copy)]
 pub struct SeriesLayout {
     /// A name for the mapping, recorded in the store (two layouts are equal when their names
     /// are).
     pub name: &'static str,
-    /// The series id and the time (in the key's unit) a row key holds; `None` for a key that
-    /// is not a series row. Must be the inverse of `join`.
+    /// The series id and the row time a row key holds; `None` for a key that is not a series
+    /// row. Must be the inverse of `join` (the store checks that a row joins back to itself).
     pub split: fn(&[u8]) -> Option<(&str, i64)>,
-    /// The row key of `(series, time)`, appended to the buffer.
+    /// The row key of `(series, row time)`, appended to the buffer.
     pub join: fn(&str, i64, &mut Vec<u8>),
     /// The one series whose rows alone can lie in the row range `[start, stop)` (`stop` empty:
     /// no end), if the range lies within one series' rows; `None` when it may hold several.
     pub series_in: fn(&[u8], &[u8]) -> Option<String>,
-    /// Milliseconds in a unit of the key's time: a point's cells are stamped `time * unit`.
-    pub unit_ms: i64,
-    /// The packed family ([`FamilySpec::packed`], one version) whose cells are the point's.
+    /// The stamp (ms) of every point cell of the row at a row time; `None` if it has none (out
+    /// of range): the row's cells are then generic. Narrow rows: the time in ms; wide rows:
+    /// the row's hour's last millisecond. A point's partition, and so its expiry, follow it.
+    pub stamp: fn(i64) -> Option<i64>,
+    /// The packed family ([`FamilySpec::packed`], one version) whose cells are the points'.
     pub family: &'static str,
-    /// The qualifier of the value cell, stored as a double.
-    pub value: &'static [u8],
-    /// The value cell's double, `None` if its bytes are not one that `render` gives back.
+    /// Which cells of a row are points, and at what time.
+    pub points: SeriesPoints,
+    /// A point cell's double, `None` if its bytes are not one that `render` gives back.
     pub parse: fn(&[u8]) -> Option<f64>,
-    /// The value cell's bytes of a double, appended to the buffer.
+    /// A point cell's bytes of a double, appended to the buffer.
     pub render: fn(f64, &mut Vec<u8>),
-    /// The qualifier of the extra cell (any UTF-8 text but empty; absent in a point whose extra
-    /// is empty).
-    pub extra: &'static [u8],
+}
+
+/// Which cells of a series row are points ([`SeriesLayout::points`]).
+#[derive(Debug, Clone, Copy)]
+pub enum SeriesPoints {
+    /// The row is one point, at the row time (a narrow row): its value cell, and its extra
+    /// cell (any UTF-8 text but empty; absent in a point whose extra is empty).
+    Row {
+        /// The qualifier of the value cell, stored as a double.
+        value: &'static [u8],
+        /// The qualifier of the extra cell.
+        extra: &'static [u8],
+    },
+    /// Each cell whose qualifier names a time is a point at that time, its value the cell's,
+    /// with no extra (a wide row: one cell per offset in the row's hour). The row's other
+    /// cells (a wide row's summary) are generic.
+    Cells {
+        /// The time of the point a qualifier holds in the row at a row time; `None` for a
+        /// qualifier that holds none.
+        time: fn(i64, &[u8]) -> Option<i64>,
+        /// The row time of the row holding the point at a time.
+        row_time: fn(i64) -> i64,
+        /// The qualifier of the point at a time (second) in the row at a row time (first),
+        /// appended to the buffer: with `row_time`, the inverse of `time` (the store checks
+        /// that a cell's qualifier comes back).
+        qualifier: fn(i64, i64, &mut Vec<u8>),
+    },
+}
+
+impl SeriesLayout {
+    /// The row time of the row holding the point at `time`.
+    pub(crate) fn row_time(&self, time: i64) -> i64 {
+        match self.points {
+            SeriesPoints::Row { .. } => time,
+            SeriesPoints::Cells { row_time, .. } => row_time(time),
+        }
+    }
+
+    /// The stamp of the point at `time` (`i64::MAX` if it has none: no point the store holds).
+    pub(crate) fn point_stamp(&self, time: i64) -> i64 {
+        (self.stamp)(self.row_time(time)).unwrap_or(i64::MAX)
+    }
+
+    /// The series and row time of `row` if it is a series row: it splits, and joins back to
+    /// itself (`scratch` is the buffer it is joined into).
+    pub(crate) fn split_exact<'r>(
+        &self,
+        row: &'r [u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<(&'r str, i64)> {
+        let (series, time) = (self.split)(row)?;
+        scratch.clear();
+        (self.join)(series, time, scratch);
+        (scratch.as_slice() == row).then_some((series, time))
+    }
 }
 
 impl fmt::Debug for SeriesLayout {

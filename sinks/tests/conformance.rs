@@ -51,7 +51,9 @@ struct Tables {
     /// layout of the narrow table; HBase ignores it).
     packed: bool,
     /// Whether the `data` table maps rows `p/<series>/<second:10>` to series points
-    /// ([`SERIES`]; the embedded store keeps them in series runs when asked, HBase ignores it).
+    /// ([`SERIES`]) and the `ttl` table rows `w/<series>/<hour start>` to one point per offset
+    /// cell ([`WIDE`]): the embedded store keeps them in series runs when asked, HBase ignores
+    /// it.
     series: bool,
 }
 
@@ -62,13 +64,48 @@ const SERIES: sinks::schema::SeriesLayout = sinks::schema::SeriesLayout {
     split: series_split,
     join: series_join,
     series_in,
-    unit_ms: 1000,
+    stamp: |ts| ts.checked_mul(1000),
     family: FAMILY,
-    value: b"v",
+    points: sinks::schema::SeriesPoints::Row {
+        value: b"v",
+        extra: b"x",
+    },
     parse: |b| std::str::from_utf8(b).ok()?.parse().ok(),
     render: |v, out| out.extend_from_slice(v.to_string().as_bytes()),
-    extra: b"x",
 };
+
+/// The `ttl` table's wide rows in the `series` run, as the sensors' hourly rows are: row
+/// `w/<series>/<hour start, seconds>`, a point per cell `<offset>` (`0`..`3599`, plain
+/// decimal) holding the value as Rust prints a double, every cell stamped with the hour's last
+/// millisecond; other qualifiers (`n`, `sum`) are the row's generic cells.
+const WIDE: sinks::schema::SeriesLayout = sinks::schema::SeriesLayout {
+    name: "conformance-wide-v1",
+    split: wide_split,
+    join: |series, hour, out| out.extend_from_slice(format!("w/{series}/{hour}").as_bytes()),
+    series_in: |_, _| None,
+    stamp: |hour| hour.checked_add(3600)?.checked_mul(1000)?.checked_sub(1),
+    family: FAMILY,
+    points: sinks::schema::SeriesPoints::Cells {
+        time: |hour, q| {
+            let text = std::str::from_utf8(q).ok()?;
+            let offset: i64 = text.parse().ok()?;
+            let canonical = text.bytes().all(|b| b.is_ascii_digit()) && offset.to_string() == text;
+            (canonical && offset < 3600).then(|| hour.checked_add(offset))?
+        },
+        row_time: |ts| ts - ts.rem_euclid(3600),
+        qualifier: |hour, ts, out| out.extend_from_slice((ts - hour).to_string().as_bytes()),
+    },
+    parse: |b| std::str::from_utf8(b).ok()?.parse().ok(),
+    render: |v, out| out.extend_from_slice(v.to_string().as_bytes()),
+};
+
+fn wide_split(row: &[u8]) -> Option<(&str, i64)> {
+    let text = std::str::from_utf8(row).ok()?.strip_prefix("w/")?;
+    let (series, hour) = text.split_once('/')?;
+    let hour: i64 = hour.parse().ok()?;
+    (!series.is_empty() && !series.contains('/') && hour >= 0 && hour % 3600 == 0)
+        .then_some((series, hour))
+}
 
 fn series_split(row: &[u8]) -> Option<(&str, i64)> {
     let text = std::str::from_utf8(row).ok()?.strip_prefix("p/")?;
@@ -122,6 +159,8 @@ impl Tables {
         let spec = |name, families| TableSpec {
             key: if self.series && name == self.data {
                 sinks::schema::KeyCodec::raw().with_series(SERIES)
+            } else if self.series && name == self.ttl {
+                sinks::schema::KeyCodec::raw().with_series(WIDE)
             } else {
                 sinks::schema::KeyCodec::raw()
             },
@@ -265,6 +304,7 @@ fn conforms(store: &Store, t: &Tables) {
     scans(store, t, now);
     versions(store, t, now);
     series_points(store, t);
+    let wide = wide_rows(store, t, now);
     for table in t.names() {
         store
             .admin()
@@ -275,6 +315,11 @@ fn conforms(store: &Store, t: &Tables) {
         values(get(store, t.data, "a/row").as_ref()).len(),
         2,
         "a major compaction changes no read"
+    );
+    assert_eq!(
+        values(get(store, t.ttl, &wide).as_ref()),
+        wide_row_after(now),
+        "a major compaction changes no read of a wide row"
     );
 }
 
@@ -1344,6 +1389,194 @@ fn series_points(store: &Store, t: &Tables) {
         scan(store, t.data, ScanSpec::prefix(b"p/b")),
         [row("bb", 105)]
     );
+}
+
+/// The start (seconds) and the cells' stamp (the hour's last millisecond) of the hour of
+/// `now_ms`, the hour [`wide_rows`] writes.
+fn wide_hour(now_ms: i64) -> (i64, i64) {
+    let secs = now_ms / 1000;
+    let hour = secs - secs % 3600;
+    (hour, (hour + 3600) * 1000 - 1)
+}
+
+/// A wide row's put: `(offset or qualifier, value)` cells, all stamped `stamp`.
+fn wide_put(table: &'static str, row: &str, stamp: i64, cells: &[(&str, &str)]) -> Mutation {
+    put(
+        table,
+        row,
+        cells.iter().map(|(q, v)| cell(q, stamp, v)).collect(),
+    )
+}
+
+/// The cells [`wide_rows`] leaves in the row it returns.
+fn wide_row_after(now_ms: i64) -> Vec<(String, i64, String)> {
+    let (_, stamp) = wide_hour(now_ms);
+    [
+        ("10", "3"),
+        ("20", "-0.25"),
+        ("30", "8"),
+        ("n", "4"),
+        ("sum", "3.25"),
+    ]
+    .iter()
+    .map(|(q, v)| (q.to_string(), stamp, v.to_string()))
+    .collect()
+}
+
+/// Wide rows, `w/<series>/<hour start>`, put as the sensors' hourly rows are (a cell per
+/// second offset and summary cells, all stamped with the hour's last millisecond): the
+/// embedded store's series run keeps the offset cells as points ([`WIDE`]) and the summary
+/// generic, and must answer as HBase does: Gets, multi-gets, scans (one series, several, limit,
+/// time range, columns), versions, re-puts of a cell (same stamp, older, newer), a value that
+/// is not as the layout renders it, a row past the TTL, column and row deletes, and puts after
+/// them. Returns the row left for a read after the major compaction.
+fn wide_rows(store: &Store, t: &Tables, now: i64) -> String {
+    let (hour, stamp) = wide_hour(now);
+    let row = |s: &str, h: i64| format!("w/{s}/{h}");
+    let (a, b, aa) = (row("a", hour), row("b", hour), row("aa", hour));
+    // Past the TTL (its cells are stamped two hours ago and more), and a row off the hour.
+    let (old, odd) = (row("a", hour - 3 * 3600), row("a", hour + 5));
+    let old_stamp = (hour - 2 * 3600) * 1000 - 1;
+    write(
+        store,
+        vec![
+            wide_put(
+                t.ttl,
+                &a,
+                stamp,
+                &[
+                    ("0", "1.5"),
+                    ("10", "2"),
+                    ("20", "-0.25"),
+                    ("n", "3"),
+                    ("sum", "3.25"),
+                ],
+            ),
+            wide_put(t.ttl, &b, stamp, &[("5", "7"), ("n", "1")]),
+            wide_put(t.ttl, &aa, stamp, &[("7", "4")]),
+            wide_put(t.ttl, &old, old_stamp, &[("0", "9"), ("n", "1")]),
+            wide_put(t.ttl, &odd, stamp, &[("0", "5")]),
+        ],
+    );
+    let one = |r: &str| values(get(store, t.ttl, r).as_ref());
+    let cells = |cells: &[(&str, i64, &str)]| -> Vec<(String, i64, String)> {
+        cells
+            .iter()
+            .map(|(q, ts, v)| (q.to_string(), *ts, v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        one(&a),
+        cells(&[
+            ("0", stamp, "1.5"),
+            ("10", stamp, "2"),
+            ("20", stamp, "-0.25"),
+            ("n", stamp, "3"),
+            ("sum", stamp, "3.25")
+        ])
+    );
+    assert_eq!(one(&b), cells(&[("5", stamp, "7"), ("n", stamp, "1")]));
+    assert_eq!(one(&odd), cells(&[("0", stamp, "5")]));
+    assert!(one(&old).is_empty(), "past the TTL");
+    let reader = store.reader();
+    let rows = reader
+        .get_many(
+            t.ttl,
+            &[
+                aa.clone().into_bytes(),
+                old.clone().into_bytes(),
+                b.clone().into_bytes(),
+            ],
+            None,
+        )
+        .expect("get_many");
+    assert_eq!(
+        rows.iter()
+            .map(|r| r.as_ref().map(|r| r.cells.len()))
+            .collect::<Vec<_>>(),
+        [Some(1), None, Some(2)]
+    );
+    // Scans: one series' rows, several, limit, time range, columns.
+    assert_eq!(
+        scan(store, t.ttl, ScanSpec::prefix(b"w/a/")),
+        [a.clone(), odd.clone()]
+    );
+    let all = ScanSpec::prefix(b"w/");
+    let every = [a.clone(), odd.clone(), aa.clone(), b.clone()];
+    assert_eq!(scan(store, t.ttl, all.clone()), every);
+    let limited = ScanSpec {
+        limit: Some(2),
+        ..all.clone()
+    };
+    assert_eq!(scan(store, t.ttl, limited), [a.clone(), odd.clone()]);
+    let timed = |from, to| ScanSpec {
+        time_range: Some(TimeRange::new(from, to)),
+        ..all.clone()
+    };
+    assert_eq!(scan(store, t.ttl, timed(stamp, stamp + 1)), every);
+    assert!(scan(store, t.ttl, timed(hour * 1000, stamp)).is_empty());
+    let ten = ScanSpec {
+        columns: vec![Column::new(FAMILY, b"10")],
+        ..ScanSpec::prefix(b"w/a")
+    };
+    let rows = reader.scan(t.ttl, &ten).unwrap();
+    assert_eq!(keys(&rows), std::slice::from_ref(&a));
+    assert_eq!(values(rows.first()), cells(&[("10", stamp, "2")]));
+    // Re-puts: the same stamp (the later put wins), a value the layout would write otherwise
+    // (`1.50`), an older stamp (loses), a newer one (wins).
+    write(
+        store,
+        vec![
+            wide_put(t.ttl, &a, stamp, &[("10", "3"), ("n", "4")]),
+            wide_put(t.ttl, &b, stamp, &[("6", "1.50")]),
+            wide_put(t.ttl, &aa, stamp - 1, &[("7", "5")]),
+            wide_put(t.ttl, &aa, stamp + 1, &[("8", "6")]),
+        ],
+    );
+    assert_eq!(
+        one(&a),
+        cells(&[
+            ("0", stamp, "1.5"),
+            ("10", stamp, "3"),
+            ("20", stamp, "-0.25"),
+            ("n", stamp, "4"),
+            ("sum", stamp, "3.25")
+        ])
+    );
+    assert_eq!(
+        one(&b),
+        cells(&[("5", stamp, "7"), ("6", stamp, "1.50"), ("n", stamp, "1")])
+    );
+    assert_eq!(one(&aa), cells(&[("7", stamp, "4"), ("8", stamp + 1, "6")]));
+    let versions = reader
+        .get_versions(t.ttl, a.as_bytes(), None, 3)
+        .expect("get_versions")
+        .expect("the row");
+    assert_eq!(versions.cells.len(), 5, "one version a cell: {versions:?}");
+    // Deletes: a column, a row; then a put into the same hour. Up to the cells' stamp: HBase
+    // takes `i64::MAX` for "now", which the hour's last millisecond may be after.
+    write(
+        store,
+        vec![
+            Mutation::DeleteColumn {
+                table: t.ttl,
+                row: a.clone().into_bytes(),
+                family: FAMILY.into(),
+                qualifier: b"0".to_vec(),
+                ts_ms: stamp,
+            },
+            Mutation::DeleteRow {
+                table: t.ttl,
+                row: b.clone().into_bytes(),
+                ts_ms: stamp,
+            },
+        ],
+    );
+    assert!(one(&b).is_empty());
+    assert_eq!(scan(store, t.ttl, all), [a.clone(), odd, aa]);
+    write(store, vec![wide_put(t.ttl, &a, stamp, &[("30", "8")])]);
+    assert_eq!(one(&a), wide_row_after(now));
+    a
 }
 
 /// Runs the suite on a new embedded store with `tables`.

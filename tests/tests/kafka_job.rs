@@ -353,8 +353,8 @@ fn sigkill_at_random_points_loses_nothing() {
     sigkill_at_random_points("crash", "");
 }
 
-/// As [`sigkill_at_random_points_loses_nothing`], with `ts_metric` in the series layout
-/// (docs/ARCHITECTURE.md §7b): runs sealed per flush and merged as hours close, each merge one
+/// As [`sigkill_at_random_points_loses_nothing`], with `ts_metric`'s readings and
+/// `ts_metric_hourly`'s point cells in the series layout (docs/ARCHITECTURE.md §7b): runs sealed per flush and merged as hours close, each merge one
 /// atomic batch, so a kill between or during merges loses nothing committed either. The
 /// replay compared with is a series-layout store too; their dumps are cells, whatever the
 /// layout.

@@ -7,10 +7,10 @@
 //! its codec, and nothing in storage. The generic table model is `sinks::schema`'s.
 
 use crate::codec::key::{id_prefix, salted_prefix, SALT_BUCKETS, SEPARATOR};
-use crate::codec::narrow;
+use crate::codec::{hourly, narrow};
 use sinks::schema::{
     pattern_split_keys, quantile_split_keys, salt_split_keys, DataBlockEncoding, FamilySpec,
-    KeyCodec, SeriesLayout, TableSpec, DEFAULT_GET_ROWS_PER_CALL,
+    KeyCodec, SeriesLayout, SeriesPoints, TableSpec, DEFAULT_GET_ROWS_PER_CALL,
 };
 
 /// Name of the main table of narrow rows.
@@ -34,12 +34,34 @@ pub const NARROW_SERIES: SeriesLayout = SeriesLayout {
     split: narrow::split_salted,
     join: narrow::join_salted,
     series_in: narrow::salted_device_in,
-    unit_ms: 1000,
+    stamp: |ts| ts.checked_mul(1000),
     family: FAMILY,
-    value: narrow::VALUE_QUALIFIER,
+    points: SeriesPoints::Row {
+        value: narrow::VALUE_QUALIFIER,
+        extra: narrow::EXTRA_QUALIFIER,
+    },
     parse: parse_series_value,
     render: render_series_value,
-    extra: narrow::EXTRA_QUALIFIER,
+};
+
+/// `ts_metric_hourly`'s point cells as series points (issue 38): series = device, time = the
+/// row's hour start + the cell's offset (`t:<offset>`, epoch seconds), value = the cell (as
+/// `format_value` writes it), no extra, every cell stamped with the hour's last millisecond.
+/// The summary cells and `t:dirty` stay generic cells of the row.
+pub const HOURLY_SERIES: SeriesLayout = SeriesLayout {
+    name: "hourly-wide-v1",
+    split: hourly::split_wide,
+    join: hourly::join_wide,
+    series_in: hourly::wide_device_in,
+    stamp: hourly::wide_stamp,
+    family: FAMILY,
+    points: SeriesPoints::Cells {
+        time: hourly::point_time,
+        row_time: hourly::point_hour,
+        qualifier: hourly::point_qualifier,
+    },
+    parse: parse_series_value,
+    render: render_series_value,
 };
 
 /// A `t:v` cell's double, if its bytes parse as one.
@@ -51,8 +73,11 @@ fn parse_series_value(bytes: &[u8]) -> Option<f64> {
 fn render_series_value(value: f64, out: &mut Vec<u8>) {
     out.extend_from_slice(crate::reading::format_value(value).as_bytes());
 }
-/// `ts_metric_hourly`'s keys (`codec::hourly`): a device's rows start with its id.
-pub const HOURLY_KEY: KeyCodec = KeyCodec::new("<device>_<hour start>", id_prefix);
+/// `ts_metric_hourly`'s keys (`codec::hourly`): a device's rows start with its id. Its point
+/// cells are series points ([`HOURLY_SERIES`]) in an embedded store created with
+/// `[store] series_layout = true`.
+pub const HOURLY_KEY: KeyCodec =
+    KeyCodec::new("<device>_<hour start>", id_prefix).with_series(HOURLY_SERIES);
 /// `ts_room_latest`'s keys (`codec::room`): a room's rows start with its id.
 pub const ROOM_KEY: KeyCodec = KeyCodec::new("<room>_<device>", id_prefix);
 /// Retention of readings: 90 days, in seconds.

@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use operators::WindowSpec;
 
-use super::key::{id_prefix, SEPARATOR};
+use super::key::{id_prefix, push_id_prefix, validate_device, SEPARATOR};
 use super::{cell, parse_value};
 use crate::reading::format_value;
 use crate::summary::HourSummary;
 use crate::tables::{FAMILY, HOURLY_TABLE};
 use crate::Result;
 use pipeline::time::HOUR_SECS;
-use sinks::table::{Cell, Mutation, Row};
+use sinks::table::{prefix_successor, Cell, Mutation, Row};
 
 /// The summary cells' qualifiers, in the order written.
 pub const SUMMARY_QUALIFIERS: [&str; 6] = crate::tables::HOURLY_SUMMARY_QUALIFIERS;
@@ -67,6 +67,67 @@ pub fn parse_wide_key(key: &[u8]) -> Option<(&str, i64)> {
         return None;
     }
     Some((device, hour.parse().ok()?))
+}
+
+/// The device and hour start of a wide row whose point cells the series layout keeps
+/// (`tables::HOURLY_SERIES`'s split): [`parse_wide_key`]'s, if the device is a valid id (no
+/// `_`), the hour start is on the hour, and the key is as [`join_wide`] writes it; `None`
+/// otherwise (such a row stays generic).
+pub fn split_wide(key: &[u8]) -> Option<(&str, i64)> {
+    let (device, hour) = parse_wide_key(key)?;
+    validate_device(device).ok()?;
+    let canonical = key.len() == device.len() + 1 + decimal_len(hour);
+    (canonical && hour_start(hour) == hour).then_some((device, hour))
+}
+
+/// Digits of a non-negative number in decimal.
+fn decimal_len(n: i64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Appends [`wide_key`]`(device, hour_start)` to `key` (the series layout's join).
+pub fn join_wide(device: &str, hour_start: i64, key: &mut Vec<u8>) {
+    use std::io::Write as _;
+    push_id_prefix(key, device);
+    // Writing to a Vec cannot fail.
+    let _ = write!(key, "{hour_start}");
+}
+
+/// The device whose wide rows alone can lie in `[start, stop)`: `start` begins with a valid
+/// device's prefix `<device>_` and `stop` with the same, or is the prefix's successor.
+pub fn wide_device_in(start: &[u8], stop: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(start).ok()?;
+    let (device, _) = text.split_once(char::from(SEPARATOR))?;
+    validate_device(device).ok()?;
+    let prefix = &start[..device.len() + 1];
+    (stop.starts_with(prefix) || stop == prefix_successor(prefix)).then(|| device.to_string())
+}
+
+/// [`wide_cell_ts_ms`], `None` where it would saturate (the series layout's stamp).
+pub fn wide_stamp(hour_start: i64) -> Option<i64> {
+    hour_start
+        .checked_add(HOUR_SECS)?
+        .checked_mul(1000)?
+        .checked_sub(1)
+}
+
+/// The time of the point a wide row's cell holds: the hour start plus the qualifier's offset,
+/// if the qualifier is a point's ([`point_offset`]).
+pub fn point_time(hour_start: i64, qualifier: &[u8]) -> Option<i64> {
+    hour_start.checked_add(point_offset(qualifier)?)
+}
+
+/// The start of the wide row's hour that holds the point at `ts` ([`hour_start`], saturating
+/// for times no row holds).
+pub fn point_hour(ts: i64) -> i64 {
+    ts.saturating_sub(ts.rem_euclid(HOUR_SECS))
+}
+
+/// Appends the qualifier of the point at `ts` in the wide row of `hour_start`: its offset in
+/// decimal ([`wide_qualifier`] when `ts` is in the hour).
+pub fn point_qualifier(hour_start: i64, ts: i64, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let _ = write!(out, "{}", ts.saturating_sub(hour_start));
 }
 
 /// The timestamp (ms) of every cell of the wide row of the hour starting at `hour_start`: the
@@ -337,6 +398,53 @@ mod tests {
         assert_eq!(HourSummary::from_row(&row), None);
         let clean = put_row(wide_put("d", 3600, &[(3601, 1.0)], None));
         assert!(!is_dirty(&clean));
+    }
+
+    #[test]
+    fn the_series_layout_maps_exactly_the_rows_and_cells_a_wide_put_writes() {
+        let hour = 1_796_400_000;
+        let points = [(hour, 1.5), (hour + 10, -2.0), (hour + 3599, 7.25)];
+        let summary = HourSummary::of_points(&points).unwrap();
+        let row = put_row(wide_put("dev-1", hour, &points, Some(&summary)));
+        assert_eq!(split_wide(&row.key), Some(("dev-1", hour)));
+        let mut key = Vec::new();
+        join_wide("dev-1", hour, &mut key);
+        assert_eq!(key, row.key);
+        let mut seen = Vec::new();
+        for c in &row.cells {
+            assert_eq!(wide_stamp(hour), Some(c.ts_ms));
+            let Some(ts) = point_time(hour, &c.qualifier) else {
+                continue;
+            };
+            assert_eq!(point_hour(ts), hour);
+            let mut q = Vec::new();
+            point_qualifier(hour, ts, &mut q);
+            assert_eq!(q, c.qualifier);
+            seen.push(ts);
+        }
+        assert_eq!(seen, points.map(|p| p.0), "points only, summary apart");
+        assert_eq!(point_time(hour, DIRTY_QUALIFIER.as_bytes()), None);
+        // Rows the layout leaves generic: an id with `_`, off the hour, not as written.
+        for key in [
+            "dev_1_1796400000",
+            "dev-1_1796400001",
+            "dev-1_01796400000",
+            "dev-1_",
+            "_3600",
+        ] {
+            assert_eq!(split_wide(key.as_bytes()), None, "{key}");
+        }
+        assert_eq!(split_wide(b"d_0"), Some(("d", 0)));
+        assert_eq!(wide_stamp(i64::MAX - 10), None);
+        // One device's rows, and only then, are one series.
+        let one = |start: &[u8], stop: &[u8]| wide_device_in(start, stop);
+        assert_eq!(
+            one(b"dev-1_1796400000", b"dev-1_1796403600"),
+            Some("dev-1".into())
+        );
+        assert_eq!(one(b"dev-1_", b"dev-1`"), Some("dev-1".into()));
+        assert_eq!(one(b"dev-1_", b"dev-2_"), None);
+        assert_eq!(one(b"dev-1", b"dev-1`"), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::embedded::codec;
 use crate::embedded::series::{self, Point};
-use crate::schema::SeriesLayout;
+use crate::schema::{SeriesLayout, SeriesPoints};
 use crate::table::TimeRange;
 use fjall::{Database, Keyspace, KvPair, OwnedWriteBatch, PersistMode, Slice};
 use std::collections::{BTreeSet, HashMap};
@@ -289,10 +289,10 @@ impl SeriesTable {
         Ok(())
     }
 
-    /// The partition of a row's point, if the row splits into one.
+    /// The partition of a row's points, if the row is a series row.
     fn partition_of_row(&self, row: &[u8]) -> Option<i64> {
-        let (_, ts) = (self.layout.split)(row)?;
-        Some(partition_of(ts.checked_mul(self.layout.unit_ms)?))
+        let (_, time) = self.layout.split_exact(row, &mut Vec::new())?;
+        Some(partition_of((self.layout.stamp)(time)?))
     }
 
     /// The runs of `partition` (of one bucket if given): `(key, seq, points)`, every point or,
@@ -325,7 +325,7 @@ impl SeriesTable {
         Ok(out)
     }
 
-    /// The stored key-values of `row`'s point (one per run holding it), if `prefix` is
+    /// The stored key-values of `row`'s points (one per run holding any), if `prefix` is
     /// `row 0x00` or `row 0x00 family` of the layout's family, in the generic packed encoding.
     pub(crate) fn row_points(
         &self,
@@ -340,10 +340,11 @@ impl SeriesTable {
         if !layout.family.as_bytes().starts_with(family) {
             return Ok(Vec::new());
         }
-        let Some((series, ts)) = (layout.split)(row) else {
+        let mut scratch = Vec::new();
+        let Some((series, row_time)) = layout.split_exact(row, &mut scratch) else {
             return Ok(Vec::new());
         };
-        let Some(stamp) = ts.checked_mul(layout.unit_ms) else {
+        let Some(stamp) = (layout.stamp)(row_time) else {
             return Ok(Vec::new());
         };
         if time.is_some_and(|t| !t.contains(stamp)) {
@@ -355,15 +356,20 @@ impl SeriesTable {
         }
         let mut out = Vec::new();
         for (_, seq, points) in self.runs(partition, None, Some(series))? {
-            for p in points.iter().filter(|p| p.ts == ts) {
-                out.push(self.stored(row, seq, p, stamp));
+            let of_row: Vec<&Point> = points
+                .iter()
+                .filter(|p| layout.row_time(p.ts) == row_time)
+                .collect();
+            if !of_row.is_empty() {
+                out.push(self.stored(row, row_time, seq, &of_row, stamp));
             }
         }
         Ok(out)
     }
 
     /// The stored key-values of the points whose rows lie in `[start, stop)` (`stop` empty: no
-    /// end) and whose stamps may lie in `time`, in key order.
+    /// end) and whose stamps may lie in `time`, in key order: per run, one for each row's
+    /// points.
     pub(crate) fn range_points(
         &self,
         start: &[u8],
@@ -380,14 +386,26 @@ impl SeriesTable {
                 continue;
             }
             for (_, seq, points) in self.runs(partition, None, only.as_deref())? {
-                for p in &points {
+                // A run's points are by (series, time): a row's are consecutive.
+                let mut rest = &points[..];
+                while let Some(first) = rest.first() {
+                    let row_time = layout.row_time(first.ts);
+                    let n = rest
+                        .iter()
+                        .take_while(|p| {
+                            p.series == first.series && layout.row_time(p.ts) == row_time
+                        })
+                        .count();
+                    let (of_row, tail) = rest.split_at(n);
+                    rest = tail;
                     row.clear();
-                    (layout.join)(&p.series, p.ts, &mut row);
+                    (layout.join)(&first.series, row_time, &mut row);
                     if row.as_slice() < start || (!stop.is_empty() && row.as_slice() >= stop) {
                         continue;
                     }
-                    let stamp = p.ts.saturating_mul(layout.unit_ms);
-                    out.push(self.stored(&row, seq, p, stamp));
+                    let stamp = layout.point_stamp(first.ts);
+                    let of_row: Vec<&Point> = of_row.iter().collect();
+                    out.push(self.stored(&row, row_time, seq, &of_row, stamp));
                 }
             }
         }
@@ -395,25 +413,54 @@ impl SeriesTable {
         Ok(out)
     }
 
-    /// A point as the packed key-value a put of its cells would be, under its run's seq.
-    fn stored(&self, row: &[u8], seq: u64, p: &Point, stamp: i64) -> KvPair {
+    /// A row's points of one run as the packed key-value a put of their cells would be, under
+    /// the run's seq: a narrow row's one point as its value and extra cells, a wide row's as
+    /// one cell each, by qualifier.
+    fn stored(&self, row: &[u8], row_time: i64, seq: u64, points: &[&Point], stamp: i64) -> KvPair {
         let layout = &self.layout;
-        let mut value = Vec::with_capacity(24);
-        (layout.render)(p.value, &mut value);
-        let mut cells: [(&[u8], &[u8]); 2] =
-            [(layout.value, &value), (layout.extra, p.extra.as_bytes())];
-        let n = if p.extra.is_empty() { 1 } else { 2 };
-        let cells = &mut cells[..n];
-        cells.sort_by(|a, b| a.0.cmp(b.0));
+        // (qualifier, value) of each cell.
+        let mut cells: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(points.len() + 1);
+        let render = |v: f64| {
+            let mut value = Vec::with_capacity(24);
+            (layout.render)(v, &mut value);
+            value
+        };
+        match layout.points {
+            SeriesPoints::Row { value, extra } => {
+                for p in points {
+                    cells.push((value.to_vec(), render(p.value)));
+                    if !p.extra.is_empty() {
+                        cells.push((extra.to_vec(), p.extra.as_bytes().to_vec()));
+                    }
+                }
+            }
+            SeriesPoints::Cells { qualifier, .. } => {
+                for p in points {
+                    let mut q = Vec::with_capacity(8);
+                    qualifier(row_time, p.ts, &mut q);
+                    cells.push((q, render(p.value)));
+                }
+            }
+        }
+        cells.sort_by(|a, b| a.0.cmp(&b.0));
         let mut key = Vec::new();
-        codec::encode_packed_key(&mut key, row, layout.family, cells.iter().map(|c| c.0));
+        codec::encode_packed_key(
+            &mut key,
+            row,
+            layout.family,
+            cells.iter().map(|c| c.0.as_slice()),
+        );
         let mut stored = Vec::new();
-        codec::encode_packed_value(&mut stored, seq, cells.iter().map(|c| (stamp, c.1)));
+        codec::encode_packed_value(
+            &mut stored,
+            seq,
+            cells.iter().map(|c| (stamp, c.1.as_slice())),
+        );
         (Slice::from(key), Slice::from(stored))
     }
 
-    /// Queues in `batch` the removal of `row`'s point from every run holding it (each run
-    /// rewritten without it, or removed when it held nothing else); whether any held it.
+    /// Queues in `batch` the removal of `row`'s points from every run holding any (each run
+    /// rewritten without them, or removed when it held nothing else); whether any held one.
     ///
     /// The row's partition is marked first ([`SeriesTable::mark_row`]) and the runs read with
     /// [`SeriesTable::merging`] held: the rewrites, committed later, replace runs no merge will
@@ -425,10 +472,11 @@ impl SeriesTable {
         db: &Database,
         batch: &mut OwnedWriteBatch,
     ) -> fjall::Result<bool> {
-        let Some((series, ts)) = (self.layout.split)(row) else {
+        let layout = &self.layout;
+        let Some((series, row_time)) = layout.split_exact(row, &mut Vec::new()) else {
             return Ok(false);
         };
-        let Some(stamp) = ts.checked_mul(self.layout.unit_ms) else {
+        let Some(stamp) = (layout.stamp)(row_time) else {
             return Ok(false);
         };
         let partition = partition_of(stamp);
@@ -440,7 +488,7 @@ impl SeriesTable {
         let mut found = false;
         for (key, _, mut points) in self.runs(partition, Some(bucket_of(series)), None)? {
             let before = points.len();
-            points.retain(|p| !(p.series == series && p.ts == ts));
+            points.retain(|p| !(p.series == series && layout.row_time(p.ts) == row_time));
             if points.len() == before {
                 continue;
             }

@@ -10,6 +10,7 @@ mod model;
 mod semantics;
 mod series;
 mod versions;
+mod wide;
 
 use super::EmbeddedStore;
 use crate::schema::{Bloom, Compression, FamilySpec, TableSpec};

@@ -5,7 +5,7 @@
 use super::*;
 use crate::embedded::prepare::OpenMode;
 use crate::embedded::store::series::PARTITION_MS;
-use crate::schema::SeriesLayout;
+use crate::schema::{SeriesLayout, SeriesPoints};
 use crate::table::TableReader;
 
 /// Rows `<series>/<second:10>`; `v` a double as Rust prints it, `x` any text.
@@ -20,12 +20,14 @@ const LAYOUT: SeriesLayout = SeriesLayout {
     },
     join: |series, ts, out| out.extend_from_slice(format!("{series}/{ts:010}").as_bytes()),
     series_in: |_, _| None,
-    unit_ms: 1000,
+    stamp: |ts| ts.checked_mul(1000),
     family: "t",
-    value: b"v",
+    points: SeriesPoints::Row {
+        value: b"v",
+        extra: b"x",
+    },
     parse: |b| std::str::from_utf8(b).ok()?.parse().ok(),
     render: |v, out| out.extend_from_slice(v.to_string().as_bytes()),
-    extra: b"x",
 };
 
 fn series_table() -> TableSpec {

@@ -103,7 +103,9 @@ impl EmbeddedWriter {
         cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
         // Stable: among a qualifier's cells the put's last comes first, and stays.
         cells.dedup_by(|later, kept| later.qualifier == kept.qualifier);
-        if self.put_series(table_index, table, row, family, &cells)? {
+        // Its series points go to the series runs; the cells left, here.
+        self.put_series(table_index, table, row, family, &mut cells)?;
+        if cells.is_empty() {
             return Ok(());
         }
         codec::apart_last(&mut cells, |c| &c.qualifier, apart);

@@ -6,8 +6,19 @@ use super::EmbeddedWriter;
 use crate::embedded::series::{self, Point};
 use crate::embedded::store::series::{bucket_of, partition_of, run_key, MergeContext, SealedRun};
 use crate::embedded::store::Table;
+use crate::schema::{SeriesLayout, SeriesPoints};
 use crate::table::Cell;
 use crate::{Error, Result};
+
+/// What [`EmbeddedWriter::put_series`] made of a put's cells.
+enum Taken {
+    /// Its point cells are points, buffered; the others are the caller's.
+    Points,
+    /// Nothing: the put has no point cell, or its row is not a series row.
+    None,
+    /// Nothing: a point cell is not a point (the points pushed for the put are dropped).
+    Refused,
+}
 
 /// Points a table's buffer holds before they are sealed into the batch (as chunks of about a
 /// 64th of this each, [`crate::embedded::store::series::BUCKETS`]); a flush seals what there is.
@@ -15,83 +26,150 @@ use crate::{Error, Result};
 pub(crate) const SEAL_POINTS: usize = 1 << 18;
 
 impl EmbeddedWriter {
-    /// Buffers a put of `family`'s `cells` (sorted by qualifier, no repeats) of `row` as a
-    /// series point if it is one exactly: the table has series runs for this family, the row
-    /// splits into `(series, time)` and joins back to itself, the cells are the value (whose
-    /// bytes the layout renders back from their double) and, optionally, a non-empty UTF-8
-    /// extra, all stamped `time * unit`. Whether it was taken.
+    /// Buffers as series points the cells of a put of `family` (sorted by qualifier, no
+    /// repeats) of `row` that are points exactly, and removes them from `cells`; the cells left
+    /// are the caller's to store generic. Points are taken only if the table has series runs
+    /// for this family, the row splits into `(series, row time)` and joins back to itself, and
+    /// every *point cell* of the put (a cell the layout's [`SeriesPoints`] names a point: a
+    /// narrow row's value or extra, a wide row's offset) is one: stamped as the row time says,
+    /// a value whose bytes the layout renders back from their double, an extra that is
+    /// non-empty UTF-8. The put's other cells (a wide row's summary) are left, and need no
+    /// ordering against the points: they hold other qualifiers.
+    ///
+    /// If a point cell is not a point, every cell is left, and the buffered points are sealed
+    /// first and the row's partition marked (see below).
     pub(super) fn put_series(
         &mut self,
         table_index: usize,
         table: &Table,
         row: &[u8],
         family: &str,
-        cells: &[&Cell],
-    ) -> Result<bool> {
+        cells: &mut Vec<&Cell>,
+    ) -> Result<()> {
         let Some(runs) = &table.series else {
-            return Ok(false);
+            return Ok(());
         };
         let layout = &runs.layout;
         if family != layout.family {
-            return Ok(false);
+            return Ok(());
         }
-        let Some(point) = self.as_point(layout, row, cells) else {
-            // A put of another shape is stored generic, under a seq given after every point
-            // buffered so far: seal those first, so that the later put wins. Its partition is
-            // marked before it takes that seq, so no merge reorders runs around it.
-            self.seal_series(table_index)?;
-            runs.mark_row(row, &self.store.inner.db)
-                .map_err(|e| self.store.inner.fjall_error("mark a series partition", e))?;
-            return Ok(false);
-        };
-        let buffer = &mut self.series[table_index];
-        buffer.push(point);
-        if buffer.len() >= SEAL_POINTS {
+        let start = self.series[table_index].len();
+        match self.as_points(table_index, layout, row, cells) {
+            Taken::Points => {}
+            Taken::None => return Ok(()),
+            Taken::Refused => {
+                self.series[table_index].truncate(start);
+                // A point cell of another shape is stored generic, under a seq given after
+                // every point buffered so far: seal those first, so that the later put wins.
+                // Its partition is marked before it takes that seq, so no merge reorders runs
+                // around it.
+                self.seal_series(table_index)?;
+                runs.mark_row(row, &self.store.inner.db)
+                    .map_err(|e| self.store.inner.fjall_error("mark a series partition", e))?;
+                return Ok(());
+            }
+        }
+        if self.series[table_index].len() >= SEAL_POINTS {
             self.seal_series(table_index)?;
         }
-        Ok(true)
+        Ok(())
     }
 
-    /// The point a put's cells are, if they are one exactly (see [`EmbeddedWriter::put_series`]).
-    fn as_point(
+    /// Pushes onto table `index`'s buffer the points a put's `cells` are and removes them from
+    /// `cells` (see [`EmbeddedWriter::put_series`]); or, refused, leaves `cells` as they were.
+    fn as_points(
         &mut self,
-        layout: &crate::schema::SeriesLayout,
+        index: usize,
+        layout: &SeriesLayout,
         row: &[u8],
-        cells: &[&Cell],
-    ) -> Option<Point> {
-        let (series, ts) = (layout.split)(row)?;
-        self.key.clear();
-        (layout.join)(series, ts, &mut self.key);
-        if self.key != row {
-            return None;
-        }
-        let stamp = ts.checked_mul(layout.unit_ms)?;
-        let (value, extra) = match cells {
-            [v] if v.qualifier == layout.value => (v, None),
-            [a, b] if a.qualifier == layout.value && b.qualifier == layout.extra => (a, Some(b)),
-            [a, b] if b.qualifier == layout.value && a.qualifier == layout.extra => (b, Some(a)),
-            _ => return None,
+        cells: &mut Vec<&Cell>,
+    ) -> Taken {
+        let Some((series, time)) = layout.split_exact(row, &mut self.key) else {
+            // Not a series row: its cells cannot meet any point.
+            return Taken::None;
         };
-        if value.ts_ms != stamp || extra.is_some_and(|x| x.ts_ms != stamp) {
-            return None;
+        let Some(stamp) = (layout.stamp)(time) else {
+            return Taken::None;
+        };
+        match layout.points {
+            SeriesPoints::Row { value, extra } => {
+                if !cells
+                    .iter()
+                    .any(|c| c.qualifier == value || c.qualifier == extra)
+                {
+                    return Taken::None;
+                }
+                let (v, x) = match cells[..] {
+                    [v] if v.qualifier == value => (v, None),
+                    [a, b] if a.qualifier == value && b.qualifier == extra => (a, Some(b)),
+                    [a, b] if b.qualifier == value && a.qualifier == extra => (b, Some(a)),
+                    _ => return Taken::Refused,
+                };
+                if v.ts_ms != stamp || x.is_some_and(|x| x.ts_ms != stamp) {
+                    return Taken::Refused;
+                }
+                let Some(number) = self.exact_value(layout, &v.value) else {
+                    return Taken::Refused;
+                };
+                let extra = match x {
+                    None => String::new(),
+                    Some(x) if x.value.is_empty() => return Taken::Refused,
+                    Some(x) => match std::str::from_utf8(&x.value) {
+                        Ok(text) => text.to_owned(),
+                        Err(_) => return Taken::Refused,
+                    },
+                };
+                self.series[index].push(Point {
+                    series: series.to_owned(),
+                    ts: time,
+                    value: number,
+                    extra,
+                });
+                cells.clear();
+                Taken::Points
+            }
+            SeriesPoints::Cells {
+                time: point_time,
+                row_time,
+                qualifier,
+            } => {
+                let mut taken = false;
+                for c in cells.iter() {
+                    let Some(at) = point_time(time, &c.qualifier) else {
+                        continue;
+                    };
+                    // The point's cell must be where the layout puts the point back.
+                    self.key.clear();
+                    qualifier(time, at, &mut self.key);
+                    if row_time(at) != time || self.key != c.qualifier || c.ts_ms != stamp {
+                        return Taken::Refused;
+                    }
+                    let Some(number) = self.exact_value(layout, &c.value) else {
+                        return Taken::Refused;
+                    };
+                    self.series[index].push(Point {
+                        series: series.to_owned(),
+                        ts: at,
+                        value: number,
+                        extra: String::new(),
+                    });
+                    taken = true;
+                }
+                if !taken {
+                    return Taken::None;
+                }
+                cells.retain(|c| point_time(time, &c.qualifier).is_none());
+                Taken::Points
+            }
         }
-        let number = (layout.parse)(&value.value)?;
+    }
+
+    /// The double of a point cell's `bytes`, if the layout renders them back exactly.
+    fn exact_value(&mut self, layout: &SeriesLayout, bytes: &[u8]) -> Option<f64> {
+        let number = (layout.parse)(bytes)?;
         self.value.clear();
         (layout.render)(number, &mut self.value);
-        if self.value != value.value {
-            return None;
-        }
-        let extra = match extra {
-            None => String::new(),
-            Some(x) if x.value.is_empty() => return None,
-            Some(x) => std::str::from_utf8(&x.value).ok()?.to_owned(),
-        };
-        Some(Point {
-            series: series.to_owned(),
-            ts,
-            value: number,
-            extra,
-        })
+        (self.value == bytes).then_some(number)
     }
 
     /// Seals table `index`'s buffered points into the batch as one run under a new seq: one
@@ -109,13 +187,8 @@ impl EmbeddedWriter {
         };
         let seq = inner.next_series_seq()?;
         self.sealed_seqs.push(seq);
-        let unit = runs.layout.unit_ms;
-        let group = |p: &Point| {
-            (
-                partition_of(p.ts.saturating_mul(unit)),
-                bucket_of(&p.series),
-            )
-        };
+        let layout = runs.layout;
+        let group = |p: &Point| (partition_of(layout.point_stamp(p.ts)), bucket_of(&p.series));
         // Stable: of a (series, time), the last put comes last.
         let mut order: Vec<(i64, u16, u32)> = points
             .iter()
