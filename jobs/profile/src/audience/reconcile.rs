@@ -302,12 +302,7 @@ mod tests {
     use crate::key::profile_row;
     use crate::tag::DataType;
 
-    fn def(code: &str, data_type: DataType, value_type: ValueType) -> TagDef {
-        TagDef {
-            value_type,
-            ..crate::audience::tests::def(code, data_type)
-        }
-    }
+    use crate::audience::tests::typed_def as def;
 
     fn defs() -> Vec<TagDef> {
         vec![

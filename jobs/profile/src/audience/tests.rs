@@ -32,6 +32,14 @@ pub(super) fn def(code: &str, data_type: DataType) -> TagDef {
     }
 }
 
+/// [`def`] of another value type (a behaviour or short-term tag).
+pub(super) fn typed_def(code: &str, data_type: DataType, value_type: ValueType) -> TagDef {
+    TagDef {
+        value_type,
+        ..def(code, data_type)
+    }
+}
+
 fn defs() -> Vec<TagDef> {
     vec![
         def("dim_city", DataType::String),

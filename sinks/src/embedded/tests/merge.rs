@@ -2,22 +2,12 @@
 //! put of a reading wins across merges; a generic put or a delete keeps its partition unmerged;
 //! deletes and other writers racing merges change no answer; a reopened store reads merged runs.
 
-use super::series::{open_series, reading, row, second, value_of};
+use super::series::{open_series, reading, row, run_count, second, value_of};
 use super::*;
 use crate::embedded::store::series::{partition_of, MERGE_FANIN};
 use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::thread;
-
-/// Runs (not markers) in the table's series keyspace.
-fn run_count(store: &EmbeddedStore) -> usize {
-    let runs = store.inner.tables[0].series.as_ref().expect("series table");
-    runs.keyspace
-        .iter()
-        .map(|item| item.key().expect("key"))
-        .filter(|key| key.len() == 18)
-        .count()
-}
 
 /// Whether the partition of `second`'s stamp is marked never to be merged.
 fn marked(store: &EmbeddedStore, second: i64) -> bool {

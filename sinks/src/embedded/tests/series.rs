@@ -36,6 +36,16 @@ fn series_table() -> TableSpec {
     spec
 }
 
+/// Runs (not markers) in the table's series keyspace.
+pub(super) fn run_count(store: &EmbeddedStore) -> usize {
+    let runs = store.inner.tables[0].series.as_ref().expect("series table");
+    runs.keyspace
+        .iter()
+        .map(|item| item.key().expect("key"))
+        .filter(|key| key.len() == 18)
+        .count()
+}
+
 pub(super) fn open_series(dir: &TempDir, series_layout: bool) -> (EmbeddedStore, Arc<AtomicI64>) {
     let (now, clock) = clock();
     let store = EmbeddedStore::open_with_layouts(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use super::series::run_count;
 use super::*;
 use crate::embedded::prepare::OpenMode;
 use crate::embedded::store::series::bucket_of;
@@ -113,16 +114,6 @@ fn pairs(cells: &[(&str, &str)]) -> Vec<(String, String)> {
         .iter()
         .map(|(q, v)| (q.to_string(), v.to_string()))
         .collect()
-}
-
-/// Runs (not markers) in the table's series keyspace.
-fn run_count(store: &EmbeddedStore) -> usize {
-    let runs = store.inner.tables[0].series.as_ref().expect("series table");
-    runs.keyspace
-        .iter()
-        .map(|item| item.key().expect("key"))
-        .filter(|key| key.len() == 18)
-        .count()
 }
 
 /// Key-values in the table's generations (the generic layout).
