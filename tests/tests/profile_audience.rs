@@ -56,11 +56,13 @@ fn audience(dir: &Path, now: &str, store: &[&str], query: &str) -> BTreeSet<Stri
 }
 
 /// Generates `users` users' `events` tag events (`--seed seed`) and their registry in `dir`,
-/// imports the registry and replays the events into `store` with the index on, in two replays:
-/// the second one's changes retract entries of values stored by the first (read from the
-/// store), and each one's own repeated users those of its earlier batches (held by the writer
-/// until its flush). Returns the events' lines.
-fn generate_and_replay_in_halves(dir: &Path, users: &str, events: &str, seed: &str) -> Vec<String> {
+/// imports the registry, and writes the events' first `split(n)` of `n` lines to `a.jsonl` and
+/// the rest to `b.jsonl`. Returns the events' lines.
+fn generate_in_two(
+    dir: &Path,
+    (users, events, seed): (&str, &str, &str),
+    split: impl Fn(usize) -> usize,
+) -> Vec<String> {
     ok(
         dir,
         NOW,
@@ -87,9 +89,21 @@ fn generate_and_replay_in_halves(dir: &Path, users: &str, events: &str, seed: &s
     );
     let text = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let (first, second) = lines.split_at(lines.len() / 2);
+    let (first, second) = lines.split_at(split(lines.len()));
     for (name, part) in [("a.jsonl", first), ("b.jsonl", second)] {
         std::fs::write(dir.join(name), part.join("\n") + "\n").unwrap();
+    }
+    lines.into_iter().map(str::to_string).collect()
+}
+
+/// Generates `users` users' `events` tag events (`--seed seed`) and their registry in `dir`,
+/// imports the registry and replays the events into `store` with the index on, in two replays:
+/// the second one's changes retract entries of values stored by the first (read from the
+/// store), and each one's own repeated users those of its earlier batches (held by the writer
+/// until its flush). Returns the events' lines.
+fn generate_and_replay_in_halves(dir: &Path, users: &str, events: &str, seed: &str) -> Vec<String> {
+    let lines = generate_in_two(dir, (users, events, seed), |n| n / 2);
+    for name in ["a.jsonl", "b.jsonl"] {
         ok(
             dir,
             NOW,
@@ -109,7 +123,7 @@ fn generate_and_replay_in_halves(dir: &Path, users: &str, events: &str, seed: &s
             ],
         );
     }
-    lines.into_iter().map(str::to_string).collect()
+    lines
 }
 
 #[test]
@@ -561,35 +575,7 @@ fn reconciled(dir: &Path) -> Value {
 fn a_replay_killed_before_its_index_build_is_repaired_by_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    ok(
-        dir,
-        NOW,
-        &[
-            "profile",
-            "generate",
-            "--users",
-            "3000",
-            "--events",
-            "40000",
-            "--seed",
-            "5",
-            "--out",
-            "ev.jsonl",
-            "--registry-out",
-            "reg.csv",
-        ],
-    );
-    std::fs::write(dir.join("p.toml"), CONFIG).unwrap();
-    ok(
-        dir,
-        NOW,
-        &["tags", "import", "reg.csv", "--config", "p.toml"],
-    );
-    let text = std::fs::read_to_string(dir.join("ev.jsonl")).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (first, last) = lines.split_at(lines.len() - 200);
-    std::fs::write(dir.join("a.jsonl"), first.join("\n") + "\n").unwrap();
-    std::fs::write(dir.join("b.jsonl"), last.join("\n") + "\n").unwrap();
+    generate_in_two(dir, ("3000", "40000", "5"), |n| n - 200);
     let replay = |file: &str| {
         hourglass_command(
             dir,
